@@ -1,0 +1,1 @@
+"""Prefill admission: SGLang's PrefillAdder model, CP budgets, seed 004 policies, serving simulation."""
