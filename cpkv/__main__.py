@@ -1,0 +1,3 @@
+from cpkv.cli import main
+
+main()

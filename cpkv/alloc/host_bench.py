@@ -1,0 +1,200 @@
+"""``cpkv alloc host``: time host allocator calls on the seed's free-list layouts.
+
+Protocols (``alloc_host.protocol``):
+
+* ``cold`` (seed 003): every sample builds a fresh allocator from a clone of the
+  layout, outside the clock, and times one call. For ``op: free`` the allocation
+  being freed is made untimed first.
+* ``warm``: one long-lived allocator per case; every sample times an alloc, then
+  times the free of what it returned, so the free list evolves as in a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cpkv.alloc.host_impls import HOST_IMPLS
+from cpkv.alloc.host_layouts import free_slots
+from cpkv.alloc.host_schema import AllocHostBlock, AllocHostConfig
+from cpkv.kinds import RunContext
+from cpkv.results import RunOutput, metric
+from cpkv.timing import Stats, sample, summarize, timed
+
+METHOD_CALLS = {"fifo": "alloc", "contiguous": "alloc_contiguous_preferred"}
+TABLE_COLUMNS = (
+    "impl", "method", "op", "pattern", "total_pages", "request_pages",
+    "p50_us", "p95_us", "p99_us", "mean_us", "contiguous_ratio",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HostBenchRow:
+    bench: str
+    impl: str
+    method: str
+    op: str
+    protocol: str
+    pattern: str
+    device: str
+    total_pages: int
+    request_pages: int
+    page_size: int
+    repeat: int
+    mean_us: float = metric(unit="us", timing=True)
+    p50_us: float = metric(unit="us", timing=True)
+    p95_us: float = metric(unit="us", timing=True)
+    p99_us: float = metric(unit="us", timing=True)
+    min_us: float = metric(unit="us", timing=True)
+    max_us: float = metric(unit="us", timing=True)
+    stdev_us: float = metric(unit="us", timing=True)
+    contiguous_ratio: float = metric(lower_is_better=False)
+
+
+def is_page_contiguous(selected: Any, page_size: int) -> bool:
+    """The seed's test: the selected pages (first slot // page_size) step by one."""
+    if selected is None or selected.numel() == 0:
+        return False
+    pages = selected.view(-1, page_size)[:, 0] // page_size
+    return bool((pages[1:] - pages[:-1] == 1).all()) if pages.numel() > 1 else True
+
+
+@dataclass(frozen=True)
+class Case:
+    impl: str
+    method: str
+    pattern: str
+    total_pages: int
+    request_pages: int
+
+
+def plan(block: AllocHostBlock) -> tuple[list[Case], list[str]]:
+    """The cases to run, in a fixed order, and notes on combinations that cannot run."""
+    cases, notes = [], []
+    for total in block.pool_pages():
+        for req in block.request_pages:
+            for pattern in block.patterns:
+                for impl in block.impls:
+                    for method in block.methods:
+                        cases.append(Case(HOST_IMPLS.canonical(impl), method, pattern, total, req))
+    runnable = []
+    for case in cases:
+        factory = HOST_IMPLS.get(case.impl)
+        if method_supported(factory, case.method):
+            runnable.append(case)
+        else:
+            note = f"impl {case.impl} has no {case.method} method: skipped"
+            if note not in notes:
+                notes.append(note)
+    return runnable, notes
+
+
+def method_supported(factory: Any, method: str) -> bool:
+    supported = getattr(factory, "methods", METHOD_CALLS)
+    return method in supported
+
+
+def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
+    block = cfg.alloc_host
+    for impl in block.impls:
+        check = getattr(HOST_IMPLS.get(impl), "check_available", None)
+        if check is not None:
+            check()
+    cases, notes = plan(block)
+
+    def execute(ctx: RunContext) -> RunOutput:
+        rows: list[HostBenchRow] = []
+        layouts: dict[tuple[int, int, str], Any] = {}
+        for i, case in enumerate(cases):
+            ctx.report(i, len(cases), f"{case.impl}:{case.method} {case.pattern} x{case.request_pages}")
+            key = (case.total_pages, case.request_pages, case.pattern)
+            if key not in layouts:
+                layouts.clear()
+                layouts[key] = free_slots(case.total_pages, case.request_pages, block.page_size, case.pattern, cfg.seed)
+            rows.extend(run_case(block, case, layouts[key]))
+        ctx.report(len(cases), len(cases), "done")
+        summary = {
+            "cases": len(cases),
+            "rows": len(rows),
+            "pool_pages": block.pool_pages(),
+            "protocol": block.protocol,
+            "page_size": block.page_size,
+        }
+        return RunOutput(rows=rows, summary=summary, table_columns=TABLE_COLUMNS, notes=notes)
+
+    return execute
+
+
+def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]:
+    factory = HOST_IMPLS.get(case.impl)
+    ps = block.page_size
+    need = case.request_pages * ps
+    call = METHOD_CALLS[case.method]
+    hits = {"alloc": 0, "free": 0}
+    samples: dict[str, list[float]] = {"alloc": [], "free": []}
+
+    def fresh() -> Any:
+        return factory(ps, base.clone())
+
+    if block.protocol == "cold":
+        if "alloc" in block.ops:
+
+            def seen(alloc: Any, sel: Any) -> None:
+                hits["alloc"] += is_page_contiguous(sel, ps)
+
+            samples["alloc"] = sample(
+                fresh, lambda a: getattr(a, call)(need), repeat=block.repeat, warmup=block.warmup, observe=seen
+            )
+        if "free" in block.ops:
+
+            def setup_free() -> tuple[Any, Any]:
+                alloc = fresh()
+                return alloc, getattr(alloc, call)(need)
+
+            def seen_free(state: tuple[Any, Any], _: Any) -> None:
+                hits["free"] += is_page_contiguous(state[1], ps)
+
+            samples["free"] = sample(
+                setup_free, lambda s: s[0].free(s[1]), repeat=block.repeat, warmup=block.warmup, observe=seen_free
+            )
+    else:
+        alloc = fresh()
+        for i in range(block.warmup + block.repeat):
+            sel, us_alloc = timed(lambda: getattr(alloc, call)(need))
+            _, us_free = timed(lambda: alloc.free(sel))
+            if i >= block.warmup:
+                contiguous = is_page_contiguous(sel, ps)
+                samples["alloc"].append(us_alloc)
+                samples["free"].append(us_free)
+                hits["alloc"] += contiguous
+                hits["free"] += contiguous
+    return [
+        make_row(block, case, op, summarize(samples[op]), hits[op])
+        for op in ("alloc", "free")
+        if op in block.ops
+    ]
+
+
+def make_row(block: AllocHostBlock, case: Case, op: str, stats: Stats, hits: int) -> HostBenchRow:
+    return HostBenchRow(
+        bench="host",
+        impl=case.impl,
+        method=case.method,
+        op=op,
+        protocol=block.protocol,
+        pattern=case.pattern,
+        device="cpu",
+        total_pages=case.total_pages,
+        request_pages=case.request_pages,
+        page_size=block.page_size,
+        repeat=stats.n,
+        mean_us=stats.mean_us,
+        p50_us=stats.p50_us,
+        p95_us=stats.p95_us,
+        p99_us=stats.p99_us,
+        min_us=stats.min_us,
+        max_us=stats.max_us,
+        stdev_us=stats.stdev_us,
+        contiguous_ratio=hits / stats.n if stats.n else 0.0,
+    )

@@ -1,0 +1,27 @@
+"""``cpkv alloc``: allocator benchmarks."""
+
+from __future__ import annotations
+
+import typer
+
+from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from cpkv.experiment import DEFAULT_ROOT
+
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Allocator benchmarks: host (L2) and CP shared paged L1.")
+
+
+@app.command("host")
+@user_errors
+def host(
+    args: ArgsArg = None,
+    output_dir: OutputDirOpt = DEFAULT_ROOT,
+    print_config: PrintConfigOpt = False,
+) -> None:
+    """Benchmark the host (L2 / HiCache) KV allocator: FIFO vs contiguous-preferred selection.
+
+    Without a config the built-in default runs: a 220 GB pool at 100,000 bytes/token
+    (34,375 pages of 64 tokens), request pages 1,8,64,512, three free-list patterns.
+
+    Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
+    """
+    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host")

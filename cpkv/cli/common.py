@@ -1,0 +1,91 @@
+"""Plumbing shared by the commands: argument splitting, errors, progress, running a kind."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from cpkv.errors import ConfigError, CpkvError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ArgsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[CONFIG.yaml] [KEY=VALUE]...",
+        help="An optional YAML config, then OmegaConf dotlist overrides (alloc_host.page_size=16).",
+        show_default=False,
+    ),
+]
+OutputDirOpt = Annotated[
+    Path, typer.Option("--output-dir", "-o", help="Root folder for run directories.", show_default=True)
+]
+PrintConfigOpt = Annotated[
+    bool, typer.Option("--print-config", help="Print the resolved config and exit without running.")
+]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"cpkv: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def user_errors(fn: F) -> F:
+    """Turn user errors into one line on stderr and exit code 2 (Ctrl-C: 130)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except CpkvError as err:
+            raise fail(str(err)) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def split_args(args: Sequence[str] | None) -> tuple[str | None, list[str]]:
+    """``[CONFIG.yaml] [KEY=VALUE]...`` -> (config path or None, overrides)."""
+    config, overrides = None, []
+    for item in args or ():
+        if "=" in item:
+            overrides.append(item)
+        elif config is None:
+            config = item
+        else:
+            raise ConfigError(f"one config file per run; got {config!r} and {item!r} (overrides are KEY=VALUE)")
+    return config, overrides
+
+
+def progress_printer() -> Callable[[int, int, str], None] | None:
+    """A one-line progress display on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, label: str) -> None:
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\r\033[K[{done}/{total}] {label}"[:200] + end)
+        sys.stderr.flush()
+
+    return show
+
+
+def run_kind(kind: str, args: Sequence[str] | None, output_dir: Path, print_config: bool, command: str) -> None:
+    """Load, validate, run and report one experiment of ``kind``."""
+    from cpkv.config import load_config
+    from cpkv.runner import run_experiment
+
+    config, overrides = split_args(args)
+    loaded = load_config(kind, config, overrides, command=command)
+    if print_config:
+        typer.echo(loaded.to_yaml(), nl=False)
+        return
+    result = run_experiment(loaded, output_dir, argv=sys.argv, progress=progress_printer())
+    typer.echo(result.table, nl=False)
+    typer.echo(str(result.path))

@@ -1,0 +1,69 @@
+"""The experiment kinds: the value of ``kind:`` in a config, and what runs it.
+
+Every kind names its top-level config dataclass and a *prepare* function, both as lazy
+``"module:attribute"`` references so that nothing heavy is imported until a kind runs.
+
+``prepare(config) -> execute`` checks everything a user can get wrong (input files,
+devices, optional packages) and raises :class:`cpkv.errors.CpkvError` before any run
+directory exists; ``execute(ctx) -> RunOutput`` does the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cpkv.registry import Registry, _import_ref
+from cpkv.results import RunOutput
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a running experiment may use: its directory (for plots) and a progress hook."""
+
+    run_dir: Path | None = None
+    progress: Callable[[int, int, str], None] | None = None
+
+    def report(self, done: int, total: int, label: str = "") -> None:
+        if self.progress is not None:
+            self.progress(done, total, label)
+
+
+Execute = Callable[[RunContext], RunOutput]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    command: str
+    config: str
+    prepare: str
+    summary: str
+    block: str
+
+    def config_cls(self) -> type:
+        return _import_ref(self.config)
+
+    def prepare_fn(self) -> Callable[[Any], Execute]:
+        return _import_ref(self.prepare)
+
+
+KINDS: Registry[KindSpec] = Registry("config kind")
+
+
+def register_kind(spec: KindSpec) -> None:
+    KINDS.register(spec.name, spec, help=spec.summary)
+
+
+register_kind(
+    KindSpec(
+        name="alloc_host",
+        command="cpkv alloc host",
+        config="cpkv.alloc.host_schema:AllocHostConfig",
+        prepare="cpkv.alloc.host_bench:prepare",
+        summary="host (L2 / HiCache) KV allocator benchmark",
+        block="alloc_host",
+    )
+)

@@ -1,0 +1,74 @@
+"""Run one validated experiment into a run directory (the programmatic twin of each command)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cpkv.config import LoadedConfig
+from cpkv.envinfo import machine_info
+from cpkv.errors import CpkvError
+from cpkv.experiment import DEFAULT_ROOT, STATUS_FAILED, STATUS_INCOMPLETE, RunDir
+from cpkv.kinds import RunContext
+from cpkv.report import render
+from cpkv.results import RunRecord
+
+
+@dataclass(frozen=True)
+class RunResult:
+    path: Path
+    record: RunRecord
+    table: str
+
+
+def run_experiment(
+    loaded: LoadedConfig,
+    root: str | Path = DEFAULT_ROOT,
+    *,
+    argv: Sequence[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> RunResult:
+    """Prepare (all user errors surface here, before any directory exists), then run.
+
+    On Ctrl-C or an error during the run, the directory keeps its ``INCOMPLETE``
+    marker, ``meta.json`` says why, and no ``results.json`` is written.
+    """
+    exp = loaded.experiment
+    execute = loaded.spec.prepare_fn()(exp)
+    run_dir = RunDir.create(Path(root), exp.name)
+    device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
+    meta = {
+        "kind": loaded.spec.name,
+        "name": exp.name,
+        "seed": getattr(exp, "seed", None),
+        "config_source": loaded.source,
+        "overrides": list(loaded.overrides),
+        "argv": list(argv if argv is not None else sys.argv),
+        **machine_info(device),
+    }
+    run_dir.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
+    try:
+        output = execute(RunContext(run_dir=run_dir.path, progress=progress))
+    except KeyboardInterrupt:
+        run_dir.fail(STATUS_INCOMPLETE, "interrupted (KeyboardInterrupt)")
+        raise
+    except CpkvError as err:
+        run_dir.fail(STATUS_FAILED, str(err))
+        raise
+    except Exception as err:
+        run_dir.fail(STATUS_FAILED, f"{type(err).__name__}: {err}")
+        raise
+    record = RunRecord.from_output(loaded.spec.name, exp.name, output)
+    text = render(record, "text")
+    # torch may have been imported by the run: record its version and thread count
+    info = machine_info(device)
+    run_dir.meta.update(torch=info["torch"], torch_threads=info["torch_threads"])
+    try:
+        run_dir.finish(record, text, output.extras)
+    except KeyboardInterrupt:
+        run_dir.fail(STATUS_INCOMPLETE, "interrupted while writing results")
+        (run_dir.path / "results.json").unlink(missing_ok=True)
+        raise
+    return RunResult(run_dir.path, record, text)

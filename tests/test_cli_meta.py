@@ -1,0 +1,48 @@
+"""Every command has help; `cpkv --help` does not import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typer.main
+from typer.testing import CliRunner
+
+from cpkv.cli import app
+
+
+def all_commands() -> list[list[str]]:
+    out: list[list[str]] = []
+
+    def walk(cmd, path: list[str]) -> None:
+        out.append(path)
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_command_has_help_with_a_description() -> None:
+    runner = CliRunner()
+    commands = all_commands()
+    assert ["alloc", "host"] in commands
+    for path in commands:
+        res = runner.invoke(app, [*path, "--help"])
+        assert res.exit_code == 0, path
+        assert "Usage:" in res.output
+        cmd = typer.main.get_command(app)
+        for part in path:
+            cmd = cmd.commands[part]  # type: ignore[attr-defined]
+        assert (cmd.help or "").strip(), f"{path} has no help text"
+
+
+def test_help_does_not_import_heavy_modules() -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cpkv", "--help"], capture_output=True, text=True, check=True
+    )
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    for heavy in ("torch", "numpy", "omegaconf", "sglang", "matplotlib"):
+        assert heavy not in imported, f"`cpkv --help` imports {heavy}"
+    assert "Usage:" in out.stdout
