@@ -46,3 +46,17 @@ def test_help_does_not_import_heavy_modules() -> None:
     for heavy in ("torch", "numpy", "omegaconf", "sglang", "matplotlib"):
         assert heavy not in imported, f"`cpkv --help` imports {heavy}"
     assert "Usage:" in out.stdout
+
+
+def test_top_level_help_lists_every_leaf_command() -> None:
+    res = CliRunner().invoke(app, ["--help"])
+    leaves = [p for p in all_commands() if p and not _is_group(p)]
+    for path in leaves:
+        assert "cpkv " + " ".join(path) in res.output, path
+
+
+def _is_group(path: list[str]) -> bool:
+    cmd = typer.main.get_command(app)
+    for part in path:
+        cmd = cmd.commands[part]  # type: ignore[attr-defined]
+    return hasattr(cmd, "commands")

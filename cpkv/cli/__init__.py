@@ -30,5 +30,31 @@ def _root(
     """cpkv: an offline lab for SGLang CP shared-KV prefill admission and hierarchical KV allocators."""
 
 
+def _first_line(callback: object) -> str:
+    doc = (getattr(callback, "__doc__", None) or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def command_index(typer_app: typer.Typer, prefix: str = "") -> list[tuple[str, str]]:
+    """(full command, one-line description) for every leaf command, in registration order."""
+    rows = []
+    for info in typer_app.registered_commands:
+        name = info.name or (info.callback.__name__ if info.callback else "")
+        rows.append((f"{prefix}{name}", info.help or _first_line(info.callback)))
+    for group in typer_app.registered_groups:
+        rows.extend(command_index(group.typer_instance, f"{prefix}{group.name} "))
+    return rows
+
+
+def _epilog() -> str:
+    rows = command_index(app)
+    width = max(len(name) for name, _ in rows)
+    lines = [f"  cpkv {name.ljust(width)}  {desc}" for name, desc in rows]
+    return "\b\nAll commands:\n" + "\n".join(lines)
+
+
+app.info.epilog = _epilog()
+
+
 def main() -> None:
     app()
