@@ -14,6 +14,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="cpkv: an offline lab for SGLang CP shared-KV prefill admission and hierarchical KV allocators.",
 )
+# Command groups and commands are registered here, before the help index below is built.
 app.add_typer(alloc.app, name="alloc")
 
 
