@@ -67,3 +67,23 @@ register_kind(
         block="alloc_host",
     )
 )
+register_kind(
+    KindSpec(
+        name="trace_stats",
+        command="cpkv trace stats",
+        config="cpkv.admit.trace_schema:TraceStatsConfig",
+        prepare="cpkv.admit.trace_run:prepare_stats",
+        summary="request trace statistics and L1/L2 prefix-cache ratios",
+        block="trace",
+    )
+)
+register_kind(
+    KindSpec(
+        name="trace_curve",
+        command="cpkv trace curve",
+        config="cpkv.admit.trace_schema:TraceCurveConfig",
+        prepare="cpkv.admit.trace_run:prepare_curve",
+        summary="prefix-cache hit ratio against capacity for a request trace",
+        block="trace",
+    )
+)

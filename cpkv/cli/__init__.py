@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from cpkv import __version__
-from cpkv.cli import alloc
+from cpkv.cli import alloc, trace
 
 app = typer.Typer(
     name="cpkv",
@@ -16,6 +16,7 @@ app = typer.Typer(
 )
 # Command groups and commands are registered here, before the help index below is built.
 app.add_typer(alloc.app, name="alloc")
+app.add_typer(trace.app, name="trace")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,1 @@
+"""Plots of result records. matplotlib is optional and imported only inside plotting functions."""
