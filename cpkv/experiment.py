@@ -68,9 +68,22 @@ class RunDir:
                 path.mkdir()
             except FileExistsError:
                 continue
-            (path / MARKER).write_text("this run has not finished (still running, interrupted or failed)\n")
-            return cls(path, {})
+            return cls._marked(path)
         raise InputError(f"{day}: cannot create a new run directory for {name!r}")
+
+    @classmethod
+    def create_at(cls, path: Path) -> RunDir:
+        """Create exactly ``path`` (a sweep point); its parent must exist, ``path`` must not."""
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise InputError(f"{path}: already exists; a run directory is never reused") from None
+        return cls._marked(path)
+
+    @classmethod
+    def _marked(cls, path: Path) -> RunDir:
+        (path / MARKER).write_text("this run has not finished (still running, interrupted or failed)\n")
+        return cls(path, {})
 
     def write_text(self, name: str, text: str) -> Path:
         target = self.path / name

@@ -42,6 +42,7 @@ class KindSpec:
     prepare: str
     summary: str
     block: str
+    timed: bool = False  # rows hold wall-clock timings: sweeps run such points one at a time
 
     def config_cls(self) -> type:
         return _import_ref(self.config)
@@ -65,6 +66,7 @@ register_kind(
         prepare="cpkv.alloc.host_bench:prepare",
         summary="host (L2 / HiCache) KV allocator benchmark",
         block="alloc_host",
+        timed=True,
     )
 )
 register_kind(

@@ -29,15 +29,17 @@ def run_experiment(
     *,
     argv: Sequence[str] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    run_dir: str | Path | None = None,
 ) -> RunResult:
     """Prepare (all user errors surface here, before any directory exists), then run.
 
     On Ctrl-C or an error during the run, the directory keeps its ``INCOMPLETE``
-    marker, ``meta.json`` says why, and no ``results.json`` is written.
+    marker, ``meta.json`` says why, and no ``results.json`` is written. ``run_dir`` (used by
+    sweeps) names the exact directory to create instead of a new timestamped one under ``root``.
     """
     exp = loaded.experiment
     execute = loaded.spec.prepare_fn()(exp)
-    run_dir = RunDir.create(Path(root), exp.name)
+    run_dir = RunDir.create_at(Path(run_dir)) if run_dir is not None else RunDir.create(Path(root), exp.name)
     device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
     meta = {
         "kind": loaded.spec.name,

@@ -12,7 +12,8 @@ unlimited). Rules, chosen to match SGLang's radix/HiCache behaviour at block gra
 * L1 evicts its LRU block; the block stays in L2. L2 evicts its LRU block among those *not* in
   L1 (SGLang's host pool only evicts nodes already evicted from the device), so L1 is always a
   subset of L2; this needs `l2 >= l1` capacity (or L2 off: `l2_tokens=0`).
-* A block that cannot fit (larger than the tier, or no evictable room) is not inserted there.
+* A block that cannot fit (larger than the tier, or no evictable room) is not inserted there;
+  a block that L2 cannot hold is dropped from L1 too, so that L1 stays a subset of L2.
 * Lookup (`lookup`): the hit is the longest run of leading blocks present, first in L1, then
   continuing in L2. A stored block holding fewer tokens than the request's block ends the run
   after those tokens. Totals are capped at `input_length - 1` (one token is always computed)
@@ -220,6 +221,9 @@ class TieredPrefixCache:
                 l1.put(block, tokens, None)
                 if l2 is not None:
                     l2.put(block, tokens, l1_blocks)
+                    if l2.blocks.get(block, 0) < l1_blocks.get(block, 0):
+                        # L2 found no room (its pinned copies are larger): keep L1 inside L2
+                        l1.used -= l1_blocks.pop(block)
             tokens = size
 
 

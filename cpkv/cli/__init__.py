@@ -6,6 +6,8 @@ import typer
 
 from cpkv import __version__
 from cpkv.cli import alloc, trace
+from cpkv.cli import runs as runs_cli
+from cpkv.cli import sweep as sweep_cli
 
 app = typer.Typer(
     name="cpkv",
@@ -17,6 +19,11 @@ app = typer.Typer(
 # Command groups and commands are registered here, before the help index below is built.
 app.add_typer(alloc.app, name="alloc")
 app.add_typer(trace.app, name="trace")
+app.command("sweep")(sweep_cli.sweep)
+app.command("diff")(runs_cli.diff)
+app.command("show")(runs_cli.show)
+app.command("ls")(runs_cli.ls)
+app.command("plot")(runs_cli.plot)
 
 
 def _version(value: bool) -> None:

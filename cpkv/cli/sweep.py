@@ -1,0 +1,262 @@
+"""``cpkv sweep``: many runs from configs x grids, into one sweep directory."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cpkv.cli.common import OutputDirOpt, user_errors
+from cpkv.errors import ConfigError
+from cpkv.experiment import DEFAULT_ROOT
+
+EXECUTOR_NAMES = ("serial", "process", "ray")  # tests check this against cpkv.sweep.EXECUTORS
+
+
+@user_errors
+def sweep(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="CONFIG... [KEY=VALUE | KEY=a,b,c]...",
+            show_default=False,
+            help="Config files (any kinds), then overrides; KEY=a,b,c sweeps KEY.",
+        ),
+    ] = None,
+    output_dir: OutputDirOpt = DEFAULT_ROOT,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Points run at once (local worker processes unless --executor says otherwise).",
+        ),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help=f"Where points run: {', '.join(EXECUTOR_NAMES)} (default: serial, or process with --jobs > 1).",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="ADDR",
+            help="Ray cluster to run on (--executor ray); a local instance when omitted.",
+        ),
+    ] = None,
+    allow_parallel_timing: Annotated[
+        bool,
+        typer.Option(
+            "--allow-parallel-timing",
+            help="Let timing benchmarks (allocator kinds) run at the same time as other points. Off by default: benchmarks sharing cores measure each other's contention, not the code.",
+        ),
+    ] = False,
+    zips: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--zip",
+            metavar="K1,K2",
+            help="Move command-line sweeps of these keys in lock-step instead of a product (repeatable).",
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            metavar="SWEEP_DIR",
+            help="Run the points of this sweep that have not completed (failed ones again).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the points and exit without running anything.")
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Sweep name (default: the configs' names).")
+    ] = None,
+) -> None:
+    """Run every config and every point of its grid into one sweep directory.
+
+    \b
+    Grids: a config's `sweep:` block maps dotted keys to lists of values (cartesian
+    product; `zip:` holds keys whose lists move in lock-step); on the command line
+    KEY=a,b,c sweeps KEY, KEY=range(1,4) sweeps 1,2,3, KEY=[a,b] is one list value.
+      sweep:
+        alloc_host.protocol: [cold, warm]
+        zip: {alloc_host.page_size: [16, 64], alloc_host.repeat: [3, 5]}
+
+    \b
+    Each point is an ordinary run directory inside the sweep directory, beside
+    sweep.yaml (the plan) and summary.json / summary.txt (one row per point: swept
+    values, status, headline metrics). A failing point does not stop the others.
+    Exit code: 0 when every point completed, 1 when one failed, 2 for bad input.
+
+    \b
+    Example: cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
+    """
+    configs, overrides = _split(args)
+    if resume is not None:
+        if configs or overrides or zips or name:
+            raise ConfigError(
+                "--resume SWEEP_DIR takes no configs, overrides, --zip or --name (the sweep's plan is reused)"
+            )
+        if dry_run:
+            _dry_run_resume(resume)
+            return
+    elif dry_run:
+        _dry_run(configs, overrides, zips or (), name)
+        return
+    _run(
+        configs,
+        overrides,
+        zips or (),
+        name,
+        output_dir,
+        jobs,
+        executor,
+        ray_address,
+        allow_parallel_timing,
+        resume,
+    )
+
+
+def _split(args: list[str] | None) -> tuple[list[str], list[str]]:
+    configs, overrides = [], []
+    for item in args or ():
+        (overrides if "=" in item else configs).append(item)
+    return configs, overrides
+
+
+def _dry_run(configs: list[str], overrides: list[str], zips: list[str], name: str | None) -> None:
+    from cpkv.sweep import plan_sweep
+
+    _print_points(plan_sweep(configs, overrides, zips=zips, name=name).points, set())
+
+
+def _dry_run_resume(path: Path) -> None:
+    from cpkv.sweep.store import point_status, read_plan
+
+    plan, _ = read_plan(path)
+    done = {p.index for p in plan.points if point_status(path / p.name) == "complete"}
+    _print_points(plan.points, done)
+
+
+def _print_points(points: Any, done: set[int]) -> None:
+    from cpkv.report import table
+
+    rows = [
+        {"point": p.name, "kind": p.kind, "config": p.source, "timed": p.timed,
+         "overrides": " ".join(p.overrides) or "-", "status": "complete" if p.index in done else "to run"}
+        for p in points
+    ]  # fmt: skip
+    typer.echo(table(rows, ["point", "kind", "config", "timed", "status", "overrides"]))
+    todo = len(points) - len(done)
+    typer.echo(
+        f"\n{len(points)} points, {todo} to run, {sum(p.timed for p in points)} timed (dry run: nothing ran)"
+    )
+
+
+def _run(
+    configs, overrides, zips, name, output_dir, jobs, executor, address, allow_timing, resume
+) -> None:  # noqa: ANN001
+    from cpkv.sweep import resume_sweep, run_sweep
+
+    progress = Progress()
+    common = {
+        "executor": executor,
+        "jobs": jobs,
+        "address": address,
+        "allow_parallel_timing": allow_timing,
+        "argv": sys.argv,
+        "on_start": progress.start,
+        "on_result": progress.point,
+    }
+    try:
+        if resume is not None:
+            result = resume_sweep(resume, **common)
+        else:
+            result = run_sweep(configs, overrides, zips=zips, name=name, root=output_dir, **common)
+    except KeyboardInterrupt:
+        progress.stop()
+        if progress.sweep_dir is not None:
+            typer.echo(
+                f"cpkv: interrupted; finish with: cpkv sweep --resume {progress.sweep_dir}",
+                err=True,
+            )
+        raise
+    finally:
+        progress.stop()
+    typer.echo(result.summary_text, nl=False)
+    typer.echo(str(result.path))
+    if result.failed:
+        typer.echo(
+            f"cpkv: {len(result.failed)} of {len(result.plan.points)} points failed (see summary.txt)",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+class Progress:
+    """Counts and ETA on stderr: a rich progress bar on a terminal, one line per point otherwise."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+        self.total = self.done = 0
+        self.t0 = time.monotonic()
+        self.sweep_dir: Path | None = None
+
+    def start(self, sweep_dir: Path, total: int, skipped: int, notes: Any) -> None:
+        self.total, self.t0, self.sweep_dir = total, time.monotonic(), sweep_dir
+        for note in notes:
+            typer.echo(f"cpkv: note: {note}", err=True)
+        if skipped:
+            typer.echo(
+                f"cpkv: resuming: {skipped} point(s) already complete, {total} to run", err=True
+            )
+        if sys.stderr.isatty() and total:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as Bar
+
+            self.bar = Bar(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"),
+                           console=Console(stderr=True))  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total)
+
+    def point(self, result: Any) -> None:
+        self.done += 1
+        mark = "ok" if result.status == "complete" else result.status.upper()
+        line = f"[{self.done}/{self.total}] {mark} {result.name} ({result.seconds or 0:.1f}s){self._eta()}"
+        if result.error:
+            line += f": {result.error}"
+        if self.bar is not None:
+            if result.error:
+                self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.update(self.task, advance=1, description=result.name[:40])
+        else:
+            typer.echo(line, err=True)
+
+    def _eta(self) -> str:
+        left = self.total - self.done
+        if not left:
+            return ""
+        eta = (time.monotonic() - self.t0) / self.done * left
+        return f", eta {int(eta // 60)}:{int(eta % 60):02d}"
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,33 @@
+"""``cpkv plot``: PNGs for a run directory or a sweep directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cpkv.experiment import load_run
+from cpkv.plots.common import require_matplotlib
+from cpkv.plots.records import plot_run
+from cpkv.plots.sweep import plot_sweep
+from cpkv.runs import SweepView, open_target
+
+
+def plot_target(
+    path: str | Path, out: str | Path | None = None, *, points: bool = False
+) -> list[Path]:
+    """Write every plot that applies to ``path`` under ``out`` (default: ``<path>/plots``).
+
+    For a sweep: headline metrics against swept keys, and with ``points=True`` each
+    completed point's own plots under ``<out>/<point>/``.
+    """
+    require_matplotlib()
+    target = open_target(path)
+    where = Path(out) if out is not None else Path(path) / "plots"
+    if not isinstance(target, SweepView):
+        return plot_run(target.record, target.path, where)
+    paths = plot_sweep(target.summary, where)
+    if points:
+        for point in target.plan.points:
+            run_dir = target.point_dir(point.name)
+            if (run_dir / "results.json").is_file():
+                paths.extend(plot_run(load_run(run_dir).record, run_dir, where / point.name))
+    return paths

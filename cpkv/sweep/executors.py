@@ -1,0 +1,225 @@
+"""Where sweep points run: a registry of executors (serial, local processes, Ray).
+
+An executor takes tasks and calls ``on_result`` once per task, in completion order, from
+the calling thread. Every executor runs a point through :func:`run_point`, which calls
+:func:`cpkv.runner.run_experiment`, so a point directory is an ordinary run directory.
+A failing point becomes a ``failed`` result; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cpkv.errors import CpkvError, UnsupportedError
+from cpkv.experiment import MARKER, STATUS_COMPLETE, STATUS_FAILED
+from cpkv.registry import Registry
+from cpkv.sweep.plan import Point
+from cpkv.sweep.store import PointResult
+
+
+@dataclass(frozen=True)
+class Task:
+    """A point to run into ``path`` (``argv`` goes to its meta.json)."""
+
+    point: Point
+    path: Path
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Tasks to run with at most ``jobs`` at once (None: as many as the executor has cores)."""
+
+    tasks: Sequence[Task]
+    jobs: int | None = None
+
+
+OnResult = Callable[[PointResult], None]
+Executor = Callable[[Sequence[Phase], "str | None", OnResult], None]
+"""``executor(phases, address, on_result)``: run the phases in order, each task once."""
+
+
+def run_point(task: Task) -> PointResult:
+    """Run one point into ``task.path``; errors become a failed result."""
+    from cpkv.runner import run_experiment
+    from cpkv.runs import headline
+
+    point = task.point
+    start = time.perf_counter()
+    try:
+        result = run_experiment(
+            point.loaded(), task.path.parent, argv=list(task.argv), run_dir=task.path
+        )
+    except CpkvError as err:
+        return PointResult(
+            point.index, point.name, STATUS_FAILED, str(err), time.perf_counter() - start
+        )
+    except Exception as err:  # noqa: BLE001 - a bug in one point must not stop the sweep
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        error = f"{type(err).__name__}: {err} (at {Path(where.filename).name}:{where.lineno})"
+        return PointResult(
+            point.index, point.name, STATUS_FAILED, error, time.perf_counter() - start
+        )
+    return PointResult(point.index, point.name, STATUS_COMPLETE, None, time.perf_counter() - start,
+                       headline(result.record))  # fmt: skip
+
+
+EXECUTORS: Registry[Executor] = Registry("sweep executor")
+
+
+@EXECUTORS.register("serial", help="one point after another, in this process")
+def serial(phases: Sequence[Phase], address: str | None, on_result: OnResult) -> None:
+    for phase in phases:
+        for task in phase.tasks:
+            on_result(run_point(task))
+
+
+@EXECUTORS.register("process", help="local worker processes (--jobs N, default: all cores)")
+def processes(phases: Sequence[Phase], address: str | None, on_result: OnResult) -> None:
+    for phase in phases:
+        if phase.tasks:
+            _process_pool(phase, on_result)
+
+
+def _process_pool(phase: Phase, on_result: OnResult) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    jobs = min(phase.jobs or os.cpu_count() or 1, len(phase.tasks))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(run_point, t): t for t in phase.tasks}
+        for fut in as_completed(futures):
+            try:
+                result = fut.result()
+            except BrokenProcessPool as err:
+                point = futures[fut].point
+                result = PointResult(
+                    point.index, point.name, STATUS_FAILED, f"worker process died ({err})"
+                )
+            on_result(result)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+@EXECUTORS.register(
+    "ray", help="tasks on a Ray cluster (--ray-address ADDR; a local instance without one)"
+)
+def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult) -> None:
+    """Points run as Ray tasks; each returns its run directory's files, written here by the driver.
+
+    The driver writes the files, so the sweep directory is complete even when workers run
+    on other machines (which need the same cpkv installed, and any input files the configs
+    name at the same paths). Without ``address`` a local Ray instance is started (and stopped).
+    """
+    if not any(phase.tasks for phase in phases):
+        return
+    ray = _import_ray()
+    started = not ray.is_initialized()
+    if started:
+        most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
+        kwargs = {"num_cpus": most} if address is None and most else {}
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="warning",
+            **kwargs,
+        )
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
+        for phase in phases:
+            limit = phase.jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            _ray_phase(ray, remote, list(phase.tasks), limit, on_result)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_phase(ray: Any, remote: Any, queue: list[Task], limit: int, on_result: OnResult) -> None:
+    pending: dict[Any, Task] = {}
+    try:
+        while queue or pending:
+            while queue and len(pending) < limit:
+                task = queue.pop(0)
+                pending[remote.remote(task)] = task
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                on_result(_unpack_result(ray, ref, pending.pop(ref)))
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def _unpack_result(ray: Any, ref: Any, task: Task) -> PointResult:
+    try:
+        result, files = ray.get(ref)
+    except Exception as err:  # noqa: BLE001 - a lost worker fails one point
+        return PointResult(
+            task.point.index,
+            task.point.name,
+            STATUS_FAILED,
+            f"ray task failed: {type(err).__name__}: {err}",
+        )
+    if files:
+        write_files(task.path, files)
+    return result
+
+
+def run_point_packed(task: Task) -> tuple[PointResult, dict[str, bytes]]:
+    """Run a point in a scratch directory and return its files (for remote workers)."""
+    with tempfile.TemporaryDirectory(prefix="cpkv-point-") as tmp:
+        scratch = Path(tmp) / task.point.name
+        result = run_point(Task(task.point, scratch, task.argv))
+        files = {}
+        if scratch.is_dir():
+            files = {
+                str(f.relative_to(scratch)): f.read_bytes()
+                for f in sorted(scratch.rglob("*"))
+                if f.is_file()
+            }
+    return result, files
+
+
+def write_files(path: Path, files: dict[str, bytes]) -> None:
+    """Write a packed run directory; results.json last, the INCOMPLETE marker kept until the end."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("being written by the sweep driver\n")
+    order = sorted(files, key=lambda name: (name == "results.json", name))
+    for name in order:
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(files[name])
+        tmp.replace(target)
+    if MARKER not in files:
+        (path / MARKER).unlink(missing_ok=True)
+
+
+def _import_ray():  # noqa: ANN202 - the ray module
+    try:
+        import ray
+    except ImportError:
+        raise UnsupportedError("--executor ray needs ray: pip install 'cpkv[ray]'") from None
+    return ray
+
+
+def check_executor(name: str) -> None:
+    """Raise a user error now (before any directory exists) when ``name`` cannot run here."""
+    EXECUTORS.canonical(name)
+    if name == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UnsupportedError("--executor ray needs ray: pip install 'cpkv[ray]'")

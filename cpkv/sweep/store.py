@@ -1,0 +1,195 @@
+"""Sweep directories on disk: ``sweep.yaml`` (the plan), the point directories, the summary.
+
+``<root>/<YYYY-MM-DD>/<HH-MM-SS-ffffff>_<name>/``::
+
+    sweep.yaml        the plan: configs, overrides, and every point (resolved config included)
+    INCOMPLETE        until every point has been attempted
+    000_<name>_.../   one ordinary run directory per point
+    summary.json      one entry per point: swept values, status, error, headline metrics
+    summary.txt       the same as a table
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cpkv.errors import InputError
+from cpkv.experiment import MARKER, STATUS_COMPLETE, STATUS_FAILED, STATUS_INCOMPLETE, write_atomic
+from cpkv.report import table
+from cpkv.schema import to_dict
+from cpkv.sweep.plan import Point, SweepPlan
+
+SWEEP_FILE, SUMMARY_JSON, SUMMARY_TXT = "sweep.yaml", "summary.json", "summary.txt"
+SWEEP_VERSION = 1
+SUPPORTED_SWEEP_VERSIONS = (1,)
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """How one point ended. ``status``: complete, failed or incomplete (not run or interrupted)."""
+
+    index: int
+    name: str
+    status: str
+    error: str | None = None
+    seconds: float | None = None
+    headline: dict[str, float] = field(default_factory=dict)
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return (path / SWEEP_FILE).is_file()
+
+
+def write_plan(path: Path, plan: SweepPlan, meta: Mapping[str, Any]) -> None:
+    doc = {
+        "sweep_version": SWEEP_VERSION,
+        "name": plan.name,
+        **meta,
+        "configs": list(plan.configs),
+        "overrides": list(plan.overrides),
+        "zip": list(plan.zips),
+        "swept_keys": list(plan.swept_keys),
+        "points": [to_dict(p) for p in plan.points],
+    }
+    write_atomic(path / SWEEP_FILE, yaml.safe_dump(doc, sort_keys=False, width=100))
+
+
+def read_plan(path: str | Path) -> tuple[SweepPlan, dict[str, Any]]:
+    """The plan of a sweep directory (InputError when it is not one)."""
+    p = Path(path)
+    if not is_sweep_dir(p):
+        raise InputError(f"{path}: not a cpkv sweep directory (no {SWEEP_FILE})")
+    try:
+        doc = yaml.safe_load((p / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise InputError(f"{p / SWEEP_FILE}: cannot read ({str(err).splitlines()[0]})") from None
+    version = doc.get("sweep_version") if isinstance(doc, dict) else None
+    if version not in SUPPORTED_SWEEP_VERSIONS:
+        allowed = ", ".join(map(str, SUPPORTED_SWEEP_VERSIONS))
+        raise InputError(
+            f"{p / SWEEP_FILE}: sweep_version {version!r} is not supported (supported: {allowed})"
+        )
+    try:
+        points = tuple(Point(**{**pt, "overrides": tuple(pt["overrides"])}) for pt in doc["points"])
+        plan = SweepPlan(
+            name=str(doc["name"]),
+            configs=tuple(doc["configs"]),
+            overrides=tuple(doc["overrides"]),
+            zips=tuple(doc.get("zip") or ()),
+            points=points,
+            swept_keys=tuple(doc.get("swept_keys") or ()),
+        )
+    except (KeyError, TypeError) as err:
+        raise InputError(f"{p / SWEEP_FILE}: malformed sweep plan ({err})") from None
+    return plan, doc
+
+
+def sweep_status(results: Sequence[PointResult]) -> str:
+    statuses = {r.status for r in results}
+    if statuses <= {STATUS_COMPLETE}:
+        return STATUS_COMPLETE
+    if STATUS_INCOMPLETE in statuses:
+        return STATUS_INCOMPLETE
+    return STATUS_FAILED
+
+
+def write_summary(path: Path, plan: SweepPlan, results: Mapping[int, PointResult]) -> str:
+    """Write summary.json and summary.txt (points without a result are incomplete); return the text."""
+    ordered = [
+        results.get(p.index) or PointResult(p.index, p.name, STATUS_INCOMPLETE) for p in plan.points
+    ]
+    entries = []
+    for point, res in zip(plan.points, ordered, strict=True):
+        entries.append({
+            "index": point.index, "name": point.name, "kind": point.kind, "config_name": point.config_name,
+            "swept": point.swept, "status": res.status, "error": res.error, "seconds": res.seconds,
+            "headline": res.headline,
+        })  # fmt: skip
+    counts = {
+        s: sum(r.status == s for r in ordered)
+        for s in (STATUS_COMPLETE, STATUS_FAILED, STATUS_INCOMPLETE)
+    }
+    doc = {
+        "sweep_version": SWEEP_VERSION,
+        "name": plan.name,
+        "status": sweep_status(ordered),
+        "counts": {"points": len(ordered), **counts},
+        "swept_keys": list(plan.swept_keys),
+        "points": entries,
+    }
+    text = summary_table(doc)
+    write_atomic(path / SUMMARY_JSON, json.dumps(doc, indent=1) + "\n")
+    write_atomic(path / SUMMARY_TXT, text)
+    return text
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / SUMMARY_JSON).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def summary_table(doc: Mapping[str, Any], fmt: str = "text") -> str:
+    """One row per point: its swept values, status, headline metrics, error."""
+    points = doc.get("points") or []
+    keys = list(doc.get("swept_keys") or [])
+    leaves = [k.split(".")[-1] for k in keys]
+    shown = leaves if len(set(leaves)) == len(leaves) else keys
+    metrics = list(dict.fromkeys(m for pt in points for m in pt.get("headline") or {}))
+    rows = []
+    for pt in points:
+        row = {
+            "point": pt["name"].split("_")[0],
+            "config": pt.get("config_name"),
+            "kind": pt.get("kind"),
+            "status": pt["status"],
+        }
+        row.update(
+            {
+                label: (pt.get("swept") or {}).get(key)
+                for label, key in zip(shown, keys, strict=True)
+            }
+        )
+        row.update({m: (pt.get("headline") or {}).get(m) for m in metrics})
+        row["error"] = _short(pt.get("error"))
+        rows.append(row)
+    columns = ["point", "config", "kind", *shown, "status", *metrics]
+    if any(r["error"] for r in rows):
+        columns.append("error")
+    counts = doc.get("counts") or {}
+    head = (
+        f"sweep {doc.get('name')}: {counts.get('points', len(points))} points, {counts.get('complete', 0)} complete, "
+        f"{counts.get('failed', 0)} failed, {counts.get('incomplete', 0)} incomplete"
+    )
+    if fmt == "csv":
+        return table(rows, columns, "csv")
+    return table(rows, columns, fmt) + "\n\n" + head + "\n"
+
+
+def _short(error: str | None, limit: int = 80) -> str | None:
+    if not error:
+        return None
+    line = error.strip().splitlines()[-1] if error.strip() else error
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def point_status(path: Path) -> str:
+    """complete / failed / incomplete for a point directory (incomplete when it does not exist)."""
+    from cpkv.experiment import run_status
+
+    if not path.is_dir():
+        return STATUS_INCOMPLETE
+    return run_status(path)
+
+
+def mark_incomplete(path: Path) -> None:
+    (path / MARKER).write_text(
+        "this sweep has not finished (running, interrupted, or points left to run)\n"
+    )
