@@ -89,3 +89,24 @@ register_kind(
         block="trace",
     )
 )
+register_kind(
+    KindSpec(
+        name="alloc_l1",
+        command="cpkv alloc l1",
+        config="cpkv.alloc.l1_schema:AllocL1Config",
+        prepare="cpkv.alloc.l1_bench:prepare",
+        summary="CP shared paged L1 allocator benchmark",
+        block="alloc_l1",
+        timed=True,
+    )
+)
+register_kind(
+    KindSpec(
+        name="admit",
+        command="cpkv admit",
+        config="cpkv.admit.admit_schema:AdmitConfig",
+        prepare="cpkv.admit.admit_run:prepare",
+        summary="prefill admission, tick by tick: SGLang's PrefillAdder with HiCache load-back and CP limits",
+        block="admit",
+    )
+)

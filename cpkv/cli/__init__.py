@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from cpkv import __version__
+from cpkv.cli import admit as admit_cli
 from cpkv.cli import alloc, trace
 from cpkv.cli import runs as runs_cli
 from cpkv.cli import sweep as sweep_cli
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 # Command groups and commands are registered here, before the help index below is built.
 app.add_typer(alloc.app, name="alloc")
+app.command("admit")(admit_cli.admit)
 app.add_typer(trace.app, name="trace")
 app.command("sweep")(sweep_cli.sweep)
 app.command("diff")(runs_cli.diff)

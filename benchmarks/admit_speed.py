@@ -1,0 +1,129 @@
+"""Admission decisions per second: cpkv's model vs the real sglang PrefillAdder, and at scale.
+
+Usage: python benchmarks/admit_speed.py [--scenarios N] [--requests N] [--repeat N]
+
+1. The same seeded scenarios (cpkv.admit.scenarios, CP limits off) through both backends.
+   A decision is one ``add_one_req`` or ``add_chunked_req`` call; "pass" time is the sum of the
+   ticks' ``duration_us`` (building the adder and scanning; the real backend's pool and radix
+   tree setup is excluded), "wall" includes that setup. Needs sglang for the real side (run
+   it with the oracle venv's python); without it only the model is timed.
+2. A generated JSONL workload (default 100,000 requests, seeded; written to a temporary
+   file): JSONL parsing is timed separately, then the model runs it (construction, every
+   pass, every record) with the seed's hold-everything ticks and with release_each_tick.
+
+Both wall-clock and process CPU time are printed (CPU time is steadier on a busy machine);
+the best of ``--repeat`` runs counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from cpkv.admit.budgets import AdmitBudgets, CpBudgets
+from cpkv.admit.scenarios import random_scenario
+from cpkv.admit.ticks import run_admission
+from cpkv.admit.workload import WorkloadSpec, load_workload
+
+
+def timed(fn, repeat):
+    """(result, best wall s, best CPU s) over ``repeat`` runs."""
+    best_wall = best_cpu = float("inf")
+    for _ in range(repeat):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        best_wall = min(best_wall, time.perf_counter() - w)
+        best_cpu = min(best_cpu, time.process_time() - c)
+    return out, best_wall, best_cpu
+
+
+def compare_backends(n: int, repeat: int) -> None:
+    scenarios = [random_scenario(s, max_requests=40) for s in range(n)]
+    scenarios.sort(key=lambda sc: sc.budgets.page_size)
+    backends = ["model"]
+    if importlib.util.find_spec("sglang") is not None:
+        from cpkv.admit.sglang_world import load_sglang
+
+        load_sglang()  # import once, outside the timings
+        backends.append("sglang")
+    else:
+        print("  sglang is not installed: the real PrefillAdder side is skipped")
+    rates = {}
+    for backend in backends:
+
+        def run_all(backend=backend):
+            return [run_admission(sc.requests, sc.budgets, backend) for sc in scenarios]
+
+        results, wall, cpu = timed(run_all, repeat if backend == "model" else 1)
+        decisions = sum(r.summary.decisions for r in results)
+        pass_s = sum(r.summary.duration_us for r in results) / 1e6
+        rates[backend] = decisions / pass_s
+        print(f"  {backend:6s}: {decisions} decisions in {len(scenarios)} scenarios; pass time {pass_s:.4f} s "
+              f"-> {decisions / pass_s:,.0f} decisions/s; wall incl. setup {wall:.3f} s "
+              f"({decisions / wall:,.0f}/s), CPU {cpu:.3f} s")  # fmt: skip
+    if "sglang" in rates:
+        print(
+            f"  model / real PrefillAdder: {rates['model'] / rates['sglang']:,.1f}x faster (pass time; target >= 20x)"
+        )
+
+
+def write_jsonl(path: Path, n: int, seed: int) -> None:
+    """Requests shaped like the seed's JSONL example: big L1 and L2 hits, modest extends."""
+    rng = random.Random(seed)
+    with path.open("w") as f:
+        for k in range(n):
+            l1 = 0 if rng.random() < 0.4 else rng.randint(1, 40320)
+            l2 = 0 if rng.random() < 0.5 else rng.randint(1, 32768)
+            f.write(json.dumps({"rid": f"r{k}", "l1_cached_tokens": l1, "l2_cached_tokens": l2,
+                                "extend_tokens": rng.randint(1, 4096)}) + "\n")  # fmt: skip
+
+
+def at_scale(n: int, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "requests.jsonl"
+        write_jsonl(path, n, seed=0)
+        spec = WorkloadSpec(source="jsonl", path=str(path))
+        requests, wall, cpu = timed(lambda: load_workload(spec), repeat)
+        print(
+            f"  parse {n:,} JSONL lines: {wall:.3f} s wall, {cpu:.3f} s CPU ({n / wall:,.0f} lines/s)"
+        )
+    seed_jsonl = AdmitBudgets(
+        available_tokens=200_000, cp=CpBudgets(max_total_cached_tokens=131072)
+    )
+    for label, budgets in (
+        ("hold (seed ticks)", seed_jsonl),
+        ("release_each_tick", replace(seed_jsonl, release_each_tick=True)),
+        (
+            "page 64, chunk 8192, release",
+            replace(seed_jsonl, page_size=64, chunked_prefill_size=8192, release_each_tick=True),
+        ),
+    ):
+        result, wall, cpu = timed(lambda b=budgets: run_admission(requests, b), repeat)
+        s = result.summary
+        print(f"  model, {label}: {s.decisions:,} decisions, {s.ticks:,} ticks, {s.requests_admitted:,} admitted, "
+              f"{s.evicted_tokens:,} tokens evicted: {wall:.3f} s wall -> {s.decisions / wall:,.0f} decisions/s "
+              f"(CPU {cpu:.3f} s -> {s.decisions / cpu:,.0f}/s; target >= 200,000)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", type=int, default=100)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"[1] same scenarios, both backends ({args.scenarios} seeded scenarios, up to 40 requests each)"
+    )
+    compare_backends(args.scenarios, args.repeat)
+    print(f"[2] the model on a generated {args.requests:,}-request JSONL workload")
+    at_scale(args.requests, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

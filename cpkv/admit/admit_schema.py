@@ -1,0 +1,64 @@
+"""Config schema of ``cpkv admit`` (kind ``admit``).
+
+The ``admit`` block holds the run's choices (``backend``, ``policy``, ``mode``, ``workload``)
+followed by every budget of :class:`~cpkv.admit.budgets.AdmitBudgets`, flat, as in
+DESIGN.md (``admit.available_tokens``, ``admit.cp.max_batch_requests``, ...). The defaults are
+the seed benchmark's synthetic-grid example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpkv.admit.blocks import KvBlocks
+from cpkv.admit.budgets import AdmitBudgets
+from cpkv.admit.iteration import IterationBudget
+from cpkv.admit.workload import WorkloadSpec
+from cpkv.schema import FieldError, choices
+
+MODES = ("passes",)
+"""``passes``: the seed's tick model (repeated scheduling passes over the waiting queue)."""
+
+
+@dataclass(frozen=True)
+class _RunChoices:
+    backend: str = "model"
+    policy: str = "prefill_adder"
+    mode: str = "passes"
+    workload: WorkloadSpec = WorkloadSpec()
+
+
+@dataclass(frozen=True)
+class AdmitBlock(AdmitBudgets, _RunChoices):
+    """``admit:``: backend, policy, mode, workload, then the budgets (an AdmitBudgets)."""
+
+    kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
+    iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
+
+    def validate(self) -> None:
+        from cpkv.admit.policies import POLICIES
+        from cpkv.admit.ticks import BACKENDS
+
+        choices("backend", (self.backend,), BACKENDS.allowed())
+        choices("policy", (self.policy,), POLICIES.allowed())
+        if self.policy != "prefill_adder" and self.backend != "model":
+            raise FieldError(
+                "backend",
+                f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
+            )
+        choices("mode", (self.mode,), MODES)
+        AdmitBudgets.validate(self)
+
+    def budgets(self) -> AdmitBudgets:
+        """The budgets alone (what the backends read)."""
+        return self
+
+
+@dataclass(frozen=True)
+class AdmitConfig:
+    """A ``kind: admit`` experiment."""
+
+    kind: str = "admit"
+    name: str = "seed-grid"
+    seed: int = 0
+    admit: AdmitBlock = field(default_factory=AdmitBlock)

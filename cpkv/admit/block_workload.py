@@ -1,0 +1,86 @@
+"""Requests for seed 004's block policies, from any ``admit.workload`` source.
+
+A ``jsonl`` file may hold block requests (``rid``, ``prompt_tokens``, ``max_new_tokens``)
+or the prefill model's requests (``rid``, ``extend_tokens``, ...), line by line. Prefill
+requests (and those of every other source) become block requests whose prompt is their
+whole fill length ``l1 + l2 + extend``; a missing ``max_new_tokens`` takes
+``admit.max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from cpkv.admit.blocks import BlockRequest
+from cpkv.admit.request import Request
+from cpkv.admit.workload import WorkloadSpec, load_workload, parse_request_line
+from cpkv.errors import ConfigError, InputError
+
+BLOCK_FIELDS = ("rid", "prompt_tokens", "max_new_tokens")
+
+
+def block_requests_from(
+    requests: Iterable[Request], default_max_new_tokens: int
+) -> tuple[BlockRequest, ...]:
+    """Prefill-model requests as block requests: the whole fill length is the prompt."""
+    return tuple(
+        BlockRequest(
+            r.rid,
+            r.fill_tokens,
+            default_max_new_tokens if r.max_new_tokens is None else r.max_new_tokens,
+        )
+        for r in requests
+    )
+
+
+def load_block_requests(
+    spec: WorkloadSpec, default_max_new_tokens: int
+) -> tuple[BlockRequest, ...]:
+    """The block requests ``spec`` describes, in queue order."""
+    if spec.source != "jsonl":
+        return block_requests_from(load_workload(spec), default_max_new_tokens)
+    if spec.path is None:
+        raise ConfigError("admit.workload.path: the jsonl source needs a file path")
+    path = Path(spec.path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the requests file ({err.strerror or err})") from None
+    out: list[BlockRequest] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        req = _parse_line(line, where, default_max_new_tokens)
+        if req.rid in seen:
+            raise InputError(f"{where}: field 'rid': {req.rid!r} repeats an earlier request's rid")
+        seen.add(req.rid)
+        out.append(req)
+    return tuple(out)
+
+
+def _parse_line(line: str, where: str, default_max_new_tokens: int) -> BlockRequest:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(obj, dict) or "prompt_tokens" not in obj:
+        # a prefill-model request (its parser names what is wrong)
+        return block_requests_from([parse_request_line(line, where)], default_max_new_tokens)[0]
+    for key in obj:
+        if key not in BLOCK_FIELDS:
+            raise InputError(
+                f"{where}: unknown field {key!r} for a block request (allowed: {', '.join(BLOCK_FIELDS)})"
+            )
+    rid = obj.get("rid")
+    if not isinstance(rid, str) or not rid:
+        raise InputError(f"{where}: field 'rid' must be a non-empty string, got {rid!r}")
+    obj.setdefault("max_new_tokens", default_max_new_tokens)
+    for key in ("prompt_tokens", "max_new_tokens"):
+        v = obj[key]
+        if type(v) is not int or v < 0:
+            raise InputError(f"{where}: field {key!r} must be an integer >= 0, got {v!r}")
+    return BlockRequest(rid, obj["prompt_tokens"], obj["max_new_tokens"])

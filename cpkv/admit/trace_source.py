@@ -1,0 +1,40 @@
+"""The `trace` workload source of `cpkv admit`: a request trace replayed through the tiered
+prefix-cache model (`cpkv.admit.cache.replay`) becomes the waiting queue.
+
+Each trace request becomes `Request(rid="r<index>", l1, l2, extend, max_new_tokens=output_length,
+arrival_ms=timestamp)`, in trace order; `<index>` is the request's order in the trace file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpkv.admit.cache import replay
+from cpkv.admit.request import Request
+from cpkv.admit.trace import TRACE_FORMATS, read_trace
+from cpkv.errors import ConfigError
+
+
+def trace_requests(spec: Any) -> tuple[Request, ...]:
+    """`admit.workload` (source `trace`): read `path` (`format`, `block_size`, `start`,
+    `limit`), replay it through `cache`, return the admission requests."""
+    if spec.path is None:
+        raise ConfigError("admit.workload.path: the trace source needs a trace file path")
+    if spec.format not in TRACE_FORMATS:
+        allowed = ", ".join(TRACE_FORMATS.allowed())
+        raise ConfigError(
+            f"admit.workload.format: unknown trace format {spec.format!r} (allowed: {allowed})"
+        )
+    trace = read_trace(spec.path, spec.format, spec.block_size, spec.start, spec.limit)
+    return tuple(
+        Request(
+            r.rid,
+            r.l1_cached_tokens,
+            r.l2_cached_tokens,
+            r.extend_tokens,
+            r.max_new_tokens,
+            0,
+            float(r.arrival_ms),
+        )
+        for r in replay(trace, spec.cache)
+    )
