@@ -25,3 +25,21 @@ def host(
     Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
     """
     run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host")
+
+
+@app.command("l1")
+@user_errors
+def l1(
+    args: ArgsArg = None,
+    output_dir: OutputDirOpt = DEFAULT_ROOT,
+    print_config: PrintConfigOpt = False,
+) -> None:
+    """Benchmark the CP shared paged L1 allocator: stats, selection and allocation per owner lane.
+
+    Without a config the built-in default runs seed 003's L1 example on CPU: 8192 and 32768
+    physical pages, cp_size 8, page_size 64, request pages 8,64,512, three free patterns x
+    three owner patterns, impls fifo,contiguous, op alloc_pages, cold protocol.
+
+    Example: cpkv alloc l1 alloc_l1.impls=[fifo,fast_fifo] alloc_l1.protocol=warm
+    """
+    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1")

@@ -1,0 +1,118 @@
+"""Host-side half of the fast L1 allocator: owner validation and counting from the Python
+owner list, cached per-lane free/release counts, the stats computed from them, and the
+placement of owner-grouped pages back to request positions.  Shared by the numpy (CPU) and
+torch (CUDA) paths of impl ``fast``; nothing here touches lane data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import add, sub
+from typing import Any
+
+import numpy as np
+
+from cpkv.alloc.l1 import owner_error, room_pages
+from cpkv.alloc.l1_state import integrity_error
+
+
+class OwnerCounter:
+    """Validates and counts per-page compute owners (the host-side half of every op)."""
+
+    SMALL = 32  # up to this many owners a Python loop counts fastest
+    LARGE = 256  # above this many, numpy's bincount beats one bytes.count per lane
+
+    def __init__(self, cp_size: int) -> None:
+        self.cp_size = cp_size
+        self._lanes = range(cp_size)
+        self._valid = bytes(range(cp_size)) if cp_size <= 256 else b""
+
+    def count(self, owners: Sequence[int]) -> tuple[list[int], Any]:
+        """(pages per owner, a key for :func:`owner_order`); ValueError for a bad owner."""
+        if not isinstance(owners, (list, tuple)):
+            owners = owners.tolist() if hasattr(owners, "tolist") else list(owners)
+        if self.cp_size <= 256:
+            try:
+                raw = bytearray(owners)  # twice as fast as bytes(list)
+            except (TypeError, ValueError):  # negative, >255 or not an int: found below
+                raw = None
+            if raw is not None and not raw.translate(None, self._valid):
+                if len(raw) > self.LARGE:
+                    key = np.frombuffer(raw, dtype=np.uint8)
+                    return np.bincount(key, minlength=self.cp_size).tolist(), key
+                if len(raw) > self.SMALL:  # no numpy: cheaper when caches are cold
+                    return list(map(raw.count, self._lanes)), raw
+                counts = [0] * self.cp_size
+                for owner in raw:
+                    counts[owner] += 1
+                return counts, raw
+        counts = [0] * self.cp_size
+        for owner in owners:
+            if owner < 0 or owner >= self.cp_size:
+                raise owner_error(owner, self.cp_size)
+            counts[owner] += 1
+        return counts, np.asarray(owners, dtype=np.int64)
+
+
+class HostCounts:
+    """Cached per-lane free/release counts and the stats computed from them."""
+
+    def _init_counts(self, physical_pages: int, cp_size: int, page_size: int) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.physical_pages, self.cp_size, self.page_size = physical_pages, cp_size, page_size
+        self.logical_pages = physical_pages * cp_size
+        self._owners = OwnerCounter(cp_size)
+        self._nfree = [0] * cp_size
+        self._nrel = [0] * cp_size
+        self._rooms: dict[tuple[float, float], tuple[int, int]] = {}
+
+    def available_per_lane(self) -> list[int]:
+        """Free + release pages of each lane."""
+        return list(map(add, self._nfree, self._nrel))
+
+    def compute_owner_lane_stats(
+        self, owners: Sequence[int]
+    ) -> tuple[list[int], list[int], list[int]]:
+        """(required, available, deficit) per lane for a request's page compute owners."""
+        required = self._owners.count(owners)[0]
+        available = list(map(add, self._nfree, self._nrel))
+        return required, available, [d if d > 0 else 0 for d in map(sub, required, available)]
+
+    def compute_owner_lane_free_room_stats(
+        self, owners: Sequence[int], *, target_ratio: float, trigger_ratio: float
+    ) -> tuple[list[int], list[int], list[int]]:
+        """(required, available, free-room deficit) per lane (see ``free_room_deficits``)."""
+        required = self._owners.count(owners)[0]
+        available = list(map(add, self._nfree, self._nrel))
+        rooms = self._rooms.get((target_ratio, trigger_ratio))
+        if rooms is None:
+            capacity = self.physical_pages
+            rooms = (room_pages(capacity, target_ratio), room_pages(capacity, trigger_ratio))
+            self._rooms[(target_ratio, trigger_ratio)] = rooms
+        target, trigger = rooms
+        deficits = [
+            0 if have >= need + trigger else max(0, need + target - have)
+            for need, have in zip(required, available, strict=True)
+        ]
+        return required, available, deficits
+
+    def _check_counts(self, free_sizes: list[int], release_sizes: list[int]) -> None:
+        if free_sizes != self._nfree or release_sizes != self._nrel:
+            raise integrity_error("cached lane counts differ from the lanes")
+
+
+def owner_order(key: Any) -> np.ndarray:
+    """Request positions grouped by owner (ascending), in position order within an owner."""
+    if isinstance(key, bytearray):
+        key = np.frombuffer(key, dtype=np.uint8)
+    return np.argsort(key, kind="stable")
+
+
+def placement(key: Any) -> np.ndarray:
+    """``rank`` such that position ``p`` takes the ``rank[p]``-th page of the owner-grouped
+    list of selected pages (the inverse of :func:`owner_order`)."""
+    order = owner_order(key)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size, dtype=np.int64)
+    return rank
