@@ -7,9 +7,11 @@ Usage: python benchmarks/admit_speed.py [--scenarios N] [--requests N] [--repeat
    ticks' ``duration_us`` (building the adder and scanning; the real backend's pool and radix
    tree setup is excluded), "wall" includes that setup. Needs sglang for the real side (run
    it with the oracle venv's python); without it only the model is timed.
-2. A generated JSONL workload (default 100,000 requests, seeded; written to a temporary
-   file): JSONL parsing is timed separately, then the model runs it (construction, every
-   pass, every record) with the seed's hold-everything ticks and with release_each_tick.
+2. A generated JSONL workload (default 100,000 requests: the ``synthetic`` workload source's
+   defaults, seed 0, the workload of ``configs/perf/admit_100k*.yaml``; written to a
+   temporary file): JSONL parsing is timed separately, then the model runs it
+   (construction, every pass, every record, the summary) with the seed's hold-everything
+   ticks, with release_each_tick, and with 64-token pages + chunked prefill 8192 + release.
 
 Both wall-clock and process CPU time are printed (CPU time is steadier on a busy machine);
 the best of ``--repeat`` runs counts.
@@ -19,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import random
 import tempfile
 import time
 from dataclasses import replace
@@ -28,8 +28,10 @@ from pathlib import Path
 
 from cpkv.admit.budgets import AdmitBudgets, CpBudgets
 from cpkv.admit.scenarios import random_scenario
+from cpkv.admit.synthetic import SyntheticSpec
 from cpkv.admit.ticks import run_admission
 from cpkv.admit.workload import WorkloadSpec, load_workload
+from cpkv.admit.workload_jsonl import write_jsonl
 
 
 def timed(fn, repeat):
@@ -73,21 +75,11 @@ def compare_backends(n: int, repeat: int) -> None:
         )
 
 
-def write_jsonl(path: Path, n: int, seed: int) -> None:
-    """Requests shaped like the seed's JSONL example: big L1 and L2 hits, modest extends."""
-    rng = random.Random(seed)
-    with path.open("w") as f:
-        for k in range(n):
-            l1 = 0 if rng.random() < 0.4 else rng.randint(1, 40320)
-            l2 = 0 if rng.random() < 0.5 else rng.randint(1, 32768)
-            f.write(json.dumps({"rid": f"r{k}", "l1_cached_tokens": l1, "l2_cached_tokens": l2,
-                                "extend_tokens": rng.randint(1, 4096)}) + "\n")  # fmt: skip
-
-
 def at_scale(n: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "requests.jsonl"
-        write_jsonl(path, n, seed=0)
+        synthetic = WorkloadSpec(source="synthetic", synthetic=SyntheticSpec(count=n))
+        write_jsonl(load_workload(synthetic, seed=0), path)
         spec = WorkloadSpec(source="jsonl", path=str(path))
         requests, wall, cpu = timed(lambda: load_workload(spec), repeat)
         print(

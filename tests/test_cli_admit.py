@@ -121,7 +121,7 @@ def test_bad_input_is_one_line_and_no_run_dir(cli, tmp_path) -> None:
             f"{bad}:2: field 'extend_tokens'",
         ),
         (["admit.page_size=0"], "admit.page_size: must be > 0"),
-        (["admit.mode=serving"], "admit.mode: unknown value 'serving' (allowed: passes)"),
+        (["admit.mode=replay"], "admit.mode: unknown value 'replay' (allowed: passes, serving)"),
         (["admit.cp.max_batch_requests=0"], "admit.cp.max_batch_requests"),
         (["admit.workload.source=jsonl"], "admit.workload.path"),
     ]

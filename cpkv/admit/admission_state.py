@@ -23,11 +23,12 @@ access order), then released requests by the order they were evaluated, each lea
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 
 from cpkv.admit.budgets import AdmitBudgets
-from cpkv.admit.records import LoadBackEvent, new_load_back_event
+from cpkv.admit.records import LoadBackEvent, RunCounts, new_load_back_event
 from cpkv.admit.request import CLIP_MAX_NEW_TOKENS, Request
 
 NO_CAP = 1 << 62
@@ -42,7 +43,8 @@ class AdmissionState:
         "avail", "base", "other", "lru", "head", "chunk_idx", "chunk_prefix",
         "running_offset", "max_prefill", "chunk_size", "cap", "pmr", "threshold", "quota",
         "cp_on", "cp_batch", "cp_ext_max", "cp_cached_max", "release", "released",
-        "released_tokens", "admitted", "finished", "events", "evals",
+        "released_tokens", "admitted", "finished", "events", "evals", "n_loads", "n_loaded",
+        "n_declined", "n_evicted", "n_continuations",
     )  # fmt: skip
 
     def __init__(self, requests: Sequence[Request], budgets: AdmitBudgets) -> None:
@@ -50,21 +52,27 @@ class AdmissionState:
         self.page = page
         self.n = len(requests)
         self.rids = [r.rid for r in requests]
-        l1 = [r.l1_cached_tokens for r in requests]
-        hit = [r.l1_cached_tokens + r.l2_cached_tokens for r in requests]
-        self.fill = [c + r.extend_tokens for c, r in zip(hit, requests, strict=True)]
+        self.fill = [r.l1_cached_tokens + r.l2_cached_tokens + r.extend_tokens for r in requests]
         if page > 1:  # see device_and_host_hit(): whole pages only
-            l1 = [x // page * page for x in l1]
-            hit = [x // page * page for x in hit]
-        self.dev0 = l1
-        self.host0 = [c - d for c, d in zip(hit, l1, strict=True)]
+            self.dev0 = [r.l1_cached_tokens // page * page for r in requests]
+            self.host0 = [
+                (r.l1_cached_tokens + r.l2_cached_tokens) // page * page
+                - r.l1_cached_tokens // page * page
+                for r in requests
+            ]
+        else:
+            self.dev0 = [r.l1_cached_tokens for r in requests]
+            self.host0 = [r.l2_cached_tokens for r in requests]
         self.dev = list(self.dev0)
         self.host = list(self.host0)
-        default = budgets.max_new_tokens
-        self.max_new = [
-            min(default if r.max_new_tokens is None else r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
-            for r in requests
-        ]
+        default = min(budgets.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        max_new = [r.max_new_tokens for r in requests]
+        if max_new and (None in max_new or max(max_new) > CLIP_MAX_NEW_TOKENS):
+            max_new = [
+                default if m is None else m if m < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+                for m in max_new
+            ]  # the common case (all given, none above the clip) keeps the list as it is
+        self.max_new = max_new
         self.avail = budgets.allocator_tokens()
         self.other = budgets.other_evictable_tokens()
         self.base = self.avail + self.other + sum(self.dev)  # available + evictable
@@ -91,12 +99,23 @@ class AdmissionState:
             NO_CAP if cp.max_total_cached_tokens is None else cp.max_total_cached_tokens
         )
         self.release = budgets.release_each_tick
-        self.released: list[list] = []  # heap of [stamp, [node tokens, leaf first]]
+        # released L1 nodes in eviction order: (stamp, tokens), by stamp, each leaf first
+        self.released: deque[tuple[int, int]] = deque()
         self.released_tokens = 0
         self.admitted: dict[int, tuple[int, int, int]] = {}  # chunked, release: (stamp, D, loaded)
         self.finished: list[tuple[int, int, int, int]] = []  # release: (i, stamp, D, loaded)
         self.events: list[LoadBackEvent] = []
         self.evals = 0
+        # run totals, counted as the passes go (records.RunCounts)
+        self.n_loads = self.n_loaded = self.n_declined = self.n_evicted = 0
+        self.n_continuations = 0
+
+    def counts(self) -> RunCounts:
+        """What the passes so far did (equal to ``records.count_records`` of their ticks)."""
+        return RunCounts(
+            self.head, self.n_continuations, self.evals, self.n_loads, self.n_loaded,
+            self.n_declined, self.n_evicted,
+        )  # fmt: skip
 
     # -- queue state ---------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -119,26 +138,30 @@ class AdmissionState:
         """
         before = avail
         freed = loaded = 0
+        quota = self.quota
         if h < self.threshold:
             outcome = "below_threshold"
-        elif self.quota is not None and h > self.quota:
+        elif quota is not None and h > quota:
             outcome = "over_quota"
         else:
             if avail < h:
                 need = h - avail
                 if self.other:
                     freed, self.other = self.other, 0
-                dev, host, n = self.dev, self.host, self.n
-                j = max(self.lru, i + 1)
-                while freed < need and j < n:
-                    d = dev[j]
-                    if d:
-                        host[j] += d
-                        dev[j] = 0
-                        freed += d
-                    j += 1
+                j, n = self.lru, self.n
+                if j <= i:
+                    j = i + 1
+                if freed < need and j < n:
+                    dev, host = self.dev, self.host
+                    while freed < need and j < n:
+                        d = dev[j]
+                        if d:
+                            host[j] += d
+                            dev[j] = 0
+                            freed += d
+                        j += 1
                 self.lru = j
-                if freed < need:
+                if freed < need and self.released:
                     freed += self._evict_released(need - freed)
                 avail += freed
             if avail < h:
@@ -147,22 +170,24 @@ class AdmissionState:
                 avail -= h
                 loaded = h
                 outcome = "loaded"
+        if loaded:
+            self.n_loads += 1
+            self.n_loaded += loaded
+        else:
+            self.n_declined += 1
+        if freed:
+            self.n_evicted += freed
         self.events.append(
-            new_load_back_event(
-                self.rids[i], h, h, loaded, self.quota, before, avail, freed, outcome
-            )
+            new_load_back_event(self.rids[i], h, h, loaded, quota, before, avail, freed, outcome)
         )
         return loaded, avail
 
     def _evict_released(self, need: int) -> int:
         """Evict released nodes (oldest evaluation first, leaf first); returns tokens freed."""
-        freed, heap = 0, self.released
-        while freed < need and heap:
-            chain = heap[0][1]
-            size = chain.pop(0)
-            if not chain:
-                heapq.heappop(heap)
-            freed += size
+        freed, nodes = 0, self.released
+        pop = nodes.popleft
+        while freed < need and nodes:
+            freed += pop()[1]
         self.released_tokens -= freed
         return freed
 
@@ -172,19 +197,48 @@ class AdmissionState:
         A request holds the radix nodes of its L1 prefix and of the L2 tokens it loaded; they
         become evictable, leaf (loaded part) first. If its own prefix had been evicted before
         it was admitted, the L2 path it loaded is its two original nodes.
+
+        Requests finish in evaluation order (a chunked request admits nothing after it in its
+        pass, and nothing is admitted while its chunks continue), so the nodes are appended
+        at the end of :attr:`released`; an out-of-order stamp would be inserted in place.
         """
-        heap, push, host0, dev0, total = self.released, heapq.heappush, self.host0, self.dev0, 0
+        nodes, host0, dev0, total = self.released, self.host0, self.dev0, 0
+        append = nodes.append
         for i, stamp, d, loaded in self.finished:
-            if loaded and d:
-                chain = [loaded, d]
-            elif loaded:
-                h0, d0 = host0[i], dev0[i]
-                chain = [h0, d0] if h0 and d0 else [loaded]
+            if nodes and stamp < nodes[-1][0]:
+                total += self._insert_released(i, stamp, d, loaded)
+                continue
+            if loaded:
+                if d:
+                    append((stamp, loaded))
+                    append((stamp, d))
+                else:
+                    h0, d0 = host0[i], dev0[i]
+                    if h0 and d0:
+                        append((stamp, h0))
+                        append((stamp, d0))
+                    else:
+                        append((stamp, loaded))
             elif d:
-                chain = [d]
+                append((stamp, d))
             else:
                 continue
-            push(heap, [stamp, chain])
             total += loaded + d
         self.released_tokens += total
         self.base += total
+
+    def _insert_released(self, i: int, stamp: int, d: int, loaded: int) -> int:
+        """The nodes of request ``i`` put in stamp order (kept general; not expected)."""
+        h0, d0 = self.host0[i], self.dev0[i]
+        if loaded and d:
+            chain = [loaded, d]
+        elif loaded:
+            chain = [h0, d0] if h0 and d0 else [loaded]
+        else:
+            chain = [d] if d else []
+        nodes = list(self.released)
+        at = bisect_left([s for s, _ in nodes], stamp)
+        nodes[at:at] = [(stamp, size) for size in chain]
+        self.released.clear()  # in place: release_finished holds a reference
+        self.released.extend(nodes)
+        return loaded + d

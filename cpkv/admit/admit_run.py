@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cpkv.admit.admit_schema import AdmitConfig
+from cpkv.admit.admit_timing import Stopwatch, timing_note, timing_summary
 from cpkv.admit.records import AdmitResult, TickRecord
 from cpkv.admit.ticks import run_admission
 from cpkv.admit.workload import load_workload
@@ -97,6 +98,10 @@ def ticks_jsonl(result: AdmitResult) -> str:
 def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
     """Check the backend and read the workload (user errors surface here), then run."""
     block = cfg.admit
+    if block.mode == "serving":  # time, arrivals, decode and KV around the policy
+        from cpkv.admit.serving_run import prepare_serving
+
+        return prepare_serving(cfg)
     if block.policy != "prefill_adder":  # seed 004's policies: cpkv.admit.policy_output
         from cpkv.admit.policy_output import prepare_seed_policy
 
@@ -106,24 +111,28 @@ def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
         from cpkv.admit.sglang_backend import check_supported
 
         check_supported(budgets)
-    requests = load_workload(block.workload)
+    with Stopwatch() as loading:
+        requests = load_workload(block.workload, seed=cfg.seed)
 
     def execute(ctx: RunContext) -> RunOutput:
         ctx.report(0, 1, f"{len(requests)} requests through {block.backend}")
-        result = run_admission(requests, budgets, block.backend)
+        with Stopwatch() as running:
+            result = run_admission(requests, budgets, block.backend)
         ctx.report(1, 1, "done")
+        timing = timing_summary(result.summary.decisions, loading.elapsed, running.elapsed)
         summary = {
             "backend": block.backend,
             "policy": block.policy,
             "workload": block.workload.source,
         }
         summary.update((k, v) for k, v in to_dict(result.summary).items() if k != "backend")
+        summary["timing"] = timing  # wall-clock and CPU numbers: they vary run to run
         return RunOutput(
             rows=[tick_row(t) for t in result.ticks],
             summary=summary,
             extras={"ticks.jsonl": ticks_jsonl(result)},
             table_columns=TABLE_COLUMNS,
-            notes=_notes(cfg),
+            notes=[*_notes(cfg), timing_note(result.summary.decisions, timing)],
         )
 
     return execute

@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 
 from cpkv.admit.blocks import KvBlocks
 from cpkv.admit.budgets import AdmitBudgets
+from cpkv.admit.cost_model import CostModel
 from cpkv.admit.iteration import IterationBudget
+from cpkv.admit.serving_schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.admit.workload import WorkloadSpec
-from cpkv.schema import FieldError, choices
+from cpkv.schema import FieldError, choices, positive
 
-MODES = ("passes",)
-"""``passes``: the seed's tick model (repeated scheduling passes over the waiting queue)."""
+MODES = ("passes", "serving")
+"""``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
+``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.admit.simulate`)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
 
     kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
     iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
+    arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
+    cost: CostModel = CostModel()  # mode serving: iteration time
+    slo: SloSpec = SloSpec()  # mode serving: goodput
+    serving: ServingSpec = ServingSpec()  # mode serving: loop options
 
     def validate(self) -> None:
         from cpkv.admit.policies import POLICIES
@@ -47,7 +54,24 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
+        if self.mode == "serving":
+            self._validate_serving()
         AdmitBudgets.validate(self)
+
+    def _validate_serving(self) -> None:
+        if self.backend != "model":
+            raise FieldError(
+                "backend", f"{self.backend!r} has no serving loop; mode serving needs backend model"
+            )
+        if self.kv.scan == "all_or_error":
+            raise FieldError(
+                "kv.scan",
+                "all_or_error is the passes mode's one-shot check; mode serving allows first_fit, fcfs_stop or null (first_fit)",
+            )
+        positive("kv.capacity_blocks", self.kv.capacity_blocks)
+        if self.policy != "prefill_adder":
+            positive("iteration.budget_tokens", self.iteration.budget_tokens)
+            positive("iteration.chunk_tokens", self.iteration.chunk_tokens)
 
     def budgets(self) -> AdmitBudgets:
         """The budgets alone (what the backends read)."""

@@ -67,36 +67,41 @@ class PrefillAdderModel(AdmissionState):
     # -- one pass ------------------------------------------------------------------------
     def run_pass(self, tick: int) -> TickRecord:
         """One scheduling pass. The hot path keeps every budget in a local int and leaves
-        only the rare cases (eviction, declined load-back, CP limits hit) to methods."""
+        only the rare cases (eviction, declined load-back, CP limits hit) to methods.
+
+        Running sums: ``cp_ext`` (page-aligned extend tokens, continuing chunk included),
+        ``cur_off``, ``total_off``, ``cp_cached``, ``log_in``. SGLang's ``rem_input_tokens``
+        is ``max_prefill - cp_ext``, ``rem_chunk_tokens`` is ``chunk_size - cp_ext`` and
+        ``log_hit`` is ``cp_cached`` less the continuing chunk's prefix: they are derived,
+        not tracked. So is ``decisions`` (the scanned requests, plus the chunk and a
+        refused candidate)."""
         t0 = time.perf_counter_ns()
         page = self.page
         fill, dev, host, mxl, rids = self.fill, self.dev, self.host, self.max_new, self.rids
         total_off = self.running_offset
-        cur_off = 0
-        rem_input = self.max_prefill
-        rem_chunk = self.chunk_size
+        max_prefill, chunk_size = self.max_prefill, self.chunk_size
+        chunking = chunk_size is not None
         accepted: list[AcceptedRequest] = []
         self.events = events = []
         self.finished = finished = []
-        n_run = log_hit = log_in = cp_ext = cp_cached = decisions = 0
+        n_run = log_in = cp_ext = cp_cached = cur_off = chunk_cached = chunk_decision = 0
         base = self.base
-        if self.chunk_idx >= 0:  # add_chunked_req
-            decisions = 1
+        if self.chunk_idx >= 0:  # add_chunked_req (chunking is on)
+            chunk_decision = 1
+            self.n_continuations += 1
             i, prefix = self.chunk_idx, self.chunk_prefix
-            lim = min(rem_chunk, int(base - total_off))
+            lim = min(chunk_size, int(base - total_off))
             if lim <= 0:
-                lim = rem_chunk
+                lim = chunk_size
             c = fill[i] - prefix
             trunc = c > lim
             e = lim if trunc else c
             ep = -(-e // page) * page
             total_off += ep + page + (0 if trunc else mxl[i])
-            cur_off += ep + page
-            rem_input -= ep
-            rem_chunk -= ep
-            log_in += e
-            cp_ext += ep
-            cp_cached += -(-prefix // page) * page
+            cur_off = ep + page
+            log_in = e
+            cp_ext = ep
+            cp_cached = chunk_cached = -(-prefix // page) * page
             n_run = 1
             accepted.append(new_accepted(rids[i], prefix, e, trunc, True, 0, 0))
             if trunc:
@@ -105,14 +110,18 @@ class PrefillAdderModel(AdmissionState):
                 self.chunk_idx = -1
                 if self.release:
                     finished.append((i, *self.admitted.pop(i)))
-        q, n, cap, pmr = self.head, self.n, self.cap, self.pmr
+        q0 = q = self.head
+        n = self.n
         # a refusal sets `where` to its result (NO_TOKEN / OTHER); mapped to "refused" below
         where, budget = QUEUE_EXHAUSTED, None
         if q < n and base - total_off > 0 and base - cur_off > 0:  # budget_state() at the top
-            if rem_input <= 0:
+            if cp_ext >= max_prefill:
                 where, budget = "scan_top", "rem_input_tokens"
-            elif rem_chunk is not None and rem_chunk <= 0:
+            elif chunking and cp_ext >= chunk_size:
                 where, budget = "scan_top", "rem_chunk_tokens"
+        cap, pmr = self.cap, self.pmr
+        cap_pmr = min(cap, pmr)
+        input_stop = min(max_prefill, chunk_size) if chunking else max_prefill
         cp_on, cp_batch, cp_ext_max, cp_cached_max = (
             self.cp_on,
             self.cp_batch,
@@ -120,29 +129,32 @@ class PrefillAdderModel(AdmissionState):
             self.cp_cached_max,
         )
         thr, quota, release, avail = self.threshold, self.quota, self.release, self.avail
+        stamp0 = self.evals + chunk_decision + 1 - q0  # request q is evaluation stamp0 + q
+        quick_loads = quick_loaded = 0  # load-backs that needed no eviction (counted below)
         while budget is None and q < n:
-            if n_run >= cap:
-                where, budget = BATCH_FULL, "max_running_requests"
+            if n_run >= cap_pmr:
+                if n_run >= cap:
+                    where, budget = BATCH_FULL, "max_running_requests"
+                else:
+                    where, budget = OTHER, "prefill_max_requests"
                 break
-            i = q
-            decisions += 1
-            if n_run >= pmr:
-                where, budget = OTHER, "prefill_max_requests"
-                break
-            d, h, ln, mx = dev[i], host[i], fill[i], mxl[i]
+            d = dev[q]
+            ln = fill[q]
+            mx = mxl[q]
             if not ln - d + mx + page < base - d - total_off:
                 where, budget = NO_TOKEN, "rem_total_tokens"
                 break
+            h = host[q]
             p = d + h  # page aligned: both come from whole-page radix matches
             e = ln - p
             ep = -(-e // page) * page
             chunked = False
-            if rem_chunk is None:
-                if n_run and ep >= rem_input:
+            if not chunking:
+                if n_run and cp_ext + ep >= max_prefill:
                     where, budget = OTHER, "rem_input_tokens"
                     break
-            elif ep > rem_chunk:
-                ep = e = rem_chunk // page * page
+            elif cp_ext + ep > chunk_size:
+                ep = e = (chunk_size - cp_ext) // page * page
                 if e <= 0:
                     where, budget = OTHER, "rem_chunk_tokens"
                     break
@@ -158,64 +170,71 @@ class PrefillAdderModel(AdmissionState):
             if h:
                 if h >= thr and quota is None and avail >= h:  # loads without eviction
                     events.append(
-                        new_load_back_event(rids[i], h, h, h, None, avail, avail - h, 0, "loaded")
+                        new_load_back_event(rids[q], h, h, h, None, avail, avail - h, 0, "loaded")
                     )
                     avail -= h
                     base -= h
                     loaded = h
+                    quick_loads += 1
+                    quick_loaded += h
                 else:
-                    loaded, avail = self._load_back(i, h, avail)
+                    loaded, avail = self._load_back(q, h, avail)
                     if loaded:
                         base -= loaded
                     else:  # declined: select again with no host hit
                         p, e, chunked, where, budget = self._reselect(
-                            i, n_run, rem_input, rem_chunk, base - d - total_off, cp_ext, cp_cached
-                        )
+                            q, n_run, max_prefill - cp_ext,
+                            chunk_size - cp_ext if chunking else None,
+                            base - d - total_off, cp_ext, cp_cached,
+                        )  # fmt: skip
                         if budget is not None:
                             break
                         ep = -(-e // page) * page
             # commit: lock the prefix, reserve, count
             base -= d
-            total_off += ep + page + (0 if chunked else mx)
+            total_off += ep + page if chunked else ep + page + mx
             cur_off += ep + page
-            rem_input -= ep
-            if rem_chunk is not None:
-                rem_chunk -= ep
-            log_hit += p
             log_in += e
             cp_ext += ep
             cp_cached += p
             n_run += 1
-            accepted.append(new_accepted(rids[i], p, e, chunked, False, h, loaded))
-            q += 1
+            accepted.append(new_accepted(rids[q], p, e, chunked, False, h, loaded))
             if chunked:
-                self.chunk_idx, self.chunk_prefix = i, p + e
+                self.chunk_idx, self.chunk_prefix = q, p + e
                 if release:
-                    self.admitted[i] = (self.evals + decisions, d, loaded)
+                    self.admitted[q] = (stamp0 + q, d, loaded)
             elif release:
-                finished.append((i, self.evals + decisions, d, loaded))
+                finished.append((q, stamp0 + q, d, loaded))
+            q += 1
             # budget_state(): stops the scan, the request stays admitted
-            if base - total_off <= 0:
-                where, budget = "after_admit", "rem_total_tokens"
-            elif base - cur_off <= 0:
-                where, budget = "after_admit", "cur_rem_tokens"
-            elif rem_input <= 0:
-                where, budget = "after_admit", "rem_input_tokens"
-            elif rem_chunk is not None and rem_chunk <= 0:
-                where, budget = "after_admit", "rem_chunk_tokens"
+            if base - total_off <= 0 or base - cur_off <= 0 or cp_ext >= input_stop:
+                where = "after_admit"
+                if base - total_off <= 0:
+                    budget = "rem_total_tokens"
+                elif base - cur_off <= 0:
+                    budget = "cur_rem_tokens"
+                else:
+                    budget = "rem_input_tokens" if cp_ext >= max_prefill else "rem_chunk_tokens"
         self.head, self.base, self.avail = q, base, avail
-        self.evals += decisions
+        decisions = chunk_decision + q - q0
         if where == "after_admit":
             result = NO_TOKEN if budget in ("rem_total_tokens", "cur_rem_tokens") else OTHER
         elif where == "scan_top":
             result = OTHER
         else:
             result = where
-            where = "refused" if where in (NO_TOKEN, OTHER) else where
+            if where in (NO_TOKEN, OTHER):
+                where = "refused"
+                decisions += 1
+        self.evals += decisions
+        if quick_loads:
+            self.n_loads += quick_loads
+            self.n_loaded += quick_loaded
         return new_tick(
             tick, tuple(accepted), rids[q] if q < n else None, result, budget, where,
-            log_hit, log_in, cp_ext, cp_cached, n_run, avail, base - avail, tuple(events),
-            base - total_off, base - cur_off, rem_input, rem_chunk, decisions,
+            cp_cached - chunk_cached, log_in, cp_ext, cp_cached, n_run, avail, base - avail,
+            tuple(events), base - total_off, base - cur_off, max_prefill - cp_ext,
+            chunk_size - cp_ext if chunking else None, decisions,
             (time.perf_counter_ns() - t0) / 1000.0,
         )  # fmt: skip
 

@@ -151,16 +151,24 @@ new_load_back_event = fast_constructor(LoadBackEvent)
 new_tick = fast_constructor(TickRecord)
 
 
-def summarize(backend: str, requests: int, ticks: tuple[TickRecord, ...]) -> AdmitSummary:
-    """Count what the ticks did (the same code for every backend)."""
-    by_result: dict[str, int] = {}
-    by_budget: dict[str, int] = {}
+@dataclass(frozen=True)
+class RunCounts:
+    """What a run did, summed over its ticks (``admitted`` excludes chunk continuations)."""
+
+    admitted: int
+    continuations: int
+    decisions: int
+    load_backs: int
+    loaded_tokens: int
+    declined: int
+    evicted_tokens: int
+
+
+def count_records(ticks: tuple[TickRecord, ...]) -> RunCounts:
+    """Count the accepted requests and load-back events of every tick."""
     accepted = continuations = decisions = 0
     loads = loaded = declined = evicted = 0
     for t in ticks:
-        by_result[t.stopped_result] = by_result.get(t.stopped_result, 0) + 1
-        if t.stopped_budget is not None:
-            by_budget[t.stopped_budget] = by_budget.get(t.stopped_budget, 0) + 1
         accepted += len(t.accepted)
         for a in t.accepted:
             continuations += a.continuation
@@ -172,19 +180,39 @@ def summarize(backend: str, requests: int, ticks: tuple[TickRecord, ...]) -> Adm
                 loaded += e.loaded_tokens
             else:
                 declined += 1
-    admitted = accepted - continuations
+    return RunCounts(
+        accepted - continuations, continuations, decisions, loads, loaded, declined, evicted
+    )
+
+
+def summarize(
+    backend: str, requests: int, ticks: tuple[TickRecord, ...], counts: RunCounts | None = None
+) -> AdmitSummary:
+    """Count what the ticks did (the same code for every backend).
+
+    ``counts``: tallies the backend kept while it ran, equal to :func:`count_records` of the
+    ticks (the model keeps them: on 100,000 requests, reading every record back costs more
+    than counting as it goes); without them the records are counted.
+    """
+    c = count_records(ticks) if counts is None else counts
+    by_result: dict[str, int] = {}
+    by_budget: dict[str, int] = {}
+    for t in ticks:
+        by_result[t.stopped_result] = by_result.get(t.stopped_result, 0) + 1
+        if t.stopped_budget is not None:
+            by_budget[t.stopped_budget] = by_budget.get(t.stopped_budget, 0) + 1
     return AdmitSummary(
         backend=backend,
         ticks=len(ticks),
         requests=requests,
-        requests_admitted=admitted,
-        requests_waiting=requests - admitted,
-        chunk_continuations=continuations,
-        decisions=decisions,
-        load_backs=loads,
-        loaded_tokens=loaded,
-        load_backs_declined=declined,
-        evicted_tokens=evicted,
+        requests_admitted=c.admitted,
+        requests_waiting=requests - c.admitted,
+        chunk_continuations=c.continuations,
+        decisions=c.decisions,
+        load_backs=c.load_backs,
+        loaded_tokens=c.loaded_tokens,
+        load_backs_declined=c.declined,
+        evicted_tokens=c.evicted_tokens,
         stops_by_result=dict(sorted(by_result.items())),
         stops_by_budget=dict(sorted(by_budget.items())),
         duration_us=sum(t.duration_us for t in ticks),

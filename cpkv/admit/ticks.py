@@ -42,22 +42,25 @@ def run_model(requests: Sequence[Request], budgets: AdmitBudgets) -> AdmitResult
     """
     model = PrefillAdderModel(requests, budgets)
     ticks: list[TickRecord] = []
+    has_work, run_pass, release = model.has_work, model.run_pass, model.release_finished
+    release_each_tick = budgets.release_each_tick
     paused = gc.isenabled()
     gc.disable()
     try:
-        while model.has_work():
-            record = model.run_pass(len(ticks))
+        while has_work():
+            record = run_pass(len(ticks))
             ticks.append(record)
             if not record.accepted:
                 break
-            if budgets.release_each_tick:
-                model.release_finished()
+            if release_each_tick:
+                release()
     finally:
         if paused:
             gc.freeze()
             gc.unfreeze()
             gc.enable()
-    return AdmitResult(tuple(ticks), summarize("model", len(requests), tuple(ticks)))
+    done = tuple(ticks)
+    return AdmitResult(done, summarize("model", len(requests), done, model.counts()))
 
 
 BACKENDS.register(

@@ -8,6 +8,7 @@
   ``l1_cached_tokens``, ``l2_cached_tokens`` (default 0), ``max_new_tokens`` (default: the
   budget's), ``priority`` (0) and ``arrival_ms`` (0). Blank lines are skipped; unknown fields,
   wrong types and repeated rids are errors naming the file, line and field.
+* ``synthetic``: ``synthetic.count`` seeded random requests (:mod:`cpkv.admit.synthetic`).
 
 Other sources (traces) register themselves in :data:`SOURCES`.
 """
@@ -17,11 +18,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cpkv.admit.cache import DEFAULT_CACHE, CacheConfig
 from cpkv.admit.request import Request, new_request
+from cpkv.admit.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
 from cpkv.errors import ConfigError, InputError
 from cpkv.registry import Registry
 from cpkv.schema import FieldError, non_negative, require
@@ -64,6 +66,7 @@ class WorkloadSpec:
     start: int = 0  # trace: first request (by order in the file) and how many (null: all)
     limit: int | None = None
     cache: CacheConfig = DEFAULT_CACHE  # trace: L1/L2 capacities of the prefix-cache replay
+    synthetic: SyntheticSpec = DEFAULT_SYNTHETIC  # synthetic: count, seed, distributions
 
     def validate(self) -> None:
         if self.source not in SOURCES:
@@ -80,8 +83,11 @@ WorkloadSource = Callable[[WorkloadSpec], tuple[Request, ...]]
 SOURCES: Registry[WorkloadSource] = Registry("workload source")
 
 
-def load_workload(spec: WorkloadSpec) -> tuple[Request, ...]:
-    """The requests ``spec`` describes, in queue order."""
+def load_workload(spec: WorkloadSpec, seed: int = 0) -> tuple[Request, ...]:
+    """The requests ``spec`` describes, in queue order; ``seed`` (the experiment's) seeds the
+    synthetic source when ``synthetic.seed`` is null."""
+    if spec.synthetic.seed is None:
+        spec = replace(spec, synthetic=replace(spec.synthetic, seed=seed))
     return SOURCES.get(spec.source)(spec)
 
 
@@ -213,3 +219,10 @@ def parse_request_line(line: str, where: str) -> Request:
         priority,
         float(arrival),
     )
+
+
+SOURCES.register(
+    "synthetic",
+    "cpkv.admit.synthetic:synthetic_requests",
+    help="count seeded random requests (synthetic: count, seed, l1/l2/extend/max_new distributions)",
+)

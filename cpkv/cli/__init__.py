@@ -20,6 +20,7 @@ app = typer.Typer(
 # Command groups and commands are registered here, before the help index below is built.
 app.add_typer(alloc.app, name="alloc")
 app.command("admit")(admit_cli.admit)
+app.command("fit-cost")(admit_cli.fit_cost)
 app.add_typer(trace.app, name="trace")
 app.command("sweep")(sweep_cli.sweep)
 app.command("diff")(runs_cli.diff)

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
-from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, split_args, user_errors
 from cpkv.experiment import DEFAULT_ROOT
+
+WriteWorkloadOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--write-workload",
+        metavar="PATH",
+        help="Write the configured workload (admit.workload, any source) as JSONL requests to PATH and exit without running.",
+    ),
+]
 
 
 @user_errors
@@ -11,6 +25,7 @@ def admit(
     args: ArgsArg = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    write_workload: WriteWorkloadOpt = None,
 ) -> None:
     """Group waiting requests into prefill batches, tick by tick, and name the budget that stops each.
 
@@ -18,7 +33,74 @@ def admit(
     L2 hits 0,4096 x extend 128,2048, 20000 free L1 slots, max_prefill_tokens 16384, CP
     limits 65536 extend tokens and 8 requests per batch. admit.backend=sglang runs the same
     workload through the real sglang PrefillAdder (when installed; CP limits off).
+    admit.mode=serving puts time around a policy: arrivals, decode first, chunked prefill, KV
+    growth and preemption, TTFT/TPOT/goodput (configs/admit/serving_mooncake.yaml).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """
+    if write_workload is not None:
+        _write_workload(args, write_workload)
+        return
     run_kind("admit", args, output_dir, print_config, "cpkv admit")
+
+
+def _write_workload(args: list[str] | None, path: Path) -> None:
+    from cpkv.admit.workload_jsonl import export_workload
+    from cpkv.config import load_config
+
+    config, overrides = split_args(args)
+    cfg = load_config("admit", config, overrides, command="cpkv admit").experiment
+    count = export_workload(cfg.admit.workload, cfg.seed, path)
+    typer.echo(f"wrote {count} requests ({cfg.admit.workload.source} workload) to {path}")
+
+
+PointsArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="POINTS.jsonl",
+        help="Measured iterations, one JSON object per line.",
+        show_default=False,
+    ),
+]
+
+
+@user_errors
+def fit_cost(
+    points: PointsArg,
+    kv_bytes_per_token: Annotated[
+        int,
+        typer.Option(
+            "--kv-bytes-per-token",
+            help="KV bytes per token (turns the load coefficient into GB/s).",
+        ),
+    ] = 131072,
+) -> None:
+    """Fit the serving cost model (admit.cost) to measured iterations, non-negative least squares.
+
+    Each line holds time_us and the iteration's prefill_tokens, decode_requests,
+    context_tokens and loaded_tokens (missing: 0). Prints the coefficients as an admit.cost
+    block to paste into a config, and the fit error; admit.cost.fit_points=POINTS.jsonl fits
+    them inside a serving run instead.
+
+    Example: cpkv fit-cost measured_iterations.jsonl --kv-bytes-per-token 131072
+    """
+    from cpkv.admit.cost_fit import fit_cost as fit
+    from cpkv.admit.cost_fit import read_points
+    from cpkv.admit.cost_model import CostModel
+    from cpkv.errors import ConfigError
+
+    if kv_bytes_per_token <= 0:
+        raise ConfigError(f"--kv-bytes-per-token: must be > 0, got {kv_bytes_per_token}")
+    result = fit(read_points(points), CostModel(kv_bytes_per_token=kv_bytes_per_token))
+    lines = [
+        f"# fitted to {result.points} points of {points}: rms error {result.rms_error_us:.6g} us, "
+        f"max {result.max_abs_error_us:.6g} us, mean relative error {result.mean_rel_error_pct:.4g}%, "
+        f"r2 {result.r2:.6f}",
+    ]
+    if result.kept:
+        lines.append(f"# not in the points (kept at the defaults): {', '.join(result.kept)}")
+    lines += ["admit:", "  cost:"]
+    for key, value in result.model.describe().items():
+        shown = "null" if value is None else f"{value:.6g}" if isinstance(value, float) else value
+        lines.append(f"    {key}: {shown}")
+    typer.echo("\n".join(lines))
