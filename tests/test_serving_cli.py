@@ -178,3 +178,15 @@ def test_a_stalled_run_ends_with_exit_2_and_names_the_cause(cli) -> None:
     assert "cannot be admitted even into an idle KV pool" in res.output
     (run,) = cli.run_dirs()
     assert not (run / "results.json").exists()
+
+
+@needs_trace
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_cpkv_plot_redraws_a_serving_run_from_its_files(cli, tmp_path) -> None:
+    assert cli("admit", *SLICE).exit_code == 0
+    (run,) = cli.run_dirs()
+    out = tmp_path / "replot"
+    res = cli("plot", str(run), "-o", str(out), output=False)
+    assert res.exit_code == 0, res.output
+    assert (out / "kv_utilization.png").stat().st_size > 1000
+    assert (out / "latency_cdf.png").stat().st_size > 1000

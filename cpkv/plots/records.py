@@ -181,3 +181,22 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             if isinstance(item, dict):
                 rows.append(item)
     return rows
+
+
+@RUN_PLOTS.register("serving", help="serving runs: KV utilisation over time, TTFT/TPOT CDFs")
+def serving(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Path]:
+    timeline, requests = run_dir / "timeline.jsonl", run_dir / "requests.jsonl"
+    if record.kind != "admit" or not (timeline.is_file() and requests.is_file()):
+        return []
+    import json
+
+    import yaml
+
+    from cpkv.plots.serving import plot_serving
+
+    points = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+    finished = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
+    lat = [{"ttft": r["ttft_ms"], "tpot": r["tpot_ms"]} for r in finished if r["status"] == "finished"]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    slo = (config.get("admit") or {}).get("slo")
+    return plot_serving(out, points, lat, title, slo)
