@@ -8,6 +8,7 @@ the measurement and nothing queued earlier leaks into it.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -88,7 +89,7 @@ def sample(
     samples: list[float] = []
     for i in range(warmup + repeat):
         state = setup()
-        result, us = timed(lambda: call(state), sync)
+        result, us = timed(functools.partial(call, state), sync)
         if i >= warmup:
             samples.append(us)
             if observe is not None:
