@@ -7,16 +7,22 @@ Protocols (``alloc_host.protocol``):
   being freed is made untimed first.
 * ``warm``: one long-lived allocator per case; every sample times an alloc, then
   times the free of what it returned, so the free list evolves as in a server.
+
+``ops: [mixed]`` replays one seeded alloc/free workload on every impl instead
+(:mod:`cpkv.alloc.host_mixed`). When ``reference`` runs next to other impls, each row gets
+``vs_reference``: the reference's p50 over this row's p50 for the same case (for mixed rows,
+the ratio of total times), so speed-ups are measured side by side in one run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cpkv.alloc.host_impls import HOST_IMPLS
 from cpkv.alloc.host_layouts import free_slots
+from cpkv.alloc.host_mixed import KINDS, Replay, median_replay, workload
 from cpkv.alloc.host_schema import AllocHostBlock, AllocHostConfig
 from cpkv.kinds import RunContext
 from cpkv.results import RunOutput, metric
@@ -50,6 +56,8 @@ class HostBenchRow:
     max_us: float = metric(unit="us", timing=True)
     stdev_us: float = metric(unit="us", timing=True)
     contiguous_ratio: float = metric(lower_is_better=False)
+    total_us: float = metric(unit="us", timing=True, default=0.0)
+    vs_reference: float | None = metric(unit="x", timing=True, lower_is_better=False, default=None)
 
 
 def is_page_contiguous(selected: Any, page_size: int) -> bool:
@@ -72,6 +80,8 @@ class Case:
 def plan(block: AllocHostBlock) -> tuple[list[Case], list[str]]:
     """The cases to run, in a fixed order, and notes on combinations that cannot run."""
     cases, notes = [], []
+    if not {"alloc", "free"} & set(block.ops):
+        return cases, notes
     for total in block.pool_pages():
         for req in block.request_pages:
             for pattern in block.patterns:
@@ -102,6 +112,7 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
         if check is not None:
             check()
     cases, notes = plan(block)
+    mixed = mixed_plan(block, notes) if "mixed" in block.ops else []
 
     def execute(ctx: RunContext) -> RunOutput:
         rows: list[HostBenchRow] = []
@@ -113,15 +124,21 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
                 layouts.clear()
                 layouts[key] = free_slots(case.total_pages, case.request_pages, block.page_size, case.pattern, cfg.seed)
             rows.extend(run_case(block, case, layouts[key]))
+        for i, (total, pattern) in enumerate(mixed):
+            ctx.report(i, len(mixed), f"mixed {pattern} ({total} pages)")
+            base = free_slots(total, max(block.request_pages), block.page_size, pattern, cfg.seed)
+            rows.extend(run_mixed(block, cfg.seed, total, pattern, base))
         ctx.report(len(cases), len(cases), "done")
+        rows = with_ratios(rows)
         summary = {
-            "cases": len(cases),
+            "cases": len(cases) + len(mixed),
             "rows": len(rows),
             "pool_pages": block.pool_pages(),
             "protocol": block.protocol,
             "page_size": block.page_size,
         }
-        return RunOutput(rows=rows, summary=summary, table_columns=TABLE_COLUMNS, notes=notes)
+        columns = table_columns(block)
+        return RunOutput(rows=rows, summary=summary, table_columns=columns, notes=notes)
 
     return execute
 
@@ -197,4 +214,71 @@ def make_row(block: AllocHostBlock, case: Case, op: str, stats: Stats, hits: int
         max_us=stats.max_us,
         stdev_us=stats.stdev_us,
         contiguous_ratio=hits / stats.n if stats.n else 0.0,
+        total_us=stats.mean_us * stats.n,
     )
+
+
+def table_columns(block: AllocHostBlock) -> tuple[str, ...]:
+    extra = ("total_us",) if "mixed" in block.ops else ()
+    impls = {HOST_IMPLS.canonical(i) for i in block.impls}
+    if "reference" in impls and len(impls) > 1:
+        extra += ("vs_reference",)
+    return TABLE_COLUMNS + extra
+
+
+def with_ratios(rows: list[HostBenchRow]) -> list[HostBenchRow]:
+    """Rows with ``vs_reference`` filled in where the reference measured the same case."""
+
+    def key(row: HostBenchRow) -> tuple:
+        return (row.method, row.op, row.protocol, row.pattern, row.total_pages, row.request_pages)
+
+    ref = {key(r): r for r in rows if r.impl == "reference"}
+    out = []
+    for row in rows:
+        base = ref.get(key(row))
+        if base is None:
+            out.append(row)
+            continue
+        mixed = row.op == "mixed"
+        num, den = (base.total_us, row.total_us) if mixed else (base.p50_us, row.p50_us)
+        out.append(replace(row, vs_reference=num / den) if den > 0 else row)
+    return out
+
+
+def mixed_plan(block: AllocHostBlock, notes: list[str]) -> list[tuple[int, str]]:
+    """(pool pages, pattern) of each mixed workload; impls without contiguous are noted."""
+    for impl in block.impls:
+        if not method_supported(HOST_IMPLS.get(impl), "contiguous"):
+            notes.append(
+                f"impl {HOST_IMPLS.canonical(impl)} has no contiguous method: mixed skipped"
+            )
+    return [(total, pattern) for total in block.pool_pages() for pattern in block.patterns]
+
+
+def run_mixed(
+    block: AllocHostBlock, seed: int, total: int, pattern: str, base: Any
+) -> list[HostBenchRow]:
+    """Replay one workload on every impl (the reference first, to check the others).
+
+    The rows describe each impl's median-total replay (:func:`median_replay`).
+    """
+    ps, ops = block.page_size, workload(seed, block.request_pages)
+    impls = [HOST_IMPLS.canonical(i) for i in block.impls]
+    impls = [i for i in impls if method_supported(HOST_IMPLS.get(i), "contiguous")]
+    impls.sort(key=lambda name: name != "reference")
+    expected: Replay | None = None
+    rows = []
+    for impl in impls:
+        factory = HOST_IMPLS.get(impl)
+        done = median_replay(
+            lambda f=factory: f(ps, base.clone()), ops, ps, is_page_contiguous,
+            keep=impl == "reference" and len(impls) > 1, expected=expected,
+        )  # fmt: skip
+        expected = done if impl == "reference" else expected
+        case = Case(impl, "all", pattern, total, max(block.request_pages))
+        for kind in ("all", *KINDS):
+            us = [t for k in KINDS for t in done.us[k]] if kind == "all" else done.us[kind]
+            hits = sum(done.hits.values()) if kind == "all" else done.hits[kind]
+            row = make_row(block, replace(case, method=kind), "mixed", summarize(us), hits)
+            rows.append(replace(row, protocol="replay"))
+    return rows

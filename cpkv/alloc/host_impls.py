@@ -15,6 +15,11 @@ HOST_IMPLS.register(
     "reference", "cpkv.alloc.host:HostAllocator", help="seed 003's algorithm (torch): rescans the free list"
 )
 HOST_IMPLS.register(
+    "fast",
+    "cpkv.alloc.host_fast:FastHostAllocator",
+    help="the reference's answers from an incremental page index (numpy)",
+)
+HOST_IMPLS.register(
     "sglang",
     "cpkv.alloc.host_sglang:make_sglang_host_allocator",
     help="SGLang's real HostKVCache (needs the sglang extra; FIFO alloc and free only)",

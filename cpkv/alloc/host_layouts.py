@@ -26,6 +26,8 @@ def page_order(total_pages: int, request_pages: int, pattern: str, seed: int) ->
         return torch.randperm(total_pages, generator=gen).tolist()
     if pattern == "fragmented_prefix_later_run":
         return _fragmented_prefix_later_run(total_pages, request_pages)
+    if pattern == "no_run":
+        return _no_run(total_pages, request_pages, seed)
     raise ValueError(f"unknown host pattern {pattern!r} (allowed: {', '.join(HOST_PATTERNS)})")
 
 
@@ -44,6 +46,22 @@ def _fragmented_prefix_later_run(total: int, need: int) -> list[int]:
     used = in_run.union(scattered)
     rest = [p for p in range(total) if p not in used]
     return scattered + list(run) + rest
+
+
+def _no_run(total: int, need: int, seed: int) -> list[int]:
+    """cpkv's worst case: free runs of ``need - 1`` pages, each followed by one used page.
+
+    No run of ``need`` pages exists (for ``need`` >= 2; for 1 page every other page is
+    free), yet almost every free page starts a run that nearly qualifies; the free pages
+    are listed in a seeded random order, so the FIFO prefix is not contiguous either.
+    """
+    import torch
+
+    gap = max(need, 2)
+    free = [p for p in range(total) if p % gap != gap - 1]
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed)
+    return [free[i] for i in torch.randperm(len(free), generator=gen).tolist()]
 
 
 def pages_to_slots(pages: Any, page_size: int) -> Any:

@@ -8,9 +8,10 @@ from typing import Literal
 
 from cpkv.schema import FieldError, choices, each_positive, non_empty, non_negative, positive, require
 
-HOST_PATTERNS = ("contiguous_fifo", "fragmented_prefix_later_run", "random_fragmented")
+HOST_PATTERNS = ("contiguous_fifo", "fragmented_prefix_later_run", "random_fragmented", "no_run")
+SEED_PATTERNS = HOST_PATTERNS[:3]  # seed 003's layouts; no_run is cpkv's worst case
 HOST_METHODS = ("fifo", "contiguous")
-HOST_OPS = ("alloc", "free")
+HOST_OPS = ("alloc", "free", "mixed")
 PROTOCOLS = ("cold", "warm")
 DEFAULT_HOST_PAGES = (8192, 16384, 32768)
 
@@ -27,7 +28,7 @@ class AllocHostBlock:
     bytes_per_token: int = 100_000
     page_size: int = 64
     request_pages: tuple[int, ...] = (1, 8, 64, 512)
-    patterns: tuple[str, ...] = HOST_PATTERNS
+    patterns: tuple[str, ...] = SEED_PATTERNS
     methods: tuple[str, ...] = HOST_METHODS
     impls: tuple[str, ...] = ("reference",)
     ops: tuple[str, ...] = ("alloc",)
@@ -73,6 +74,12 @@ class AllocHostBlock:
                 req <= smallest,
                 "request_pages",
                 f"{req} pages is larger than the pool ({smallest} pages); allowed: 1..{smallest}",
+            )
+            require(
+                "no_run" not in self.patterns or 2 * req <= smallest,
+                "request_pages",
+                f"{req} pages is more than half the pool ({smallest} pages), which pattern no_run needs; "
+                f"allowed: 1..{smallest // 2}",
             )
 
 
