@@ -127,6 +127,11 @@ def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
         }
         summary.update((k, v) for k, v in to_dict(result.summary).items() if k != "backend")
         summary["timing"] = timing  # wall-clock and CPU numbers: they vary run to run
+        s = result.summary
+        first = len(result.ticks[0].accepted) if result.ticks else 0
+        summary["headline"] = {  # what sweeps and `cpkv ls` show for this run
+            "ticks": s.ticks, "requests_admitted": s.requests_admitted, "first_batch_requests": first,
+        }  # fmt: skip
         return RunOutput(
             rows=[tick_row(t) for t in result.ticks],
             summary=summary,
