@@ -155,3 +155,13 @@ def test_admit_does_not_import_torch(tmp_path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_headline_summarises_the_ticks(cli) -> None:
+    res = cli("admit")
+    assert res.exit_code == 0, res.output
+    doc = cli.results(cli.run_dirs()[0])
+    rows, head = doc["rows"], doc["summary"]["headline"]
+    assert head["ticks"] == len(rows)
+    assert head["requests_admitted"] == sum(r["admitted"] for r in rows)
+    assert head["first_batch_requests"] == len(rows[0]["accepted"].split(", "))
