@@ -30,25 +30,13 @@ def admission_stage() -> Callable[[Sequence[Any]], Any] | None:
     """
     try:
         from cpkv.admit.budgets import AdmitBudgets
-        from cpkv.admit.request import Request
         from cpkv.admit.ticks import run_admission
+        from cpkv.admit.trace_source import admission_requests
     except ImportError:
         return None
 
     def run(replayed: Sequence[Any]) -> Any:
-        reqs = [
-            Request(
-                r.rid,
-                r.l1_cached_tokens,
-                r.l2_cached_tokens,
-                r.extend_tokens,
-                r.max_new_tokens,
-                0,
-                float(r.arrival_ms),
-            )
-            for r in replayed
-        ]
-        return run_admission(reqs, AdmitBudgets())
+        return run_admission(admission_requests(replayed), AdmitBudgets())
 
     return run
 

@@ -19,6 +19,7 @@ from cpkv.schema import FieldError, build, to_dict
 
 # Top-level keys that configure sweeps rather than a single run (read by cpkv sweep).
 SWEEP_KEYS = ("sweep",)
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,15 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     for item in overrides:
         key, eq, _ = item.partition("=")
         if not eq or not key.strip():
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE (for example alloc_host.page_size=16)")
+            raise ConfigError(
+                f"override {item!r}: expected KEY=VALUE (for example alloc_host.page_size=16)"
+            )
     try:
         conf = OmegaConf.from_dotlist(list(overrides))
         return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
-    except (OmegaConfBaseException, ValueError) as err:
-        raise ConfigError(f"overrides {' '.join(overrides)}: {_first_line(err)}") from None
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as err:
+        problem = getattr(err, "problem", None) or _first_line(err)  # YAML errors: the problem
+        raise ConfigError(f"overrides {' '.join(overrides)}: {problem}") from None
 
 
 def load_config(
@@ -98,13 +102,19 @@ def load_config(
     source = str(path) if path is not None else None
     file_kind = file_data.get("kind")
     if file_kind is not None and not isinstance(file_kind, str):
-        raise ConfigError(f"{source}: kind: expected a string (allowed: {', '.join(KINDS.names())})")
+        raise ConfigError(
+            f"{source}: kind: expected a string (allowed: {', '.join(KINDS.names())})"
+        )
     if kind is None:
         if file_kind is None:
-            raise ConfigError(f"{source or 'config'}: kind: missing (allowed: {', '.join(KINDS.names())})")
+            raise ConfigError(
+                f"{source or 'config'}: kind: missing (allowed: {', '.join(KINDS.names())})"
+            )
         kind = file_kind
     if kind not in KINDS:
-        raise ConfigError(f"{source or 'config'}: kind: unknown kind {kind!r} (allowed: {', '.join(KINDS.names())})")
+        raise ConfigError(
+            f"{source or 'config'}: kind: unknown kind {kind!r} (allowed: {', '.join(KINDS.names())})"
+        )
     spec = KINDS.get(kind)
     if file_kind is not None and file_kind != kind:
         runner = command or spec.command
@@ -116,7 +126,9 @@ def load_config(
     override_data = parse_overrides(overrides)
     for k in SWEEP_KEYS:
         if k in override_data:
-            raise ConfigError(f"override {k}=...: sweep keys belong in a config file or `cpkv sweep KEY=a,b`")
+            raise ConfigError(
+                f"override {k}=...: sweep keys belong in a config file or `cpkv sweep KEY=a,b`"
+            )
     merged = _merge(to_dict(spec.config_cls()()), file_data, override_data, source)
     merged["kind"] = kind
     try:
@@ -141,7 +153,9 @@ def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | N
         raise ConfigError(f"{where}: {key + ': ' if key else ''}{_first_line(err)}") from None
 
 
-def _locate(err: FieldError, path: str | Path | None, file_data: dict, overrides: Sequence[str]) -> str:
+def _locate(
+    err: FieldError, path: str | Path | None, file_data: dict, overrides: Sequence[str]
+) -> str:
     """Prefix a field error with the override or file:line it came from."""
     key = err.key
     base = key.split("[")[0]
@@ -152,19 +166,20 @@ def _locate(err: FieldError, path: str | Path | None, file_data: dict, overrides
             if "," in value and not value.strip().startswith("["):
                 hint = " (a list is written [a,b]; to sweep values use `cpkv sweep ... KEY=a,b`)"
             return f"override {item!r}: {err}{hint}"
-    if path is not None and _has_key(file_data, base):
+    if path is not None and lookup(file_data, base, _ABSENT) is not _ABSENT:
         line = _line_of(Path(path), base)
         return f"{path}{':' + str(line) if line else ''}: {err}"
     prefix = f"{path}: " if path is not None else ""
     return f"{prefix}{err}"
 
 
-def _has_key(data: Any, dotted: str) -> bool:
+def lookup(data: Any, dotted: str, default: Any = None) -> Any:
+    """The value at dotted key ``a.b.c`` of nested mappings, or ``default`` when absent."""
     for part in dotted.split("."):
         if not isinstance(data, Mapping) or part not in data:
-            return False
+            return default
         data = data[part]
-    return True
+    return data
 
 
 def _line_of(path: Path, dotted: str) -> int | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from cpkv.diff import BETTER, WORSE, Diff, MetricChange
 from cpkv.report import table
+from cpkv.results import finite_json
 from cpkv.schema import to_dict
 
 DIFF_FORMATS = ("text", "markdown", "json")
@@ -117,17 +118,7 @@ def _json(diff: Diff, only_changed: bool) -> str:
         "outcome_changes": [{"point": p, "row": r, "column": col, "a": a, "b": b} for p, r, col, a, b in diff.outcome_changes],
         "notes": diff.notes, "thresholds": dict(diff.thresholds.by_name), "rule": RULE,
     }  # fmt: skip
-    return json.dumps(_finite(doc), indent=1) + "\n"
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Mapping):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
+    return json.dumps(finite_json(doc), indent=1) + "\n"
 
 
 def _label(point: str | None, row: Mapping[str, Any], varying: Sequence[str]) -> str:

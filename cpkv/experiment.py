@@ -82,7 +82,9 @@ class RunDir:
 
     @classmethod
     def _marked(cls, path: Path) -> RunDir:
-        (path / MARKER).write_text("this run has not finished (still running, interrupted or failed)\n")
+        (path / MARKER).write_text(
+            "this run has not finished (still running, interrupted or failed)\n"
+        )
         return cls(path, {})
 
     def write_text(self, name: str, text: str) -> Path:

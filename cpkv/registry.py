@@ -25,7 +25,12 @@ class Registry(Generic[T]):
         self._aliases: dict[str, str] = {}
 
     def register(
-        self, name: str, entry: T | str | None = None, *, help: str = "", aliases: tuple[str, ...] = ()
+        self,
+        name: str,
+        entry: T | str | None = None,
+        *,
+        help: str = "",
+        aliases: tuple[str, ...] = (),
     ) -> Any:
         """Register ``entry`` under ``name``; without ``entry``, act as a decorator."""
 

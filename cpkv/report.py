@@ -76,6 +76,10 @@ def render(record: RunRecord, fmt: str = "text", columns: Sequence[str] | None =
 def summary_text(summary: Mapping[str, Any], fmt: str = "text") -> str:
     lines = []
     for key, value in summary.items():
-        shown = cell(value) if not isinstance(value, Mapping | list) else json.dumps(value, separators=(", ", ": "))
+        shown = (
+            cell(value)
+            if not isinstance(value, Mapping | list)
+            else json.dumps(value, separators=(", ", ": "))
+        )
         lines.append(f"- {key}: {shown}" if fmt == "markdown" else f"{key}: {shown}")
     return "\n".join(lines)

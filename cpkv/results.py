@@ -86,7 +86,9 @@ class RunRecord:
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
-    def from_output(cls, kind: str, name: str, output: RunOutput, row_cls: type | None = None) -> RunRecord:
+    def from_output(
+        cls, kind: str, name: str, output: RunOutput, row_cls: type | None = None
+    ) -> RunRecord:
         rows = list(output.rows)
         if row_cls is None and rows:
             row_cls = type(rows[0])
@@ -112,7 +114,7 @@ class RunRecord:
             "summary": self.summary,
             "rows": self.rows,
         }
-        return json.dumps(_finite(doc), indent=1, sort_keys=False) + "\n"
+        return json.dumps(finite_json(doc), indent=1, sort_keys=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str, source: str = "results.json") -> RunRecord:
@@ -144,12 +146,12 @@ class RunRecord:
             raise InputError(f"{source}: malformed cpkv results file ({err})") from None
 
 
-def _finite(obj: Any) -> Any:
-    """Replace NaN/inf (not valid JSON) by None."""
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN/inf (not valid JSON) replaced by None, in nested dicts and lists."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Mapping):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite_json(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [finite_json(v) for v in obj]
     return obj

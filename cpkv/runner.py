@@ -39,7 +39,11 @@ def run_experiment(
     """
     exp = loaded.experiment
     execute = loaded.spec.prepare_fn()(exp)
-    run_dir = RunDir.create_at(Path(run_dir)) if run_dir is not None else RunDir.create(Path(root), exp.name)
+    run_dir = (
+        RunDir.create_at(Path(run_dir))
+        if run_dir is not None
+        else RunDir.create(Path(root), exp.name)
+    )
     device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
     meta = {
         "kind": loaded.spec.name,

@@ -36,7 +36,9 @@ def headline(record: RunRecord, limit: int = HEADLINE_METRICS) -> dict[str, floa
     """A few numbers that stand for a whole run (see the module docstring)."""
     given = record.summary.get("headline")
     if isinstance(given, Mapping):
-        return {str(k): v if isinstance(v, int) else float(v) for k, v in given.items() if _number(v)}
+        return {
+            str(k): v if isinstance(v, int) else float(v) for k, v in given.items() if _number(v)
+        }
     metrics = record.columns.metrics
     order = [c for c in record.table_columns or () if c in metrics] or list(metrics)
     out: dict[str, float] = {}

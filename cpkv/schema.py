@@ -175,11 +175,15 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
-            raise FieldError(key, f"unknown value {value!r} (allowed: {', '.join(map(str, allowed))})")
+            raise FieldError(
+                key, f"unknown value {value!r} (allowed: {', '.join(map(str, allowed))})"
+            )
         return value
     if origin in (tuple, list):
         if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
-            raise FieldError(key, f"expected a list of {_describe(get_args(tp)[0])}, got {_show(value)}")
+            raise FieldError(
+                key, f"expected a list of {_describe(get_args(tp)[0])}, got {_show(value)}"
+            )
         item = get_args(tp)[0]
         items = [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items

@@ -42,7 +42,9 @@ def sglang_available() -> bool:
 
 def require_sglang(what: str) -> None:
     if not sglang_available():
-        raise UnsupportedError(f"{what} needs the real sglang package, which is not installed; {INSTALL_HINT}")
+        raise UnsupportedError(
+            f"{what} needs the real sglang package, which is not installed; {INSTALL_HINT}"
+        )
 
 
 class _Inert:
@@ -100,6 +102,8 @@ def import_sglang_module(name: str) -> Any:
     try:
         module = importlib.import_module(name)
     except Exception as err:  # noqa: BLE001
-        raise UnsupportedError(f"sglang is installed but `{name}` failed to import: {err}") from None
+        raise UnsupportedError(
+            f"sglang is installed but `{name}` failed to import: {err}"
+        ) from None
     logging.getLogger("sglang").setLevel(logging.ERROR)
     return module

@@ -9,7 +9,12 @@ import yaml
 
 from cpkv.config import load_config
 
-SMALL = ["alloc_host.host_sizes_gb=[]", "alloc_host.host_pages=[600]", "alloc_host.repeat=3", "alloc_host.warmup=1"]
+SMALL = [
+    "alloc_host.host_sizes_gb=[]",
+    "alloc_host.host_pages=[600]",
+    "alloc_host.repeat=3",
+    "alloc_host.warmup=1",
+]
 
 
 def test_run_writes_the_run_directory_contract(cli) -> None:
@@ -28,10 +33,23 @@ def test_run_writes_the_run_directory_contract(cli) -> None:
     assert set(doc["columns"]["timing"]) >= {"p50_us", "p99_us", "mean_us"}
     assert all(row["repeat"] == 3 for row in doc["rows"])
     meta = json.loads((run / "meta.json").read_text())
-    for key in ("cpkv_version", "git", "python", "torch", "device", "hostname", "cpu_model", "start_utc", "end_utc", "argv"):
+    for key in (
+        "cpkv_version",
+        "git",
+        "python",
+        "torch",
+        "device",
+        "hostname",
+        "cpu_model",
+        "start_utc",
+        "end_utc",
+        "argv",
+    ):
         assert key in meta, key
     assert meta["status"] == "complete"
-    assert yaml.safe_load((run / "overrides.yaml").read_text())[-1] == "alloc_host.request_pages=[1,8]"
+    assert (
+        yaml.safe_load((run / "overrides.yaml").read_text())[-1] == "alloc_host.request_pages=[1,8]"
+    )
     assert (run / "results.txt").read_text() in res.output
     # the resolved config re-loads to the same experiment
     again = load_config("alloc_host", run / "config.yaml")
@@ -40,7 +58,13 @@ def test_run_writes_the_run_directory_contract(cli) -> None:
 
 
 def test_contiguous_ratio_on_fragmented_prefix(cli) -> None:
-    res = cli("alloc", "host", *SMALL, "alloc_host.request_pages=[8]", "alloc_host.patterns=[fragmented_prefix_later_run]")
+    res = cli(
+        "alloc",
+        "host",
+        *SMALL,
+        "alloc_host.request_pages=[8]",
+        "alloc_host.patterns=[fragmented_prefix_later_run]",
+    )
     assert res.exit_code == 0, res.output
     rows = {r["method"]: r for r in cli.results(cli.run_dirs()[0])["rows"]}
     assert rows["contiguous"]["contiguous_ratio"] == 1.0
@@ -112,7 +136,13 @@ def test_bad_overrides_exit_2_with_one_line(cli, override: str, needle: str) -> 
 
 
 def test_request_larger_than_pool(cli) -> None:
-    res = cli("alloc", "host", "alloc_host.host_sizes_gb=[]", "alloc_host.host_pages=[4]", "alloc_host.request_pages=[8]")
+    res = cli(
+        "alloc",
+        "host",
+        "alloc_host.host_sizes_gb=[]",
+        "alloc_host.host_pages=[4]",
+        "alloc_host.request_pages=[8]",
+    )
     assert res.exit_code == 2
     assert "request_pages: 8 pages is larger than the pool (4 pages)" in res.stderr
 
@@ -140,7 +170,11 @@ def test_config_file_and_override_precedence(cli, tmp_path) -> None:
     path.write_text("kind: alloc_host\nname: mine\nalloc_host:\n  page_size: 16\n  repeat: 2\n")
     res = cli("alloc", "host", str(path), "--print-config", "alloc_host.repeat=3")
     cfg = yaml.safe_load(res.output)
-    assert cfg["name"] == "mine" and cfg["alloc_host"]["page_size"] == 16 and cfg["alloc_host"]["repeat"] == 3
+    assert (
+        cfg["name"] == "mine"
+        and cfg["alloc_host"]["page_size"] == 16
+        and cfg["alloc_host"]["repeat"] == 3
+    )
 
 
 def test_ctrl_c_leaves_an_incomplete_run_without_results(cli, monkeypatch) -> None:

@@ -40,7 +40,10 @@ def test_every_command_has_help_with_a_description() -> None:
 
 def test_help_does_not_import_heavy_modules() -> None:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "cpkv", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-X", "importtime", "-m", "cpkv", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
     for heavy in ("torch", "numpy", "omegaconf", "sglang", "matplotlib"):

@@ -212,13 +212,13 @@ request_lists = st.lists(
 ).map(lambda rows: [BlockRequest(f"r{i}", p, m) for i, (p, m) in enumerate(rows)])
 
 
+block_sizes = st.integers(1, 6)
+capacities = st.integers(0, 16)
+scans = st.sampled_from(["first_fit", "fcfs_stop"])
+
+
 @settings(max_examples=400, deadline=None)
-@given(
-    reqs=request_lists,
-    block=st.integers(1, 6),
-    capacity=st.integers(0, 16),
-    scan=st.sampled_from(["first_fit", "fcfs_stop"]),
-)
+@given(reqs=request_lists, block=block_sizes, capacity=capacities, scan=scans)
 def test_conservative_matches_reference(reqs, block, capacity, scan) -> None:
     pool, owned = reference_admit(reqs, capacity, block, reserve_need, scan)
     out = conservative(reqs, KvBlocks(block, capacity, scan=None if scan == "first_fit" else scan))
@@ -227,7 +227,7 @@ def test_conservative_matches_reference(reqs, block, capacity, scan) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(reqs=request_lists, block=st.integers(1, 6), data=st.data())
+@given(reqs=request_lists, block=block_sizes, data=st.data())
 def test_seed_optimistic_matches_reference(reqs, block, data) -> None:
     prompt_blocks = sum(blocks_walk(r.prompt_tokens, block) for r in reqs)
     capacity = data.draw(st.integers(max(prompt_blocks - 2, 0), prompt_blocks + 6))
@@ -246,9 +246,9 @@ def test_seed_optimistic_matches_reference(reqs, block, data) -> None:
 @settings(max_examples=400, deadline=None)
 @given(
     reqs=request_lists,
-    block=st.integers(1, 6),
-    capacity=st.integers(0, 16),
-    scan=st.sampled_from(["first_fit", "fcfs_stop"]),
+    block=block_sizes,
+    capacity=capacities,
+    scan=scans,
     victim=st.sampled_from(["scan_order", "newest_first", "largest_first", "least_progress"]),
     on_finish=st.sampled_from(["keep", "free"]),
 )

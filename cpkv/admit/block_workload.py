@@ -9,14 +9,20 @@ whole fill length ``l1 + l2 + extend``; a missing ``max_new_tokens`` takes
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from pathlib import Path
 
 from cpkv.admit.blocks import BlockRequest
 from cpkv.admit.request import Request
-from cpkv.admit.workload import WorkloadSpec, load_workload, parse_request_line
-from cpkv.errors import ConfigError, InputError
+from cpkv.admit.workload import (
+    WorkloadSpec,
+    check_new_rid,
+    jsonl_text,
+    load_workload,
+    parse_request_line,
+    request_id,
+)
+from cpkv.errors import InputError
+from cpkv.jsonl import check_fields, parse_object
 
 BLOCK_FIELDS = ("rid", "prompt_tokens", "max_new_tokens")
 
@@ -41,13 +47,7 @@ def load_block_requests(
     """The block requests ``spec`` describes, in queue order."""
     if spec.source != "jsonl":
         return block_requests_from(load_workload(spec), default_max_new_tokens)
-    if spec.path is None:
-        raise ConfigError("admit.workload.path: the jsonl source needs a file path")
-    path = Path(spec.path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read the requests file ({err.strerror or err})") from None
+    path, text = jsonl_text(spec)
     out: list[BlockRequest] = []
     seen: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -55,29 +55,18 @@ def load_block_requests(
             continue
         where = f"{path}:{lineno}"
         req = _parse_line(line, where, default_max_new_tokens)
-        if req.rid in seen:
-            raise InputError(f"{where}: field 'rid': {req.rid!r} repeats an earlier request's rid")
-        seen.add(req.rid)
+        check_new_rid(req.rid, seen, where)
         out.append(req)
     return tuple(out)
 
 
 def _parse_line(line: str, where: str, default_max_new_tokens: int) -> BlockRequest:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(obj, dict) or "prompt_tokens" not in obj:
+    obj = parse_object(line, where)
+    if "prompt_tokens" not in obj:
         # a prefill-model request (its parser names what is wrong)
         return block_requests_from([parse_request_line(line, where)], default_max_new_tokens)[0]
-    for key in obj:
-        if key not in BLOCK_FIELDS:
-            raise InputError(
-                f"{where}: unknown field {key!r} for a block request (allowed: {', '.join(BLOCK_FIELDS)})"
-            )
-    rid = obj.get("rid")
-    if not isinstance(rid, str) or not rid:
-        raise InputError(f"{where}: field 'rid' must be a non-empty string, got {rid!r}")
+    check_fields(obj, BLOCK_FIELDS, where, " for a block request")
+    rid = request_id(obj, where)
     obj.setdefault("max_new_tokens", default_max_new_tokens)
     for key in ("prompt_tokens", "max_new_tokens"):
         v = obj[key]

@@ -20,7 +20,6 @@ free load-back).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from cpkv.admit.cost_model import FEATURES, CostModel
 from cpkv.errors import InputError
+from cpkv.jsonl import check_fields, parse_object, read_text
 
 COEFFICIENTS = (
     "fixed_us",
@@ -87,27 +87,15 @@ class CostFit:
 def read_points(path: str | Path) -> tuple[CostPoint, ...]:
     """Parse a points file; InputError naming file, line and field for anything wrong."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(
-            f"{file}: cannot read the cost points file ({err.strerror or err})"
-        ) from None
+    text = read_text(file, "the cost points file")
     allowed = (*FEATURES, "time_us")
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{file}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{where}: not valid JSON ({err.msg})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        for key in obj:
-            if key not in allowed:
-                raise InputError(f"{where}: unknown field {key!r} (allowed: {', '.join(allowed)})")
+        obj = parse_object(line, where)
+        check_fields(obj, allowed, where)
         if "time_us" not in obj:
             raise InputError(f"{where}: field 'time_us' is missing (the measured time, > 0)")
         values = []

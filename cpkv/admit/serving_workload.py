@@ -88,15 +88,10 @@ def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0)
 
 
 def _trace_workload(spec: Any) -> ServingWorkload:
-    from cpkv.admit.trace import TRACE_FORMATS, read_trace
+    from cpkv.admit.trace import read_trace
+    from cpkv.admit.trace_source import check_trace_spec
 
-    if spec.path is None:
-        raise ConfigError("admit.workload.path: the trace source needs a trace file path")
-    if spec.format not in TRACE_FORMATS:
-        allowed = ", ".join(TRACE_FORMATS.allowed())
-        raise ConfigError(
-            f"admit.workload.format: unknown trace format {spec.format!r} (allowed: {allowed})"
-        )
+    check_trace_spec(spec)
     try:
         spec.cache.capacities()
     except ConfigError as err:

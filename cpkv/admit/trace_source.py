@@ -7,9 +7,10 @@ arrival_ms=timestamp)`, in trace order; `<index>` is the request's order in the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from cpkv.admit.cache import replay
+from cpkv.admit.cache import CachedRequest, replay
 from cpkv.admit.request import Request
 from cpkv.admit.trace import TRACE_FORMATS, read_trace
 from cpkv.errors import ConfigError
@@ -18,6 +19,13 @@ from cpkv.errors import ConfigError
 def trace_requests(spec: Any) -> tuple[Request, ...]:
     """`admit.workload` (source `trace`): read `path` (`format`, `block_size`, `start`,
     `limit`), replay it through `cache`, return the admission requests."""
+    check_trace_spec(spec)
+    trace = read_trace(spec.path, spec.format, spec.block_size, spec.start, spec.limit)
+    return admission_requests(replay(trace, spec.cache))
+
+
+def check_trace_spec(spec: Any) -> None:
+    """ConfigError unless `admit.workload` names a trace file and a known trace format."""
     if spec.path is None:
         raise ConfigError("admit.workload.path: the trace source needs a trace file path")
     if spec.format not in TRACE_FORMATS:
@@ -25,7 +33,10 @@ def trace_requests(spec: Any) -> tuple[Request, ...]:
         raise ConfigError(
             f"admit.workload.format: unknown trace format {spec.format!r} (allowed: {allowed})"
         )
-    trace = read_trace(spec.path, spec.format, spec.block_size, spec.start, spec.limit)
+
+
+def admission_requests(replayed: Iterable[CachedRequest]) -> tuple[Request, ...]:
+    """Replayed trace requests (their L1/L2 hits found) as admission requests, in order."""
     return tuple(
         Request(
             r.rid,
@@ -36,5 +47,5 @@ def trace_requests(spec: Any) -> tuple[Request, ...]:
             0,
             float(r.arrival_ms),
         )
-        for r in replay(trace, spec.cache)
+        for r in replayed
     )

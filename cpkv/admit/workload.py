@@ -25,6 +25,7 @@ from cpkv.admit.cache import DEFAULT_CACHE, CacheConfig
 from cpkv.admit.request import Request, new_request
 from cpkv.admit.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
 from cpkv.errors import ConfigError, InputError
+from cpkv.jsonl import check_fields, parse_object, read_text
 from cpkv.registry import Registry
 from cpkv.schema import FieldError, non_negative, require
 
@@ -135,13 +136,7 @@ SOURCES.register(
 )
 def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
     """Parse ``spec.path``; any bad line is an InputError naming file, line and field."""
-    if spec.path is None:
-        raise ConfigError("admit.workload.path: the jsonl source needs a file path")
-    path = Path(spec.path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read the requests file ({err.strerror or err})") from None
+    path, text = jsonl_text(spec)
     out: list[Request] = []
     seen: set[str] = set()
     loads, allowed, new = json.loads, _ALLOWED_SET, new_request
@@ -171,29 +166,39 @@ def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
             if not line.strip():
                 continue
             req = parse_request_line(line, f"{path}:{lineno}")
-        if req.rid in seen:
-            raise InputError(
-                f"{path}:{lineno}: field 'rid': {req.rid!r} repeats an earlier request's rid"
-            )
-        seen.add(req.rid)
+        check_new_rid(req.rid, seen, f"{path}:{lineno}")
         out.append(req)
     return tuple(out)
 
 
-def parse_request_line(line: str, where: str) -> Request:
-    """One JSONL line as a :class:`Request`; ``where`` is ``file:line`` for errors."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    for key in obj:
-        if key not in _ALLOWED:
-            raise InputError(f"{where}: unknown field {key!r} (allowed: {', '.join(_ALLOWED)})")
+def jsonl_text(spec: WorkloadSpec) -> tuple[Path, str]:
+    """The path and text of the ``jsonl`` source's file (ConfigError without a path)."""
+    if spec.path is None:
+        raise ConfigError("admit.workload.path: the jsonl source needs a file path")
+    path = Path(spec.path)
+    return path, read_text(path, "the requests file")
+
+
+def request_id(obj: dict, where: str) -> str:
+    """The line's ``rid``: InputError unless it is a non-empty string."""
     rid = obj.get("rid")
     if not isinstance(rid, str) or not rid:
         raise InputError(f"{where}: field 'rid' must be a non-empty string, got {rid!r}")
+    return rid
+
+
+def check_new_rid(rid: str, seen: set[str], where: str) -> None:
+    """InputError if ``rid`` is in ``seen`` (an earlier line's); else add it."""
+    if rid in seen:
+        raise InputError(f"{where}: field 'rid': {rid!r} repeats an earlier request's rid")
+    seen.add(rid)
+
+
+def parse_request_line(line: str, where: str) -> Request:
+    """One JSONL line as a :class:`Request`; ``where`` is ``file:line`` for errors."""
+    obj = parse_object(line, where)
+    check_fields(obj, _ALLOWED, where)
+    rid = request_id(obj, where)
     if "extend_tokens" not in obj:
         raise InputError(f"{where}: field 'extend_tokens' is missing (an integer >= 1)")
     ints = {}

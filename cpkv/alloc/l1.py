@@ -28,59 +28,29 @@ Allocated pages are tracked, so :meth:`free` rejects (ValueError, nothing change
 are not whole allocated pages, and ``check_integrity()`` can prove that free, release and
 allocated partition the pages lane by lane.
 
-This module holds the reference (plain torch, any device, mirrors the seed's control path) and
-the helpers shared with the fast implementation in :mod:`cpkv.alloc.l1_fast`.
+This module holds the reference (plain torch, any device, mirrors the seed's control path), the
+factory :func:`make_l1_allocator` and the bench's helpers.  What every implementation shares
+(the constructor, the select/allocate frame, the free-room rule) is in :mod:`cpkv.alloc.l1_base`;
+the fast implementation is in :mod:`cpkv.alloc.l1_fast`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-from cpkv.alloc.l1_state import LANE_ORDERS, L1Lanes, TorchLaneState
+from cpkv.alloc.l1_base import SELECTORS, L1Allocator, free_room_deficits, owner_error
+from cpkv.alloc.l1_state import LANE_ORDERS, TorchLanes
 
-__all__ = ["IMPLS", "LANE_ORDERS", "SELECTORS", "ReferenceL1Allocator", "make_l1_allocator"]
-
-SELECTORS = {"fifo": "fifo", "contiguous": "contiguous", "current": "contiguous"}
-
-
-def canonical_selector(name: str) -> str:
-    """``fifo`` or ``contiguous`` for a selector name (``current`` is ``contiguous``)."""
-    try:
-        return SELECTORS[name]
-    except KeyError:
-        raise ValueError(f"unknown L1 selector {name!r}; allowed: {', '.join(SELECTORS)}") from None
-
-
-def room_pages(capacity: int, ratio: float) -> int:
-    """``ceil(capacity * ratio)`` pages, or 0 when either is not positive (the seed's rule).
-    Computed in floating point as the seed does: ``100 * 0.07`` is 7.000000000000001 -> 8."""
-    if capacity <= 0 or ratio <= 0:
-        return 0
-    return int(math.ceil(float(capacity) * float(ratio)))
-
-
-def free_room_deficits(
-    required: Sequence[int],
-    available: Sequence[int],
-    capacity: int,
-    target_ratio: float,
-    trigger_ratio: float,
-) -> list[int]:
-    """Per lane: 0 while ``available >= required + trigger room``, else the pages missing to
-    reach ``required + target room``."""
-    target = room_pages(capacity, target_ratio)
-    trigger = room_pages(capacity, trigger_ratio)
-    return [
-        0 if have >= need + trigger else max(0, need + target - have)
-        for need, have in zip(required, available, strict=True)
-    ]
-
-
-def owner_error(owner: Any, cp_size: int) -> ValueError:
-    """The error for a compute owner outside ``[0, cp_size)``."""
-    return ValueError(f"compute owner must be in [0, {cp_size}), got {owner}")
+__all__ = [
+    "IMPLS",
+    "LANE_ORDERS",
+    "SELECTORS",
+    "ReferenceL1Allocator",
+    "is_selection_contiguous",
+    "make_l1_allocator",
+    "resolve_device",
+]
 
 
 def is_selection_contiguous(pages: Sequence[int] | None, cp_size: int) -> bool:
@@ -124,50 +94,8 @@ def resolve_device(name: str, key: str = "device") -> Any:
     return torch.device("cuda", index)
 
 
-class ReferenceL1Allocator:
+class ReferenceL1Allocator(TorchLanes, L1Allocator):
     """The reference allocator: per-lane torch tensors, the seed's per-owner control path."""
-
-    def __init__(
-        self,
-        *,
-        physical_pages: int,
-        page_size: int,
-        cp_size: int,
-        selector: str = "fifo",
-        lane_order: str = "sorted",
-        device: Any = "cpu",
-        free_pages: Any = None,
-    ) -> None:
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        self._lanes = TorchLaneState(
-            physical_pages=physical_pages, cp_size=cp_size, lane_order=lane_order, device=device
-        )
-        self.physical_pages, self.cp_size, self.page_size = physical_pages, cp_size, page_size
-        self.logical_pages = physical_pages * cp_size
-        self.selector = canonical_selector(selector)
-        self.lane_order = lane_order
-        self.device = self._lanes.device
-        self.load_free_pages(free_pages)
-
-    # -- state ----------------------------------------------------------------------------
-    def load_free_pages(self, free_pages: Any = None) -> None:
-        """Reset: ``free_pages`` (a flat list, default all pages) become the free lists, the
-        release lists empty, and every other page allocated."""
-        self._lanes.load(free_pages)
-
-    def snapshot(self) -> Any:
-        """An opaque copy of the whole state, for :meth:`restore`."""
-        return self._lanes.snapshot()
-
-    def restore(self, snapshot: Any, *, copy: bool = True) -> None:
-        """Return to a state taken by :meth:`snapshot`.  ``copy=False`` shares the snapshot's
-        lane lists, which no operation writes in place (only the allocated mask is copied)."""
-        self._lanes.restore(snapshot, copy)
-
-    def lanes(self) -> L1Lanes:
-        """Free and release lists of every lane, as Python lists in their order."""
-        return self._lanes.lists()
 
     def available_per_lane(self) -> list[int]:
         """Free + release pages of each lane."""
@@ -175,11 +103,6 @@ class ReferenceL1Allocator:
             int(f.numel() + r.numel())
             for f, r in zip(self._lanes.free, self._lanes.release, strict=True)
         ]
-
-    def check_integrity(self) -> None:
-        """Raise AssertionError unless every page is in exactly one of: its own lane's free
-        list, its lane's release list, the allocated set."""
-        self._lanes.check()
 
     # -- stats ----------------------------------------------------------------------------
     def compute_owner_lane_stats(
@@ -261,39 +184,18 @@ class ReferenceL1Allocator:
             selected[where] = pages
         return selected, picks
 
-    def select(self, owners: Sequence[int]) -> Any:
-        """The logical page chosen for each position, or None when a lane is short."""
-        plan = self._plan(owners)
-        return None if plan is None else plan[0]
-
-    def select_token_indices(self, owners: Sequence[int]) -> Any:
-        """The token indices :meth:`alloc_pages_with_owners` would return, consuming nothing."""
-        plan = self._plan(owners)
-        return None if plan is None else self._tokens(plan[0])
-
-    def alloc_pages_with_owners(self, owners: Sequence[int]) -> Any:
-        """Select, consume, and return token indices ``page * page_size + offset`` (or None)."""
-        plan = self._plan(owners)
-        if plan is None:
-            return None
-        selected, picks = plan
+    def _consume(self, selected: Any, picks: list) -> None:
         for owner, take, extra, _ in picks:
             self._lanes.remove_free(owner, take)
             if extra:
                 self._lanes.release[owner] = self._lanes.release[owner][extra:]
         self._lanes.allocated[selected] = True
-        return self._tokens(selected)
 
-    def _tokens(self, pages: Any) -> Any:
+    def _tokens(self, selected: Any, picks: list) -> Any:
         import torch
 
         offsets = torch.arange(self.page_size, dtype=torch.int64, device=self.device)
-        return (pages.unsqueeze(1) * self.page_size + offsets.unsqueeze(0)).reshape(-1)
-
-    def free(self, indices: Any) -> None:
-        """Give back whole allocated pages (token indices as returned by an alloc); each page
-        goes to its lane's release list.  ValueError for anything else, changing nothing."""
-        self._lanes.release_pages(self._lanes.pages_of_tokens(indices, self.page_size))
+        return (selected.unsqueeze(1) * self.page_size + offsets.unsqueeze(0)).reshape(-1)
 
 
 IMPLS = ("reference", "fast")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, timed_fields
 from cpkv.alloc.l1 import is_selection_contiguous, make_l1_allocator, resolve_device
 from cpkv.alloc.l1_impls import L1_IMPLS
 from cpkv.alloc.l1_layouts import make_free_pages, make_page_owners
@@ -34,14 +35,11 @@ from cpkv.kinds import RunContext
 from cpkv.results import RunOutput, metric
 from cpkv.timing import Stats, cuda_sync, sample, summarize
 
-TABLE_COLUMNS = (
-    "impl", "method", "op", "pattern", "total_pages", "request_pages",
-    "p50_us", "p95_us", "p99_us", "mean_us", "contiguous_ratio",
-)  # fmt: skip
-
 
 @dataclass(frozen=True)
-class L1BenchRow:
+class L1RowIdentity:
+    """What an L1 bench row measured: the identity fields ``cpkv diff`` matches rows on."""
+
     bench: str
     impl: str
     method: str
@@ -54,15 +52,12 @@ class L1BenchRow:
     page_size: int
     cp_size: int
     lane_order: str
-    repeat: int
-    mean_us: float = metric(unit="us", timing=True)
-    p50_us: float = metric(unit="us", timing=True)
-    p95_us: float = metric(unit="us", timing=True)
-    p99_us: float = metric(unit="us", timing=True)
-    min_us: float = metric(unit="us", timing=True)
-    max_us: float = metric(unit="us", timing=True)
-    stdev_us: float = metric(unit="us", timing=True)
-    contiguous_ratio: float = metric(lower_is_better=False)
+
+
+@dataclass(frozen=True)
+class L1BenchRow(TimedFields, L1RowIdentity):
+    """One op of one case: its identity, its timing (:class:`TimedFields`), its speed-up."""
+
     vs_reference: float | None = metric(unit="x", timing=True, lower_is_better=False, default=None)
 
 
@@ -236,15 +231,7 @@ def make_row(
         page_size=block.page_size,
         cp_size=block.cp_size,
         lane_order=block.lane_order,
-        repeat=stats.n,
-        mean_us=stats.mean_us,
-        p50_us=stats.p50_us,
-        p95_us=stats.p95_us,
-        p99_us=stats.p99_us,
-        min_us=stats.min_us,
-        max_us=stats.max_us,
-        stdev_us=stats.stdev_us,
-        contiguous_ratio=hits / stats.n if stats.n else 0.0,
+        **timed_fields(stats, hits),
     )
 
 

@@ -26,38 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.l1 import canonical_selector
+from cpkv.alloc.l1_base import L1Allocator
 from cpkv.alloc.l1_owners import HostCounts, owner_order
-from cpkv.alloc.l1_state import L1Lanes, check_shape, integrity_error
+from cpkv.alloc.l1_state import L1Lanes, integrity_error
 
 
-class FastL1Allocator(HostCounts):
+class FastL1Allocator(HostCounts, L1Allocator):
     """Impl ``fast`` on CPU: numpy lanes with heads; the interface of the reference."""
 
-    def __init__(
-        self,
-        *,
-        physical_pages: int,
-        page_size: int,
-        cp_size: int,
-        selector: str = "fifo",
-        lane_order: str = "sorted",
-        device: Any = "cpu",
-        free_pages: Any = None,
-    ) -> None:
-        import torch
-
-        check_shape(physical_pages, cp_size, lane_order)
-        self._init_counts(physical_pages, cp_size, page_size)
-        self.device = torch.device(device)
-        if self.device.type != "cpu":
-            raise ValueError(f"FastL1Allocator keeps numpy lanes on the CPU, not {self.device}")
-        self.selector = canonical_selector(selector)
-        self.lane_order = lane_order
-        self._sorted = lane_order == "sorted"
+    def _setup(self, device: Any) -> None:
+        if device.type != "cpu":
+            raise ValueError(f"FastL1Allocator keeps numpy lanes on the CPU, not {device}")
+        self.device = device
+        self._init_counts()
         self._tile = np.empty(0, dtype=np.int64)
         self._template = np.empty(0, dtype=np.int64)
-        self.load_free_pages(free_pages)
 
     # -- state ----------------------------------------------------------------------------
     def _as_array(self, values: Any) -> np.ndarray:
@@ -219,24 +202,12 @@ class FastL1Allocator(HostCounts):
         selected[owner_order(key)] = np.concatenate(pieces)
         return selected, picks
 
-    def select(self, owners: Sequence[int]) -> Any:
-        """The logical page chosen for each position, or None when a lane is short."""
+    def _page_tensor(self, selected: np.ndarray) -> Any:
         import torch
 
-        plan = self._plan(owners)
-        return None if plan is None else torch.from_numpy(plan[0])
+        return torch.from_numpy(selected)
 
-    def select_token_indices(self, owners: Sequence[int]) -> Any:
-        """The token indices :meth:`alloc_pages_with_owners` would return, consuming nothing."""
-        plan = self._plan(owners)
-        return None if plan is None else self._tokens(plan[0], plan[1])
-
-    def alloc_pages_with_owners(self, owners: Sequence[int]) -> Any:
-        """Select, consume, and return token indices ``page * page_size + offset`` (or None)."""
-        plan = self._plan(owners)
-        if plan is None:
-            return None
-        selected, picks = plan
+    def _consume(self, selected: np.ndarray, picks: list) -> None:
         for owner, take, taken, extra in picks:
             if type(take) is int and take == 0:
                 self._fhead[owner] += taken
@@ -254,7 +225,6 @@ class FastL1Allocator(HostCounts):
                 self._rhead[owner] += extra
                 self._nrel[owner] -= extra
         self._alloc[selected] = True
-        return self._tokens(selected, picks)
 
     def _tokens(self, pages: np.ndarray, picks: list) -> Any:
         import torch

@@ -20,63 +20,27 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.l1 import canonical_selector
+from cpkv.alloc.l1_base import L1Allocator
 from cpkv.alloc.l1_owners import HostCounts, placement
-from cpkv.alloc.l1_state import L1Lanes, TorchLaneState
+from cpkv.alloc.l1_state import TorchLanes
 
 
-class TorchFastL1Allocator(HostCounts):
+class TorchFastL1Allocator(TorchLanes, HostCounts, L1Allocator):
     """Impl ``fast`` with torch lanes on any device; the interface of the reference."""
 
-    def __init__(
-        self,
-        *,
-        physical_pages: int,
-        page_size: int,
-        cp_size: int,
-        selector: str = "fifo",
-        lane_order: str = "sorted",
-        device: Any = "cuda",
-        free_pages: Any = None,
-    ) -> None:
+    DEFAULT_DEVICE = "cuda"
+
+    def _setup(self, device: Any) -> None:
         import torch
 
-        self._init_counts(physical_pages, cp_size, page_size)
-        self._lanes = TorchLaneState(
-            physical_pages=physical_pages, cp_size=cp_size, lane_order=lane_order, device=device
-        )
-        self.device = self._lanes.device
-        self.selector = canonical_selector(selector)
-        self.lane_order = lane_order
-        self._sorted = lane_order == "sorted"
-        self._offsets = torch.arange(page_size, dtype=torch.int64, device=self.device)
+        self._init_counts()
+        super()._setup(device)
+        self._offsets = torch.arange(self.page_size, dtype=torch.int64, device=self.device)
         self._arange = torch.arange(0, dtype=torch.int64, device=self.device)
-        self.load_free_pages(free_pages)
 
-    # -- state ----------------------------------------------------------------------------
-    def _recount(self) -> None:
+    def _lanes_changed(self) -> None:
         self._nfree = [int(t.numel()) for t in self._lanes.free]
         self._nrel = [int(t.numel()) for t in self._lanes.release]
-
-    def load_free_pages(self, free_pages: Any = None) -> None:
-        """Reset: ``free_pages`` (flat; default all) become the free lists, nothing released,
-        every other page allocated."""
-        self._lanes.load(free_pages)
-        self._recount()
-
-    def snapshot(self) -> Any:
-        """An opaque copy of the whole state, for :meth:`restore`."""
-        return self._lanes.snapshot()
-
-    def restore(self, snapshot: Any, *, copy: bool = True) -> None:
-        """Return to a state taken by :meth:`snapshot`.  ``copy=False`` shares the snapshot's
-        lane lists, which no operation writes in place (only the allocated mask is copied)."""
-        self._lanes.restore(snapshot, copy)
-        self._recount()
-
-    def lanes(self) -> L1Lanes:
-        """Free and release lists of every lane, as Python lists in their order."""
-        return self._lanes.lists()
 
     def check_integrity(self) -> None:
         """AssertionError unless free, release and allocated partition all pages by lane."""
@@ -84,7 +48,7 @@ class TorchFastL1Allocator(HostCounts):
             [int(t.numel()) for t in self._lanes.free],
             [int(t.numel()) for t in self._lanes.release],
         )
-        self._lanes.check()
+        super().check_integrity()
 
     # -- device helpers -------------------------------------------------------------------
     def _upto(self, size: int) -> Any:
@@ -169,23 +133,7 @@ class TorchFastL1Allocator(HostCounts):
             return joined, picks
         return joined[self._to_device(placement(key))], picks
 
-    def select(self, owners: Sequence[int]) -> Any:
-        """The logical page chosen for each position, or None when a lane is short."""
-        plan = self._plan(owners)
-        return None if plan is None else plan[0]
-
-    def select_token_indices(self, owners: Sequence[int]) -> Any:
-        """The token indices :meth:`alloc_pages_with_owners` would return, consuming nothing."""
-        plan = self._plan(owners)
-        return None if plan is None else self._tokens(plan[0])
-
-    def alloc_pages_with_owners(self, owners: Sequence[int]) -> Any:
-        """Select, consume, and return token indices ``page * page_size + offset`` (or None);
-        no host/device synchronisation."""
-        plan = self._plan(owners)
-        if plan is None:
-            return None
-        selected, picks = plan
+    def _consume(self, selected: Any, picks: list) -> None:
         lanes = self._lanes
         for owner, take, taken, extra in picks:
             lanes.free[owner] = self._rest(lanes.free[owner], taken, take)
@@ -194,13 +142,6 @@ class TorchFastL1Allocator(HostCounts):
                 lanes.release[owner] = lanes.release[owner][extra:]
                 self._nrel[owner] -= extra
         lanes.allocated.index_fill_(0, selected, True)
-        return self._tokens(selected)
 
-    def _tokens(self, pages: Any) -> Any:
-        return (pages.unsqueeze(1) * self.page_size + self._offsets).reshape(-1)
-
-    def free(self, indices: Any) -> None:
-        """Give back whole allocated pages (validated: this synchronises); each goes to its
-        lane's release list.  ValueError changes nothing."""
-        self._lanes.release_pages(self._lanes.pages_of_tokens(indices, self.page_size))
-        self._nrel = [int(t.numel()) for t in self._lanes.release]
+    def _tokens(self, selected: Any, picks: list) -> Any:
+        return (selected.unsqueeze(1) * self.page_size + self._offsets).reshape(-1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.l1 import owner_error, room_pages
+from cpkv.alloc.l1_base import owner_error, room_pages
 from cpkv.alloc.l1_state import integrity_error
 
 
@@ -57,14 +57,14 @@ class OwnerCounter:
 class HostCounts:
     """Cached per-lane free/release counts and the stats computed from them."""
 
-    def _init_counts(self, physical_pages: int, cp_size: int, page_size: int) -> None:
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        self.physical_pages, self.cp_size, self.page_size = physical_pages, cp_size, page_size
-        self.logical_pages = physical_pages * cp_size
-        self._owners = OwnerCounter(cp_size)
-        self._nfree = [0] * cp_size
-        self._nrel = [0] * cp_size
+    physical_pages: int
+    cp_size: int
+
+    def _init_counts(self) -> None:
+        """Counters for the pool's shape (set by :class:`cpkv.alloc.l1_base.L1Allocator`)."""
+        self._owners = OwnerCounter(self.cp_size)
+        self._nfree = [0] * self.cp_size
+        self._nrel = [0] * self.cp_size
         self._rooms: dict[tuple[float, float], tuple[int, int]] = {}
 
     def available_per_lane(self) -> list[int]:

@@ -189,3 +189,58 @@ class TorchLaneState:
             torch.all(count[1:] + self.allocated[1:].to(torch.int64) == 1)
         ):
             raise integrity_error("a page is neither free nor allocated")
+
+
+class TorchLanes:
+    """The lane half of an allocator whose lanes are a :class:`TorchLaneState` (the reference
+    and the fast impl on torch): setup, load, snapshot/restore, lists, free and the check.
+    ``_lanes_changed()`` runs after every change not made by an allocation."""
+
+    physical_pages: int
+    cp_size: int
+    page_size: int
+    lane_order: str
+    _lanes: TorchLaneState
+
+    def _setup(self, device: Any) -> None:
+        self._lanes = TorchLaneState(
+            physical_pages=self.physical_pages,
+            cp_size=self.cp_size,
+            lane_order=self.lane_order,
+            device=device,
+        )
+        self.device = self._lanes.device
+
+    def _lanes_changed(self) -> None:
+        """Hook: after load, restore or free (caches of lane counts refresh here)."""
+
+    def load_free_pages(self, free_pages: Any = None) -> None:
+        """Reset: ``free_pages`` (a flat list, default all pages) become the free lists, the
+        release lists empty, and every other page allocated."""
+        self._lanes.load(free_pages)
+        self._lanes_changed()
+
+    def snapshot(self) -> Any:
+        """An opaque copy of the whole state, for :meth:`restore`."""
+        return self._lanes.snapshot()
+
+    def restore(self, snapshot: Any, *, copy: bool = True) -> None:
+        """Return to a state taken by :meth:`snapshot`.  ``copy=False`` shares the snapshot's
+        lane lists, which no operation writes in place (only the allocated mask is copied)."""
+        self._lanes.restore(snapshot, copy)
+        self._lanes_changed()
+
+    def lanes(self) -> L1Lanes:
+        """Free and release lists of every lane, as Python lists in their order."""
+        return self._lanes.lists()
+
+    def check_integrity(self) -> None:
+        """AssertionError unless every page is in exactly one of: its own lane's free
+        list, its lane's release list, the allocated set."""
+        self._lanes.check()
+
+    def free(self, indices: Any) -> None:
+        """Give back whole allocated pages (token indices as returned by an alloc); each page
+        goes to its lane's release list.  ValueError for anything else, changing nothing."""
+        self._lanes.release_pages(self._lanes.pages_of_tokens(indices, self.page_size))
+        self._lanes_changed()

@@ -33,8 +33,15 @@ def admit(
     L2 hits 0,4096 x extend 128,2048, 20000 free L1 slots, max_prefill_tokens 16384, CP
     limits 65536 extend tokens and 8 requests per batch. admit.backend=sglang runs the same
     workload through the real sglang PrefillAdder (when installed; CP limits off).
-    admit.mode=serving puts time around a policy: arrivals, decode first, chunked prefill, KV
-    growth and preemption, TTFT/TPOT/goodput (configs/admit/serving_mooncake.yaml).
+
+    admit.policy=iteration|conservative|optimistic runs seed 004's policies instead of the
+    PrefillAdder: iteration reads the admit.iteration token budget, conservative and
+    optimistic the admit.kv block pool (configs/admit/seed004_iteration.yaml,
+    configs/admit/seed004_blocks.yaml).
+
+    admit.mode=serving runs the serving simulation around a policy: arrivals, decode first,
+    chunked prefill, KV growth and preemption, TTFT/TPOT/goodput
+    (configs/admit/serving_mooncake.yaml).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """

@@ -7,7 +7,11 @@ import typer
 from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
 from cpkv.experiment import DEFAULT_ROOT
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Allocator benchmarks: host (L2) and CP shared paged L1.")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Allocator benchmarks: host (L2) and CP shared paged L1.",
+)
 
 
 @app.command("host")

@@ -23,7 +23,8 @@ ArgsArg = Annotated[
     ),
 ]
 OutputDirOpt = Annotated[
-    Path, typer.Option("--output-dir", "-o", help="Root folder for run directories.", show_default=True)
+    Path,
+    typer.Option("--output-dir", "-o", help="Root folder for run directories.", show_default=True),
 ]
 PrintConfigOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved config and exit without running.")
@@ -59,7 +60,9 @@ def split_args(args: Sequence[str] | None) -> tuple[str | None, list[str]]:
         elif config is None:
             config = item
         else:
-            raise ConfigError(f"one config file per run; got {config!r} and {item!r} (overrides are KEY=VALUE)")
+            raise ConfigError(
+                f"one config file per run; got {config!r} and {item!r} (overrides are KEY=VALUE)"
+            )
     return config, overrides
 
 
@@ -76,7 +79,9 @@ def progress_printer() -> Callable[[int, int, str], None] | None:
     return show
 
 
-def run_kind(kind: str, args: Sequence[str] | None, output_dir: Path, print_config: bool, command: str) -> None:
+def run_kind(
+    kind: str, args: Sequence[str] | None, output_dir: Path, print_config: bool, command: str
+) -> None:
     """Load, validate, run and report one experiment of ``kind``."""
     from cpkv.config import load_config
     from cpkv.runner import run_experiment

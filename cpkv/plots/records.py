@@ -196,7 +196,9 @@ def serving(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Pat
 
     points = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
     finished = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
-    lat = [{"ttft": r["ttft_ms"], "tpot": r["tpot_ms"]} for r in finished if r["status"] == "finished"]
+    lat = [
+        {"ttft": r["ttft_ms"], "tpot": r["tpot_ms"]} for r in finished if r["status"] == "finished"
+    ]
     config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     slo = (config.get("admit") or {}).get("slo")
     return plot_serving(out, points, lat, title, slo)

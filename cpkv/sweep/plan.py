@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cpkv.config import LoadedConfig, load_config, read_yaml
+from cpkv.config import LoadedConfig, load_config, lookup, read_yaml
 from cpkv.errors import ConfigError
 from cpkv.kinds import KINDS, KindSpec
 from cpkv.schema import build
@@ -139,7 +139,7 @@ def _merge_axes(
 
 def _wrap_lists(axis: Axis, resolved: Mapping[str, Any]) -> Axis:
     """A scalar swept on a list-valued key means a one-element list: ``host_pages=600`` -> ``[600]``."""
-    is_list = [isinstance(_lookup(resolved, k), list) for k in axis.keys]
+    is_list = [isinstance(lookup(resolved, k), list) for k in axis.keys]
     values = tuple(
         tuple(
             f"[{v}]" if lst and not v.lstrip().startswith("[") else v
@@ -150,21 +150,13 @@ def _wrap_lists(axis: Axis, resolved: Mapping[str, Any]) -> Axis:
     return Axis(axis.keys, values, axis.origin)
 
 
-def _lookup(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, Mapping) or part not in data:
-            return None
-        data = data[part]
-    return data
-
-
 def _point(
     index: int, width: int, path: str, base: LoadedConfig, plain: list[str], pt: dict[str, str]
 ) -> Point:
     overrides = (*plain, *(f"{k}={v}" for k, v in pt.items()))
     loaded = load_config(None, path, overrides)
     resolved = loaded.resolved
-    swept = {k: _lookup(resolved, k) for k in pt}
+    swept = {k: lookup(resolved, k) for k in pt}
     return Point(
         index=index,
         name=point_name(index, width, loaded.experiment.name, swept),

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
 from cpkv.experiment import (
@@ -35,6 +36,9 @@ from cpkv.sweep.store import (
     write_plan,
     write_summary,
 )
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 OnStart = Callable[[Path, int, int, Sequence[str]], None]
 """``on_start(sweep_dir, points_to_run, points_skipped, notes)``."""
@@ -75,6 +79,19 @@ class Launch:
     on_result: OnResult | None = None
 
 
+class LaunchOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`run_sweep` and :func:`resume_sweep` that say how the
+    points run (defaults in :func:`_launch`)."""
+
+    executor: str | None
+    jobs: int | None
+    address: str | None
+    allow_parallel_timing: bool
+    argv: Sequence[str] | None
+    on_start: OnStart | None
+    on_result: OnResult | None
+
+
 def run_sweep(
     configs: Sequence[str],
     overrides: Sequence[str] = (),
@@ -82,33 +99,38 @@ def run_sweep(
     zips: Sequence[str] = (),
     name: str | None = None,
     root: str | Path = DEFAULT_ROOT,
-    executor: str | None = None,
-    jobs: int | None = None,
-    address: str | None = None,
-    allow_parallel_timing: bool = False,
-    argv: Sequence[str] | None = None,
-    on_start: OnStart | None = None,
-    on_result: OnResult | None = None,
+    **options: Unpack[LaunchOptions],
 ) -> SweepResult:
     """Plan every point (all config errors surface here), create the sweep directory, run the points.
 
-    ``executor``: a key of :data:`cpkv.sweep.EXECUTORS` (default: ``process`` when ``jobs`` > 1,
-    else ``serial``); ``address``: the Ray cluster for ``executor="ray"``.
+    ``options`` (:class:`LaunchOptions`): ``executor``, a key of :data:`cpkv.sweep.EXECUTORS`
+    (default: ``process`` when ``jobs`` > 1, else ``serial``); ``jobs``; ``address``, the Ray
+    cluster for ``executor="ray"``; ``allow_parallel_timing``; ``argv`` (recorded in the plan,
+    default ``sys.argv``); ``on_start`` and ``on_result`` callbacks.
     """
     plan = plan_sweep(configs, overrides, zips=zips, name=name)
-    launch = _launch(executor, jobs, address, allow_parallel_timing, argv, on_start, on_result)
+    launch = _launch(**options)
     sweep_dir = RunDir.create(Path(root), f"sweep-{plan.name}").path
     meta = {"created_utc": iso(utc_now()), "cpkv_version": __version__, "argv": list(launch.argv),
-            "executor": launch.executor, "jobs": jobs}  # fmt: skip
+            "executor": launch.executor, "jobs": launch.jobs}  # fmt: skip
     write_plan(sweep_dir, plan, meta)
     mark_incomplete(sweep_dir)
     write_summary(sweep_dir, plan, {})
     return _execute(sweep_dir, plan, {}, launch)
 
 
-def resume_sweep(
-    path: str | Path,
-    *,
+def resume_sweep(path: str | Path, **options: Unpack[LaunchOptions]) -> SweepResult:
+    """Run the points of an existing sweep that have not completed (failed ones run again);
+    ``options`` as for :func:`run_sweep`."""
+    sweep_dir = Path(path)
+    plan, _ = read_plan(sweep_dir)
+    launch = _launch(**options)
+    done = _finished(sweep_dir, plan)
+    mark_incomplete(sweep_dir)
+    return _execute(sweep_dir, plan, done, launch)
+
+
+def _launch(
     executor: str | None = None,
     jobs: int | None = None,
     address: str | None = None,
@@ -116,21 +138,11 @@ def resume_sweep(
     argv: Sequence[str] | None = None,
     on_start: OnStart | None = None,
     on_result: OnResult | None = None,
-) -> SweepResult:
-    """Run the points of an existing sweep that have not completed (failed ones run again)."""
-    sweep_dir = Path(path)
-    plan, _ = read_plan(sweep_dir)
-    launch = _launch(executor, jobs, address, allow_parallel_timing, argv, on_start, on_result)
-    done = _finished(sweep_dir, plan)
-    mark_incomplete(sweep_dir)
-    return _execute(sweep_dir, plan, done, launch)
-
-
-def _launch(executor, jobs, address, allow_timing, argv, on_start, on_result) -> Launch:  # noqa: ANN001
+) -> Launch:
     chosen = choose_executor(executor, jobs)
     check_executor(chosen)
     args = tuple(argv if argv is not None else sys.argv)
-    return Launch(chosen, jobs, address, allow_timing, args, on_start, on_result)
+    return Launch(chosen, jobs, address, allow_parallel_timing, args, on_start, on_result)
 
 
 def choose_executor(executor: str | None, jobs: int | None) -> str:
