@@ -129,7 +129,13 @@ def load_config(
             raise ConfigError(
                 f"override {k}=...: sweep keys belong in a config file or `cpkv sweep KEY=a,b`"
             )
-    merged = _merge(to_dict(spec.config_cls()()), file_data, override_data, source)
+    defaults = to_dict(spec.config_cls()())
+    if path is not None:  # the file alone must be valid: an override may not hide a bad value
+        try:
+            build(spec.config_cls(), {**_merge(defaults, file_data, {}, source), "kind": kind})
+        except FieldError as err:
+            raise ConfigError(_locate(err, path, file_data, ())) from None
+    merged = _merge(defaults, file_data, override_data, source)
     merged["kind"] = kind
     try:
         experiment = build(spec.config_cls(), merged)

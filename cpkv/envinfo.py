@@ -67,14 +67,21 @@ def device_info(device: str | None) -> dict[str, Any]:
     }
 
 
-def machine_info(device: str | None = None) -> dict[str, Any]:
+def torch_info() -> dict[str, Any]:
+    """torch's version and intra-op threads (the thread count only once torch is imported)."""
     torch_loaded = sys.modules.get("torch")
+    return {
+        "torch": getattr(torch_loaded, "__version__", None) or package_version("torch"),
+        "torch_threads": torch_loaded.get_num_threads() if torch_loaded is not None else None,
+    }
+
+
+def machine_info(device: str | None = None) -> dict[str, Any]:
     info = {
         "cpkv_version": cpkv.__version__,
         "git": git_info(),
         "python": platform.python_version(),
-        "torch": getattr(torch_loaded, "__version__", None) or package_version("torch"),
-        "torch_threads": torch_loaded.get_num_threads() if torch_loaded is not None else None,
+        **torch_info(),
         "numpy": package_version("numpy"),
         "sglang": package_version("sglang"),
         "hostname": socket.gethostname(),

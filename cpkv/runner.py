@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.config import LoadedConfig
-from cpkv.envinfo import machine_info
+from cpkv.envinfo import machine_info, torch_info
 from cpkv.errors import CpkvError
 from cpkv.experiment import DEFAULT_ROOT, STATUS_FAILED, STATUS_INCOMPLETE, RunDir
 from cpkv.kinds import RunContext
@@ -39,11 +39,7 @@ def run_experiment(
     """
     exp = loaded.experiment
     execute = loaded.spec.prepare_fn()(exp)
-    run_dir = (
-        RunDir.create_at(Path(run_dir))
-        if run_dir is not None
-        else RunDir.create(Path(root), exp.name)
-    )
+    target = RunDir.create_at(Path(run_dir)) if run_dir is not None else RunDir.create(Path(root), exp.name)
     device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
     meta = {
         "kind": loaded.spec.name,
@@ -54,27 +50,20 @@ def run_experiment(
         "argv": list(argv if argv is not None else sys.argv),
         **machine_info(device),
     }
-    run_dir.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
+    target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
     try:
-        output = execute(RunContext(run_dir=run_dir.path, progress=progress))
+        output = execute(RunContext(run_dir=target.path, progress=progress))
+        record = RunRecord.from_output(loaded.spec.name, exp.name, output)
+        text = render(record, "text")
+        # the run may have imported torch: record its version and thread count
+        target.meta.update(torch_info())
+        target.finish(record, text, output.extras)
     except KeyboardInterrupt:
-        run_dir.fail(STATUS_INCOMPLETE, "interrupted (KeyboardInterrupt)")
-        raise
-    except CpkvError as err:
-        run_dir.fail(STATUS_FAILED, str(err))
+        (target.path / "results.json").unlink(missing_ok=True)
+        target.fail(STATUS_INCOMPLETE, "interrupted (KeyboardInterrupt)")
         raise
     except Exception as err:
-        run_dir.fail(STATUS_FAILED, f"{type(err).__name__}: {err}")
+        (target.path / "results.json").unlink(missing_ok=True)
+        target.fail(STATUS_FAILED, str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}")
         raise
-    record = RunRecord.from_output(loaded.spec.name, exp.name, output)
-    text = render(record, "text")
-    # torch may have been imported by the run: record its version and thread count
-    info = machine_info(device)
-    run_dir.meta.update(torch=info["torch"], torch_threads=info["torch_threads"])
-    try:
-        run_dir.finish(record, text, output.extras)
-    except KeyboardInterrupt:
-        run_dir.fail(STATUS_INCOMPLETE, "interrupted while writing results")
-        (run_dir.path / "results.json").unlink(missing_ok=True)
-        raise
-    return RunResult(run_dir.path, record, text)
+    return RunResult(target.path, record, text)

@@ -71,19 +71,6 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def key_paths(cls: type) -> list[str]:
-    """Every dotted key path a schema accepts (for help texts and error hints)."""
-    out: list[str] = []
-    hints = _hints(cls)
-    for f in dataclasses.fields(cls):
-        sub = _dataclass_of(hints[f.name])
-        if sub is not None:
-            out.extend(f"{f.name}.{p}" for p in key_paths(sub))
-        else:
-            out.append(f.name)
-    return out
-
-
 # -- helpers for validate() ------------------------------------------------------
 
 
@@ -139,14 +126,6 @@ def _show(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def _dataclass_of(tp: Any) -> type | None:
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return tp
-    if _is_optional(tp):
-        return _dataclass_of(_strip_none(tp))
-    return None
-
-
 def _is_union(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType)
 
@@ -157,7 +136,9 @@ def _is_optional(tp: Any) -> bool:
 
 def _strip_none(tp: Any) -> Any:
     args = [a for a in get_args(tp) if a is not type(None)]
-    return args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007
+    if len(args) != 1:
+        raise TypeError(f"schema type {tp!r} is not supported: only `X | None` unions are")
+    return args[0]
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
@@ -180,6 +161,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             )
         return value
     if origin in (tuple, list):
+        if origin is tuple and get_args(tp)[1:] != (Ellipsis,):
+            raise TypeError(f"schema type {tp!r} at {key} is not supported: use tuple[X, ...]")
         if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
             raise FieldError(
                 key, f"expected a list of {_describe(get_args(tp)[0])}, got {_show(value)}"

@@ -18,7 +18,7 @@ ArgsArg = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="[CONFIG.yaml] [KEY=VALUE]...",
-        help="An optional YAML config, then OmegaConf dotlist overrides (alloc_host.page_size=16).",
+        help="An optional YAML config, then OmegaConf dotlist overrides (BLOCK.KEY=VALUE, e.g. admit.page_size=64).",
         show_default=False,
     ),
 ]
