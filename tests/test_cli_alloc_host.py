@@ -190,3 +190,18 @@ def test_ctrl_c_leaves_an_incomplete_run_without_results(cli, monkeypatch) -> No
     assert (run / "INCOMPLETE").exists() and not (run / "results.json").exists()
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "incomplete" and "interrupted" in meta["error"]
+
+
+def test_failure_while_writing_results_marks_the_run_failed(cli, monkeypatch) -> None:
+    import cpkv.runner as runner
+
+    def broken(*args, **kwargs):
+        raise TypeError("Object of type int64 is not JSON serializable")
+
+    monkeypatch.setattr(runner, "render", broken)
+    with pytest.raises(TypeError):
+        cli("alloc", "host", *SMALL, "alloc_host.request_pages=[1]")
+    (run,) = cli.run_dirs()
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "failed" and "JSON serializable" in meta["error"]
+    assert (run / "INCOMPLETE").exists() and not (run / "results.json").exists()
