@@ -91,6 +91,7 @@ def _block_output(out: BlockOutcome, kv: KvBlocks) -> RunOutput:
         "waiting": len(out.decisions) - len(out.admitted),
         "reserved_blocks": out.reserved_blocks,
     }
+    summary["headline"] = {"admitted": len(out.admitted), "reserved_blocks": out.reserved_blocks}
     extras: dict[str, str] = {}
     notes = []
     if out.policy == "optimistic":
@@ -104,6 +105,7 @@ def _block_output(out: BlockOutcome, kv: KvBlocks) -> RunOutput:
             peak_used_blocks=out.peak_used_blocks,
             final_used_blocks=out.final_used_blocks,
         )
+        summary["headline"]["preemptions"] = len(preempted)
         extras["growth.jsonl"] = "".join(json.dumps(to_dict(e)) + "\n" for e in out.events)
         notes.append(
             f"optimistic growth: {len(out.events)} events, {len(preempted)} preempted "

@@ -67,6 +67,10 @@ def prepare_stats(cfg: TraceStatsConfig) -> Callable[[RunContext], RunOutput]:
         ]
         summary = {k: v for k, v in dataclasses.asdict(stats).items() if k not in RATIO_FIELDS}
         summary.update(trace=trace.path, format=trace.format, block_size=trace.block_size)
+        summary["headline"] = {
+            "unlimited_cache_pct": stats.unlimited_cache_pct,
+            "configured_cache_pct": rows[1].cache_pct,
+        }
         return RunOutput(rows=rows, summary=summary, notes=_notes(block))
 
     return execute
