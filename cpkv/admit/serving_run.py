@@ -109,13 +109,18 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             notes.append("plots/: kv_utilization.png, latency_cdf.png")
         return RunOutput(
             rows=[row],
-            summary=_summary(block, settings, res, fit),
+            summary={**_summary(block, settings, res, fit), "headline": _headline(row)},
             extras=extras,
             table_columns=TABLE_COLUMNS,
             notes=notes,
         )
 
     return execute
+
+
+def _headline(row: Any) -> dict[str, float]:
+    """What sweeps and `cpkv ls` show for a serving run."""
+    return {k: getattr(row, k) for k in ("goodput_requests_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")}
 
 
 def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
