@@ -179,3 +179,18 @@ def test_trace_workload_source(trace_file) -> None:
         )
     with pytest.raises(ConfigError, match=r"cache.l2_tokens: 5 is smaller"):
         build(WorkloadSpec, {"source": "trace", "cache": {"l1_tokens": 10, "l2_tokens": 5}})
+
+
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake trace is not in ../shared/data")
+def test_admit_runs_on_the_whole_trace(cli, monkeypatch) -> None:
+    """cpkv admit end to end on the trace config: every request is either admitted or still
+    waiting, and the first tick's request is the trace's first (an empty cache: no hit)."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    res = cli("admit", "configs/admit/trace_mooncake.yaml")
+    assert res.exit_code == 0, res.output
+    doc = cli.results(cli.run_dirs()[0])
+    s = doc["summary"]
+    assert s["workload"] == "trace" and s["requests"] == 3993
+    assert s["requests_admitted"] + s["requests_waiting"] == 3993
+    assert doc["rows"][0]["accepted"].split(", ")[0] == "r0"
+    assert doc["rows"][0]["log_hit_tokens"] == 0
