@@ -45,24 +45,61 @@ def _shuffle_pages(block: torch.Tensor, ps: int, rng: random.Random) -> torch.Te
     return rows[order].reshape(-1)
 
 
+FREE_MODES = ("same", "same", "same", "clone", "shuffled", "split")
+WRITES = ("rewritten", "touched")  # in place: the version counter of every view moves
+
+
+def _give_back(fast, ref, pair, ps: int, rng: random.Random, held: list, writes: bool) -> list[int]:
+    """Free one held selection in a random way (the same on both sides); the freed slots.
+
+    ``same`` frees the very tensors the allocators returned (fast's receipt path);
+    ``rewritten`` permutes the pages in place first and ``touched`` writes the same values
+    back in place (both bump torch's version counter, so fast must read them in full);
+    ``clone``/``shuffled``/``split`` free other tensors with the same or reordered slots.
+    """
+    got, want = pair
+    mode = rng.choice(FREE_MODES + WRITES if writes else FREE_MODES)
+    if mode == "shuffled":
+        got = want = _shuffle_pages(want, ps, rng)
+    elif mode == "split" and want.numel() > ps:  # give part back now, the rest later
+        cut = ps * rng.randint(1, want.numel() // ps - 1)
+        held.append((got[cut:].clone(), want[cut:].clone()))
+        got, want = got[:cut].clone(), want[:cut].clone()
+    elif mode == "rewritten":
+        order = _shuffle_pages(want, ps, rng)
+        got.copy_(order)
+        want.copy_(order)
+    elif mode == "touched":
+        got.add_(0)
+        want.add_(0)
+    elif mode != "same":
+        got, want = got.clone(), want.clone()
+    slots = want.tolist()
+    assert fast.free(got) == ref.free(want)
+    return slots
+
+
 def _drive(
-    fast, free: list[int], ps: int, rng: random.Random, steps: int, sizes: list[int]
+    fast,
+    free: list[int],
+    ps: int,
+    rng: random.Random,
+    steps: int,
+    sizes: list[int],
+    writes: bool = True,
 ) -> None:
-    """Random FIFO / contiguous / free calls on ``fast``, the reference and the list model."""
+    """Random FIFO / contiguous / free calls on ``fast``, the reference and the list model.
+
+    ``writes``: some frees write into the selection in place first (then nothing handed
+    out from the same tensor is trusted any more, so runs without them are needed too).
+    """
     ref = HostAllocator(ps, _tensor(free))
     model, held = list(free), []
     for _ in range(steps):
         roll = rng.random()
         if roll < 0.4 and held:
-            block = held.pop(rng.randrange(len(held)))
-            if rng.random() < 0.5:
-                block = _shuffle_pages(block, ps, rng)
-            if block.numel() > ps and rng.random() < 0.3:  # give part back now, the rest later
-                cut = ps * rng.randint(1, block.numel() // ps - 1)
-                held.append(block[cut:].clone())
-                block = block[:cut]
-            assert fast.free(block.clone()) == ref.free(block.clone())
-            model = model + block.tolist()
+            pair = held.pop(rng.randrange(len(held)))
+            model = model + _give_back(fast, ref, pair, ps, rng, held, writes)
         else:
             n = rng.choice(sizes) * ps
             contiguous = roll >= 0.55
@@ -72,9 +109,11 @@ def _drive(
             expected, model = brute_force(model, n, ps, contiguous)
             assert (None if got is None else got.tolist()) == expected
             if got is not None and got.numel():
-                held.append(want.clone())
+                held.append((got, want))
         assert fast.available_size() == ref.available_size() == len(model)
         assert fast.free_slot_list() == model
+        for got, want in held:  # what the caller holds never changes behind its back
+            assert torch.equal(got, want)
 
 
 @settings(max_examples=250, deadline=None)
@@ -84,15 +123,18 @@ def _drive(
     seed=st.integers(0, 2**31),
     sorted_start=st.booleans(),
     tiny=st.booleans(),
+    writes=st.booleans(),
 )
-def test_random_sequences_match_reference_and_model(pages, ps, seed, sorted_start, tiny) -> None:
+def test_random_sequences_match_reference_and_model(
+    pages, ps, seed, sorted_start, tiny, writes
+) -> None:
     rng = random.Random(seed)
     order = sorted(rng.sample(range(pages), rng.randint(0, pages)))
     if not sorted_start:
         rng.shuffle(order)
     free = [p * ps + o for p in order for o in range(ps)]
     fast = (TinyFast if tiny else FastHostAllocator)(ps, _tensor(free))
-    _drive(fast, free, ps, rng, steps=40, sizes=[0, 1, 2, 3, 4, 6, 9])
+    _drive(fast, free, ps, rng, steps=40, sizes=[0, 1, 2, 3, 4, 6, 9], writes=writes)
     assert fast.exact is None, fast.fallback_reason
 
 
@@ -114,6 +156,8 @@ def test_stress_reaches_every_code_path(monkeypatch) -> None:
     spy("_compact", lambda s, a, r: "compaction")
     spy("_window", lambda s, a, r: "tombstones in a FIFO window" if r[1] else "clean window")
     spy("_sync", lambda s, a, r: "sync")
+    spy("_give_back_unsynced", lambda s, a, r: "free around unsynced FIFO rows")
+    spy("_give_back", lambda s, a, r: "free of known pages" if a[2] else "free read in full")
     original_search = FastHostAllocator.alloc_contiguous_preferred
 
     def search(self, n):
@@ -124,15 +168,36 @@ def test_stress_reaches_every_code_path(monkeypatch) -> None:
         return out
 
     monkeypatch.setattr(FastHostAllocator, "alloc_contiguous_preferred", search)
+    original_known = FastHostAllocator._known
+
+    def known(self, slots):  # where free learnt the pages of a selection without reading it
+        receipts = len(self._receipts)
+        out = original_known(self, slots)
+        if out is not None:
+            by_receipt = len(self._receipts) < receipts
+            lent = (
+                slots.data_ptr() >= self._runs.known.lo and slots.data_ptr() < self._runs.known.hi
+            )
+            seen["known by receipt" if by_receipt else "lent view" if lent else "adopted view"] += 1
+        return out
+
+    monkeypatch.setattr(FastHostAllocator, "_known", known)
     for seed in range(12):
         rng = random.Random(seed)
-        ps, pages = rng.choice([1, 2, 4]), rng.randint(8, 60)
+        tiny = seed % 3 > 0  # the others keep their adopted slots for longer (bigger pools)
+        ps, pages = rng.choice([1, 2, 4]), rng.randint(8, 60) if tiny else rng.randint(200, 400)
         order = list(range(pages))
         rng.shuffle(order)
         free = [p * ps + o for p in order for o in range(ps)]
-        _drive(TinyFast(ps, _tensor(free)), free, ps, rng, steps=150, sizes=[1, 2, 3, 5, 8])
-    for path in ("first-fit hit", "no-fit fallback", "tombstones in a FIFO window", "compaction"):
-        assert seen[path] >= 20, (path, seen)
+        fast = (TinyFast if tiny else FastHostAllocator)(ps, _tensor(free))
+        _drive(fast, free, ps, rng, steps=150, sizes=[1, 2, 3, 5, 8], writes=seed % 2 == 1)
+    paths = (
+        "first-fit hit", "no-fit fallback", "tombstones in a FIFO window", "compaction",
+        "free of known pages", "free read in full", "known by receipt", "lent view",
+        "adopted view", "free around unsynced FIFO rows",
+    )  # fmt: skip
+    for path in paths:  # the last is rarer here; test_host_fast_handouts takes it often
+        assert seen[path] >= (10 if path.startswith("free around") else 20), (path, seen)
 
 
 @pytest.mark.parametrize(

@@ -202,3 +202,60 @@ def test_no_ratio_column_without_the_reference(cli) -> None:
 def test_perf_configs_load(path: Path) -> None:
     block = load_config("alloc_host", path).experiment.alloc_host
     assert set(block.impls) == {"reference", "fast"} and block.pool_pages() == [34375]
+
+
+def test_median_replay_checks_once_and_times_separately() -> None:
+    from cpkv.alloc.host import HostAllocator
+    from cpkv.alloc.host_bench import is_page_contiguous
+    from cpkv.alloc.host_mixed import median_replay
+
+    class Wrong(HostAllocator):
+        def alloc_contiguous_preferred(self, need_size):
+            return self.alloc(need_size)
+
+    base = torch.tensor([p * 2 + o for p in (5, 1, 2, 7, 3, 0, 4, 6) for o in range(2)])
+    ops = workload(2, [1, 2, 3])
+    made: list = []
+
+    def make(cls):
+        def build():
+            made.append(cls(2, base.clone()))
+            return made[-1]
+
+        return build
+
+    want = median_replay(make(HostAllocator), ops, 2, is_page_contiguous, keep=True, times=3)
+    assert len(made) == 4  # one checked replay, three timed ones
+    direct = replay(HostAllocator(2, base.clone()), ops, 2, is_page_contiguous, keep=True)
+    assert want.hits == direct.hits and want.free_list == direct.free_list
+    assert [None if s is None else s.tolist() for s in want.selections] == [
+        None if s is None else s.tolist() for s in direct.selections
+    ]
+    assert sum(len(v) for v in want.us.values()) == sum(len(v) for v in direct.us.values())
+    with pytest.raises(ReplayMismatch):
+        median_replay(make(Wrong), ops, 2, is_page_contiguous, expected=want, times=1)
+
+
+def test_warm_rows_count_contiguous_selections(cli) -> None:
+    res = cli("alloc", "host", "alloc_host.host_sizes_gb=[]", "alloc_host.host_pages=[400]",
+              "alloc_host.request_pages=[8]", "alloc_host.patterns=[fragmented_prefix_later_run]",
+              "alloc_host.impls=[reference,fast]", "alloc_host.ops=[alloc,free]",
+              "alloc_host.protocol=warm", "alloc_host.repeat=4", "alloc_host.warmup=0")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = cli.results(cli.run_dirs()[0])["rows"]
+    ratio = {(r["impl"], r["method"], r["op"]): r["contiguous_ratio"] for r in rows}
+    # FIFO on a free list: take the head, give it back at the tail; count by hand.
+    from collections import deque
+
+    from cpkv.alloc.host_layouts import page_order
+
+    free, fifo_hits = deque(page_order(400, 8, "fragmented_prefix_later_run", 0)), 0
+    for _ in range(4):
+        pages = [free.popleft() for _ in range(8)]
+        fifo_hits += all(b - a == 1 for a, b in zip(pages, pages[1:]))
+        free.extend(pages)
+    assert 0 < fifo_hits < 4  # the layout makes some FIFO samples scattered, some not
+    for impl in ("reference", "fast"):  # the run, then the run again after its free
+        assert ratio[impl, "contiguous", "alloc"] == ratio[impl, "contiguous", "free"] == 1.0
+        assert ratio[impl, "fifo", "alloc"] == ratio[impl, "fifo", "free"] == fifo_hits / 4
+    assert all(r["repeat"] == 4 for r in rows)

@@ -6,7 +6,8 @@ Protocols (``alloc_host.protocol``):
   layout, outside the clock, and times one call. For ``op: free`` the allocation
   being freed is made untimed first.
 * ``warm``: one long-lived allocator per case; every sample times an alloc, then
-  times the free of what it returned, so the free list evolves as in a server.
+  times the free of what it returned, so the free list evolves as in a server. Nothing
+  runs between the timed calls: ``contiguous_ratio`` comes from an untimed replay.
 
 ``ops: [mixed]`` replays one seeded alloc/free workload on every impl instead
 (:mod:`cpkv.alloc.host_mixed`). When ``reference`` runs next to other impls, each row gets
@@ -176,21 +177,37 @@ def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]
                 setup_free, lambda s: s[0].free(s[1]), repeat=block.repeat, warmup=block.warmup, observe=seen_free
             )
     else:
-        alloc = fresh()
-        for i in range(block.warmup + block.repeat):
-            sel, us_alloc = timed(lambda: getattr(alloc, call)(need))
-            _, us_free = timed(lambda: alloc.free(sel))
-            if i >= block.warmup:
-                contiguous = is_page_contiguous(sel, ps)
-                samples["alloc"].append(us_alloc)
-                samples["free"].append(us_free)
-                hits["alloc"] += contiguous
-                hits["free"] += contiguous
+        samples["alloc"], samples["free"] = run_warm(fresh(), call, need, block)
+        hits["alloc"] = hits["free"] = warm_hits(fresh(), call, need, block, ps)
     return [
         make_row(block, case, op, summarize(samples[op]), hits[op])
         for op in ("alloc", "free")
         if op in block.ops
     ]
+
+
+def run_warm(alloc: Any, call: str, need: int, block: AllocHostBlock) -> tuple[list, list]:
+    """The warm protocol: alloc then free on one allocator, each timed; nothing in between."""
+    method, give_back = getattr(alloc, call), alloc.free
+    allocs, frees = [], []
+    for _ in range(block.warmup + block.repeat):
+        sel, us_alloc = timed(lambda: method(need))
+        _, us_free = timed(lambda s=sel: give_back(s))
+        allocs.append(us_alloc)
+        frees.append(us_free)
+    return allocs[block.warmup :], frees[block.warmup :]
+
+
+def warm_hits(alloc: Any, call: str, need: int, block: AllocHostBlock, ps: int) -> int:
+    """Page-contiguous selections of the kept warm samples, counted on an untimed replay (same
+    calls, same slots), so that no torch work runs between the timed calls."""
+    method, hits = getattr(alloc, call), 0
+    for i in range(block.warmup + block.repeat):
+        sel = method(need)
+        if i >= block.warmup:
+            hits += is_page_contiguous(sel, ps)
+        alloc.free(sel)
+    return hits
 
 
 def make_row(block: AllocHostBlock, case: Case, op: str, stats: Stats, hits: int) -> HostBenchRow:

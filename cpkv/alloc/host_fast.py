@@ -3,22 +3,41 @@
 Same selections (same slots, same order), same ``None``/``ValueError`` outcomes and the same
 logical free list as :class:`cpkv.alloc.host.HostAllocator` after every call. The reference
 spends ~99% of a contiguous-preferred call on passes over every free slot
-(shared/reference/allocator_perf.md §3.1); this keeps an incremental page index (design "D"):
+(shared/reference/allocator_perf.md §3.1); this keeps an incremental page index (design "D",
+:class:`cpkv.alloc.host_queue.PageQueue`):
 
-* the free list is a queue of *page* rows (``_pages_q[head:tail]``); a page taken from the
-  middle by a contiguous selection leaves a tombstone (``_dead``) that FIFO skips later;
-* ``_free`` is a bitmap of free pages, ``_row`` the queue row of each free page;
-* FIFO selections from the caller's adopted slots are views of it, as in the reference; FIFO
-  only moves ``head``, and the bitmap catches up (``_sync``) before the next search or free;
-* the search is :func:`cpkv.alloc.host_firstfit.first_fit`; once no run of ``k`` pages
-  exists, none of ``k`` or more does until the next free (``_nofit``);
-* tombstones are compacted away when they outnumber the free pages (amortized O(1) a page).
+* FIFO selections from the caller's adopted slots are views of them, as in the reference;
+* the search is :func:`cpkv.alloc.host_firstfit.first_fit` over the free-page bitmap; once no
+  run of ``k`` pages exists, none of ``k`` or more does until the next free (``_nofit``);
+* the first selection of a page run is a view of the allocator's own slot table, later ones
+  are copies (:class:`cpkv.alloc.host_handouts.RunSlots`);
+* ``free`` of a selection handed out and not written since (torch's version counter) learns
+  its pages from its address or from a receipt instead of reading its slots
+  (:mod:`cpkv.alloc.host_handouts`); anything else is read and checked in full.
 
 Invariant: the free list is made of whole aligned pages (slots ``p*ps .. p*ps+ps-1``), each
 page at most once. Allocations keep it; construction and every ``free`` check it. When a
 free list or a freed tensor breaks it (partial or unaligned pages, a page freed twice,
 another dtype), ``fallback_reason`` says why and the exact logical free list goes to the
 reference algorithm, which answers every later call: same results, only slower.
+
+What differs from the reference apart from speed is object identity and memory: the first
+selection of a page run is a view of the allocator's slot table (8 bytes per pool slot,
+17.6 MB at 220 GB, built at construction and kept alive by any view of it) where the
+reference returns a new tensor; no two selections ever share memory, as in the reference.
+Frees trust torch's version counter: a selection written *behind torch's back*
+(``.numpy()``, ``.data``, raw storage) and then freed is freed as it was handed out, where
+the reference would free what it holds now.
+
+Construction does everything that does not depend on a call: checking the free list, the
+index, the slot table (~6-12 ms more than before the table, untimed in both protocols); the
+timed calls do the selection and free-list work, including the lazy parts (FIFO clears the
+bitmap bits of its pages at the next search or free, as in design D). Construction's last
+step is the view of the adopted slots that FIFO selections are sliced from, because every
+FIFO selection needs it; in the seed's cold protocol (an untimed 17.6 MB clone and
+construction before each timed call) that also leaves torch's slicing path warm for the
+first call, as the reference's clone leaves its own torch paths warm. Nothing is called only
+to warm a cache.
 """
 
 from __future__ import annotations
@@ -28,14 +47,15 @@ from typing import Any
 import numpy as np
 
 from cpkv.alloc.host_firstfit import first_fit
-from cpkv.alloc.host_pages import PageCheck, as_numpy, expand, is_run, ramp, slot_table
+from cpkv.alloc.host_handouts import KnownSlots
+from cpkv.alloc.host_pages import PageCheck, as_numpy, expand, is_run
+from cpkv.alloc.host_queue import PageQueue
 
 
-class FastHostAllocator:
+class FastHostAllocator(PageQueue):
     """Impl ``fast``: an incremental page index over the reference's free list (numpy, CPU)."""
 
     name = "fast"
-    min_rows = 1024  # queue capacity floor; tombstones are compacted above max(live, min_rows)
 
     def __init__(self, page_size: int, free_slots: Any) -> None:
         import torch
@@ -48,31 +68,14 @@ class FastHostAllocator:
         self.fallback_reason: str | None = None
         self._checker = PageCheck(self.page_size)
         pages, problem = self._adopt(free_slots)
+        problem = problem or self._index(pages)
         if problem:
             self._fall_back(free_slots, problem)
             return
-        n = pages.shape[0]
-        self._pages_q = np.empty(max(self.min_rows, 2 * n), dtype=np.int64)
-        self._pages_q[:n] = pages
-        self._dead = np.zeros(self._pages_q.shape[0], dtype=bool)
-        size = int(pages.max()) + 1 if n else 0
-        self._free = np.zeros(size, dtype=bool)
-        self._free[pages] = True
-        if int(np.count_nonzero(self._free)) != n:
-            self._fall_back(free_slots, "the free list holds a page twice")
-            return
-        self._row = np.empty(size, dtype=np.int64)
-        self._row[pages] = np.arange(n, dtype=np.int64)
-        self._table = slot_table(self.page_size, size)
-        ramp(max(size, self._pages_q.shape[0]))  # built now, not in a timed call
-        self._head = self._synced = self._ndead = 0
-        self._tail = self._live = n
-        self._skipped = False
-        self._nofit: int | None = None
-        # Last: the view FIFO selections are sliced from (the caller's slots, not copied). The
-        # reference's construction is the clone itself; ending on a torch view leaves torch's
-        # slicing path as warm as that for the cold protocol's first call.
-        self._store, self._store_row0, self._store_rows = free_slots[: n * self.page_size], 0, n
+        n = pages.shape[0]  # n pages are all of free_slots
+        self._adopted, self._adopted_pages = KnownSlots(free_slots, self.page_size, n), pages
+        # Last: the view FIFO selections are sliced from (the caller's slots, not copied).
+        self._store, self._store_rows = free_slots[: n * self.page_size], n
 
     # -- construction and fallback --------------------------------------------------------
     def _adopt(self, slots: Any) -> tuple[Any, str | None]:
@@ -120,7 +123,9 @@ class FastHostAllocator:
             end, row0 = head + k, self._store_row0
             if head >= row0 and end <= row0 + self._store_rows:
                 self._head, self._live, ps = end, self._live - k, self.page_size
-                return self._store[(head - row0) * ps : (end - row0) * ps]
+                out = self._store[(head - row0) * ps : (end - row0) * ps]
+                self._last_view = (out, head - row0, end - row0, False)
+                return out
         end, skipped = self._window(k)
         return self._take(end, skipped, k)
 
@@ -140,7 +145,11 @@ class FastHostAllocator:
         if self._nofit is None or k < self._nofit:
             if self._synced < self._head:
                 self._sync()
-            start = first_fit(self._free, k)
+            free = self._free
+            first = int(free.argmax())  # synced, and k <= live: the lowest free page
+            if np.count_nonzero(free[first : first + k]) == k:  # it starts a run: first fit
+                return self._take_run(first, k)
+            start = first_fit(free, k)
             if start >= 0:
                 return self._take_run(start, k)
             self._nofit = k
@@ -152,54 +161,81 @@ class FastHostAllocator:
         """Append ``slots`` (whole aligned pages, none of them free) to the free list."""
         if self.exact is not None:
             return self.exact.free(slots)
-        torch = self._torch
-        values = as_numpy(slots if slots.dtype == torch.int64 else slots.to(torch.int64))
-        if values.ndim != 1:
-            return self._free_exactly(slots, "freed slots are not a 1-D tensor")
-        n = values.shape[0]
-        if n == 0:
-            return 0
-        checked = self._checker.check(values)
-        if checked is None:
-            return self._free_exactly(slots, "freed slots are not whole aligned pages")
-        pages, run = checked
-        k = pages.shape[0]
-        if self._synced < self._head:
-            self._sync()
-        if run:  # one slice of the bitmap; a run cannot hold a page twice
-            lo = int(pages[0])
-            if lo + k > self._free.shape[0]:
-                self._grow_pages(lo + k)
-            bits = self._free[lo : lo + k]
-            if np.count_nonzero(bits):
-                return self._free_exactly(slots, "a freed page is already free")
-            bits[:] = True
+        known = self._known(slots)
+        if known is not None:  # a selection handed out, unchanged: its pages are known
+            pages, run, rows = known
+            n = pages.shape[0] * self.page_size
+            if not n:
+                return 0
+            if rows is not None and self._synced <= rows[0]:
+                self._give_back_unsynced(pages, run, rows)
+                return n
+            problem = self._give_back(pages, run, True)
         else:
-            try:
-                taken = self._free[pages]
-            except IndexError:  # a page beyond the bitmap
-                self._grow_pages(int(pages.max()) + 1)
-                taken = self._free[pages]
-            if np.count_nonzero(taken):
-                return self._free_exactly(slots, "a freed page is already free")
-            self._free[pages] = True
-            if int(np.count_nonzero(self._free)) != self._live + k:
-                return self._free_exactly(slots, "freed slots hold a page twice")
-        if self._tail + k > self._pages_q.shape[0]:
-            self._compact(extra=k)
-        tail = self._tail
-        self._pages_q[tail : tail + k] = pages
-        rows = ramp(tail + k)[tail:]
-        if run:
-            self._row[lo : lo + k] = rows
-        else:
-            self._row[pages] = rows
-        self._tail = tail + k
-        self._live += k
-        self._nofit = None
-        return int(n)
+            torch = self._torch
+            values = as_numpy(slots if slots.dtype == torch.int64 else slots.to(torch.int64))
+            if values.ndim != 1:
+                return self._free_exactly(slots, "freed slots are not a 1-D tensor")
+            n = values.shape[0]
+            if not n:
+                return 0
+            checked = self._checker.check(values)
+            if checked is None:
+                return self._free_exactly(slots, "freed slots are not whole aligned pages")
+            problem = self._give_back(*checked, False)
+        if problem:
+            return self._free_exactly(slots, problem)
+        return n
 
     # -- internals --------------------------------------------------------------------------
+    def _known(self, slots: Any) -> tuple[np.ndarray, bool, tuple[int, int] | None] | None:
+        """``(pages, run, rows)`` of a selection handed out and unchanged since; else None.
+
+        ``rows``: the queue rows FIFO took them from (tombstones aside), when those rows are
+        still in the queue; whether their bits are still set is up to the caller.
+        """
+        view = self._last_view
+        if view is not None and view[0] is slots:  # the last view handed out
+            self._last_view = None
+            try:
+                version = slots._version
+            except RuntimeError:  # an inference tensor: nothing to rely on
+                return None
+            if view[3]:
+                if version != self._runs.known.version:
+                    return None
+                return self._ramp[view[1] : view[2]], True, None
+            return (
+                self._adopted_rows(view[1], view[2]) if version == self._adopted.version else None
+            )
+        known = self._receipts.claim(slots)
+        if known is not None:
+            if known[2] is None:
+                return known
+            queue, first, end = known[2]
+            return known[0], known[1], (first, end) if queue is self._pages_q else None
+        try:
+            address = slots.data_ptr()
+        except (AttributeError, RuntimeError):  # not a strided tensor: read it (and fail) in full
+            return None
+        table, adopted = self._runs.known, self._adopted
+        if table.lo <= address < table.hi:
+            span = table.span(slots, address)
+            return None if span is None else (self._ramp[span[0] : span[1]], True, None)
+        if adopted.lo <= address < adopted.hi:
+            span = adopted.span(slots, address)
+            return None if span is None else self._adopted_rows(*span)
+        return None
+
+    def _adopted_rows(self, first: int, end: int) -> tuple[np.ndarray, bool, Any]:
+        """``_known``'s answer for rows ``first .. end`` of the adopted slots."""
+        pages = self._adopted_pages[first:end]
+        first, end = first + self._store_row0, end + self._store_row0  # rows in the queue now
+        # they are FIFO's when FIFO has passed them without stepping over a tombstone since
+        # the last sync (a view found by address may be the caller's own)
+        fifo = self._store_rows and not self._skipped and end <= self._head
+        return pages, is_run(pages), (first, end) if fifo else None
+
     def _pages_for(self, need_size: int) -> int:
         need, ps = int(need_size), self.page_size
         if need % ps:
@@ -208,113 +244,43 @@ class FastHostAllocator:
             raise ValueError(f"need_size must be >= 0, got {need}")
         return need // ps
 
-    def _prefix(self, k: int) -> tuple[int, int, Any]:
-        """``(end, skipped, pages)`` of the first ``k >= 2`` live rows when they may be a run.
+    def _give_back(self, pages: np.ndarray, run: bool, distinct: bool) -> str | None:
+        """Mark ``pages`` free and queue them; why not (nothing changed in the queue), or None.
 
-        O(1) rejects first: the first two rows (when live) are not consecutive pages, or the
-        first and the last live page are not ``k - 1`` apart; then ``(0, 0, None)``.
+        ``distinct``: the pages are known to be distinct (they came from one selection).
         """
-        head, queue, dead = self._head, self._pages_q, self._dead
-        if not (self._ndead and (dead.item(head) or dead.item(head + 1))):
-            if queue.item(head + 1) != queue.item(head) + 1:
-                return 0, 0, None
-        end, skipped = self._window(k)
-        first = head + int(dead[head:end].argmin()) if skipped else head
-        if queue.item(end - 1) - queue.item(first) != k - 1:
-            return end, skipped, None
-        return end, skipped, queue[head:end][~dead[head:end]] if skipped else queue[head:end]
-
-    def _window(self, k: int) -> tuple[int, int]:
-        """End row of the first ``k`` live rows from ``head``, and the tombstones among them."""
-        head, dead = self._head, self._dead
-        end = head + k
-        if not self._ndead:
-            return end, 0
-        missing = int(np.count_nonzero(dead[head:end]))
-        for _ in range(4):  # extend by the rows still missing (usually once or twice)
-            if not missing:
-                return end, end - head - k
-            end, missing = end + missing, int(np.count_nonzero(dead[end : end + missing]))
-        span = 64
-        while missing:  # a long stretch of tombstones: look ahead in growing spans
-            span = max(span * 2, 2 * missing)
-            live = ~dead[end : min(end + span, self._tail)]
-            found = int(np.count_nonzero(live))
-            if found >= missing:
-                end += int(np.flatnonzero(live)[missing - 1]) + 1
-                break
-            missing -= found
-            end += live.shape[0]
-        return end, end - head - k
-
-    def _take(self, end: int, skipped: int, k: int, pages: Any = None) -> Any:
-        """Take the first ``k`` live rows (``head .. end``) as a FIFO selection."""
-        head, ps = self._head, self.page_size
-        self._head = end
-        if skipped:
-            self._ndead -= skipped
-            self._skipped = True
-        self._live -= k
-        row0 = self._store_row0
-        if not skipped and head >= row0 and end <= row0 + self._store_rows:
-            return self._store[(head - row0) * ps : (end - row0) * ps]
-        if pages is None:
-            pages = self._pages_q[head:end]
-            if skipped:
-                pages = pages[~self._dead[head:end]]
-        return self._torch.from_numpy(expand(pages, ps, self._table))
-
-    def _take_run(self, start: int, k: int) -> Any:
-        """Take the free pages ``start .. start + k - 1`` out of the middle of the queue."""
-        stop = start + k
-        self._dead[self._row[start:stop]] = True
-        self._free[start:stop] = False
-        self._ndead += k
-        self._live -= k
-        if self._ndead > max(self._live, self.min_rows):
-            self._compact()
-        ps = self.page_size
-        return self._torch.from_numpy(np.arange(start * ps, stop * ps, dtype=np.int64))
-
-    def _sync(self) -> None:
-        """Clear the bitmap bits of the pages FIFO took since the last sync."""
-        lo, hi = self._synced, self._head
-        if lo < hi:
-            pages = self._pages_q[lo:hi]
-            if self._skipped:  # FIFO stepped over tombstones: their pages are not FIFO's
-                pages = pages[~self._dead[lo:hi]]
-            self._free[pages] = False
-            self._synced, self._skipped = hi, False
-
-    def _live_pages(self) -> np.ndarray:
-        pages = self._pages_q[self._head : self._tail]
-        return pages[~self._dead[self._head : self._tail]] if self._ndead else pages
-
-    def _compact(self, extra: int = 0) -> None:
-        """Drop consumed rows and tombstones; keep room for ``extra`` more rows."""
-        self._sync()
-        head, live = self._head, self._live_pages()
-        n = live.shape[0]
-        queue = np.empty(max(self.min_rows, 2 * (n + extra)), dtype=np.int64)
-        queue[:n] = live
-        ramp(queue.shape[0])
-        self._row[live] = np.arange(n, dtype=np.int64)
-        if self._ndead:
-            self._store_rows = 0  # rows moved: FIFO selections are built from pages from now on
+        k = pages.shape[0]
+        if self._synced < self._head:
+            self._sync()
+        if run:  # one slice of the bitmap; a run cannot hold a page twice
+            lo = pages.item(0)
+            if lo + k > self._free.shape[0]:
+                self._grow_pages(lo + k)
+            bits = self._free[lo : lo + k]
+            if np.count_nonzero(bits):
+                return "a freed page is already free"
+            bits[:] = True
         else:
-            self._store_row0 -= head
-        self._pages_q, self._dead = queue, np.zeros(queue.shape[0], dtype=bool)
-        self._head = self._synced = self._ndead = 0
-        self._tail = n
+            try:
+                taken = self._free[pages]
+            except IndexError:  # a page beyond the bitmap
+                self._grow_pages(int(pages.max()) + 1)
+                taken = self._free[pages]
+            if np.count_nonzero(taken):
+                return "a freed page is already free"
+            self._free[pages] = True
+            if not distinct and int(np.count_nonzero(self._free)) != self._live + k:
+                return "freed slots hold a page twice"
+        self._append(pages, run)
+        return None
 
-    def _grow_pages(self, size: int) -> None:
-        size = max(size, 2 * self._free.shape[0])
-        free = np.zeros(size, dtype=bool)
-        free[: self._free.shape[0]] = self._free
-        row = np.empty(size, dtype=np.int64)
-        row[: self._row.shape[0]] = self._row
-        self._free, self._row = free, row
-        self._table = slot_table(self.page_size, size)
+    def _give_back_unsynced(self, pages: np.ndarray, run: bool, rows: tuple[int, int]) -> None:
+        """Queue FIFO's ``pages`` from queue ``rows`` that no sync has reached yet: the bitmap
+        still calls them free, as it must after this free; sync around them."""
+        if self._synced < rows[0]:
+            self._sync(rows[0])
+        self._synced = rows[1]
+        self._append(pages, run)
 
     def _free_exactly(self, slots: Any, reason: str) -> int:
         self._fall_back(self.free_slots, reason)

@@ -7,8 +7,10 @@ contiguous-preferred. Every impl replays the same list ``MIXED_REPLAYS`` times, 
 allocator over the same layout, each call timed on its own; the replay with the median total
 time is reported (one 4 ms scheduler tick on a shared machine is a quarter of a fast impl's
 whole replay). A free with nothing held is skipped (by every impl alike, since their
-selections are the same). When the reference runs too, every selection and the
-final free list of the other impls are compared with its own, and a difference stops the run.
+selections are the same). One more replay first, with its times dropped, does the checks, so
+that the timed ones run only their own bookkeeping between calls: it counts page-contiguous
+selections and, when the reference runs too, compares every selection and the final free
+list of the other impls with the reference's (a difference stops the run).
 """
 
 from __future__ import annotations
@@ -75,17 +77,18 @@ def median_replay(
     expected: Replay | None = None,
     times: int = MIXED_REPLAYS,
 ) -> Replay:
-    """:func:`replay` on ``times`` fresh allocators from ``make()``; the median-total one.
+    """One checked replay, then ``times`` timed ones, each on a fresh allocator from ``make()``.
 
-    The first replay keeps its selections when ``keep``; every replay is checked against
-    ``expected`` when given.
+    The checked replay counts the page-contiguous selections, keeps copies of them when
+    ``keep`` and compares them with ``expected`` op by op when given; its times are dropped.
+    Returns the median-total timed replay, with the checked replay's counts, copies and free
+    list.
     """
-    done = [
-        replay(make(), ops, page_size, contiguous, keep=keep and i == 0, expected=expected)
-        for i in range(times)
-    ]
-    median = sorted(done, key=lambda r: r.total_us)[len(done) // 2]
-    median.selections, median.free_list = done[0].selections, done[0].free_list
+    checked = replay(make(), ops, page_size, contiguous, keep=keep, expected=expected)
+    runs = sorted((replay(make(), ops, page_size) for _ in range(times)), key=lambda r: r.total_us)
+    median = runs[len(runs) // 2]
+    median.hits, median.selections = checked.hits, checked.selections
+    median.free_list = checked.free_list
     return median
 
 
@@ -93,12 +96,16 @@ def replay(
     alloc: Any,
     ops: Sequence[MixedOp],
     page_size: int,
-    contiguous: Callable[[Any, int], bool],
+    contiguous: Callable[[Any, int], bool] | None = None,
     *,
     keep: bool = False,
     expected: Replay | None = None,
 ) -> Replay:
-    """Run ``ops`` on ``alloc``; keep copies of the selections, or check them against ``expected``."""
+    """Run ``ops`` on ``alloc``, each call timed on its own.
+
+    With ``contiguous``, count the page-contiguous selections; with ``keep``, keep copies of
+    the selections; with ``expected``, check them against another replay's.
+    """
     out, held, n_alloc = Replay(), [], 0
     for i, op in enumerate(ops):
         if op.kind == "free":
@@ -115,10 +122,11 @@ def replay(
             if keep:
                 out.selections.append(None if sel is None else sel.clone())
             n_alloc += 1
-            if sel is not None and sel.numel():
+            if sel is not None and op.pages:  # request sizes are whole pages: not empty
                 held.append(sel)
         out.us[op.kind].append(us)
-        out.hits[op.kind] += contiguous(sel, page_size)
+        if contiguous is not None:
+            out.hits[op.kind] += contiguous(sel, page_size)
     if keep or expected is not None:
         out.free_list = alloc.free_slot_list()
     if expected is not None and out.free_list != expected.free_list:

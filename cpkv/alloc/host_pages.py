@@ -122,9 +122,10 @@ def is_run(pages: np.ndarray) -> bool:
     k = pages.shape[0]
     if k <= 1:
         return True
-    if int(pages[-1]) - int(pages[0]) != k - 1:
+    first = pages.item(0)
+    if pages.item(k - 1) - first != k - 1:
         return False
-    return k == 2 or not np.count_nonzero(pages[1:] - pages[:-1] != 1)
+    return k == 2 or not np.count_nonzero(pages != ramp(first + k)[first:])
 
 
 def as_numpy(values: Any) -> np.ndarray:

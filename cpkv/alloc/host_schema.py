@@ -6,7 +6,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cpkv.schema import FieldError, choices, each_positive, non_empty, non_negative, positive, require
+from cpkv.schema import (
+    FieldError,
+    choices,
+    each_positive,
+    non_empty,
+    non_negative,
+    positive,
+    require,
+)
 
 HOST_PATTERNS = ("contiguous_fifo", "fragmented_prefix_later_run", "random_fragmented", "no_run")
 SEED_PATTERNS = HOST_PATTERNS[:3]  # seed 003's layouts; no_run is cpkv's worst case
