@@ -252,7 +252,7 @@ def test_warm_rows_count_contiguous_selections(cli) -> None:
     free, fifo_hits = deque(page_order(400, 8, "fragmented_prefix_later_run", 0)), 0
     for _ in range(4):
         pages = [free.popleft() for _ in range(8)]
-        fifo_hits += all(b - a == 1 for a, b in zip(pages, pages[1:]))
+        fifo_hits += all(b - a == 1 for a, b in zip(pages, pages[1:], strict=False))
         free.extend(pages)
     assert 0 < fifo_hits < 4  # the layout makes some FIFO samples scattered, some not
     for impl in ("reference", "fast"):  # the run, then the run again after its free

@@ -190,3 +190,47 @@ def test_cuda_fast_alloc_never_synchronises(selector, order):
         torch.cuda.set_sync_debug_mode(0)
     assert all(out is not None and out.is_cuda for out in outputs)
     alloc.check_integrity()
+
+
+@pytest.mark.parametrize("order", ["sorted", "as_given"])
+@pytest.mark.parametrize(
+    "owners",
+    [
+        [0, 1, 0, 1, 0, 1],  # fresh lanes, round robin: logical pages 1..6, consecutive
+        [0, 0, 1, 1],  # pages 1, 3, 2, 4: the ends are n - 1 apart, the middle is not
+        [1, 0, 1, 0],  # pages 2, 1, 4, 3
+        [1, 1, 1],  # one lane: pages 2, 4, 6 step by cp_size
+        [0, 1],
+    ],
+)
+def test_fast_tokens_of_page_progressions_are_whole_pages(order, owners) -> None:
+    """The template shortcuts (consecutive pages, one-lane runs) against the definition."""
+    ps = 4
+    fast = FastL1Allocator(physical_pages=8, page_size=ps, cp_size=2, lane_order=order)
+    ref = ReferenceL1Allocator(physical_pages=8, page_size=ps, cp_size=2, lane_order=order)
+    for _ in range(2):  # the second time from partly used lanes
+        pages = ref.select(owners).tolist()
+        want = [p * ps + o for p in pages for o in range(ps)]
+        assert fast.select_token_indices(owners).tolist() == want
+        assert fast.alloc_pages_with_owners(owners).tolist() == want
+        assert ref.alloc_pages_with_owners(owners).tolist() == want
+
+
+def test_remembered_owner_layouts_follow_the_values_not_the_list() -> None:
+    """Owner patterns are remembered by value: a list changed in place is counted anew, a
+    caller that edits the stats it got back changes nothing, and a full table empties."""
+    fast = FastL1Allocator(physical_pages=64, page_size=1, cp_size=4)
+    ref = ReferenceL1Allocator(physical_pages=64, page_size=1, cp_size=4)
+    owners = [i % 4 for i in range(40)]
+    for _ in range(2):
+        required = fast.compute_owner_lane_stats(owners)[0]
+        assert required == ref.compute_owner_lane_stats(owners)[0] == [10, 10, 10, 10]
+        required[0] = 99  # the caller's copy
+    owners[:8] = [3] * 8  # the same list object, other values
+    assert fast.compute_owner_lane_stats(owners) == ref.compute_owner_lane_stats(owners)
+    assert fast.select(owners).tolist() == ref.select(owners).tolist()
+    counter = fast._owners
+    for n in range(counter.KEEP + 5):  # more patterns than the table keeps
+        pattern = [(i * 7 + n) % 4 for i in range(33 + n % 50)]
+        assert fast.select(pattern).tolist() == ref.select(pattern).tolist()
+    assert 0 < len(counter._layouts) <= counter.KEEP

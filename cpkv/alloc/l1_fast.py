@@ -30,6 +30,18 @@ from cpkv.alloc.l1_base import L1Allocator
 from cpkv.alloc.l1_owners import HostCounts, owner_order
 from cpkv.alloc.l1_state import L1Lanes, integrity_error
 
+_RAMP = np.arange(0, dtype=np.int64)
+
+
+def page_ramp(stop: int) -> np.ndarray:
+    """``0, 1, 2, ...`` (at least ``stop`` of them): one read-only array for every allocator,
+    so that a fresh allocator (the cold protocol) does not build its own."""
+    global _RAMP
+    if _RAMP.size < stop:
+        _RAMP = np.arange(max(stop, 2 * _RAMP.size, 4096), dtype=np.int64)
+        _RAMP.flags.writeable = False
+    return _RAMP
+
 
 class FastL1Allocator(HostCounts, L1Allocator):
     """Impl ``fast`` on CPU: numpy lanes with heads; the interface of the reference."""
@@ -37,10 +49,13 @@ class FastL1Allocator(HostCounts, L1Allocator):
     def _setup(self, device: Any) -> None:
         if device.type != "cpu":
             raise ValueError(f"FastL1Allocator keeps numpy lanes on the CPU, not {device}")
+        import torch
+
         self.device = device
+        self._from_numpy = torch.from_numpy
         self._init_counts()
         self._tile = np.empty(0, dtype=np.int64)
-        self._template = np.empty(0, dtype=np.int64)
+        self._templates: dict[int, np.ndarray] = {}
 
     # -- state ----------------------------------------------------------------------------
     def _as_array(self, values: Any) -> np.ndarray:
@@ -193,8 +208,8 @@ class FastL1Allocator(HostCounts, L1Allocator):
             rh = self._rhead[owner]
             pieces += [free[owner][fhead[owner] :], self._rel[owner][rh : rh + extra]]
             picks.append((owner, 0, nfree[owner], extra))
-        if len(pieces) == 1:
-            return pieces[0].copy(), picks
+        if len(pieces) == 1:  # a view of a lane: lanes are never written in place
+            return pieces[0], picks
         if len(picks) <= 1:
             joined = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
             return joined, picks
@@ -203,9 +218,8 @@ class FastL1Allocator(HostCounts, L1Allocator):
         return selected, picks
 
     def _page_tensor(self, selected: np.ndarray) -> Any:
-        import torch
-
-        return torch.from_numpy(selected)
+        # a single piece is a view of a lane (see _plan): the caller gets its own copy
+        return self._from_numpy(selected if selected.base is None else selected.copy())
 
     def _consume(self, selected: np.ndarray, picks: list) -> None:
         for owner, take, taken, extra in picks:
@@ -227,24 +241,31 @@ class FastL1Allocator(HostCounts, L1Allocator):
         self._alloc[selected] = True
 
     def _tokens(self, pages: np.ndarray, picks: list) -> Any:
-        import torch
+        from_numpy, n = self._from_numpy, pages.size
+        if n > 1:
+            # Pages in arithmetic progression have tokens that are one template plus a
+            # constant (a copy-speed add instead of the repeat-and-add expansion).
+            first = pages.item(0)
+            span = pages.item(n - 1) - first
+            if span == n - 1:  # consecutive logical pages? (round-robin over fresh lanes)
+                if np.array_equal(pages, page_ramp(first + n)[first : first + n]):
+                    return from_numpy(self._template(1, n) + first * self.page_size)
+            # One lane, free pages only: an ascending slice of a sorted lane, so a run (each
+            # page one physical page after the previous) iff its ends are (n - 1) * cp apart.
+            cp = self.cp_size
+            if span == (n - 1) * cp and self._sorted and len(picks) == 1 and not picks[0][3]:
+                return from_numpy(self._template(cp, n) + first * self.page_size)
+        return from_numpy(self._expand(pages))
 
-        if self._sorted and len(picks) == 1 and picks[0][3] == 0 and pages.size > 1:
-            # One lane, free pages only: an ascending slice of a sorted lane.  It is a run
-            # (each page one physical page after the previous) iff its ends are
-            # (n - 1) * cp_size apart, and a run's tokens are one template plus a constant.
-            first = int(pages[0])
-            if int(pages[-1]) - first == (pages.size - 1) * self.cp_size:
-                return torch.from_numpy(self._run_template(pages.size) + first * self.page_size)
-        return torch.from_numpy(self._expand(pages))
-
-    def _run_template(self, count: int) -> np.ndarray:
-        """Tokens of pages ``0, cp, 2 cp, ...`` (``count`` of them), from a cached buffer."""
+    def _template(self, step: int, count: int) -> np.ndarray:
+        """Tokens of pages ``0, step, 2 step, ...`` (``count`` of them), from a cached buffer."""
         size = count * self.page_size
-        if self._template.size < size:
-            steps = np.arange(count, dtype=np.int64) * (self.cp_size * self.page_size)
-            self._template = (steps[:, None] + np.arange(self.page_size)).reshape(-1)
-        return self._template[:size]
+        cached = self._templates.get(step)
+        if cached is None or cached.size < size:
+            steps = np.arange(count, dtype=np.int64) * (step * self.page_size)
+            cached = (steps[:, None] + np.arange(self.page_size)).reshape(-1)
+            self._templates[step] = cached
+        return cached[:size]
 
     def _expand(self, pages: np.ndarray) -> np.ndarray:
         """Token indices ``page * page_size + offset`` of ``pages`` (a new array)."""

@@ -16,19 +16,52 @@ from cpkv.alloc.l1_base import owner_error, room_pages
 from cpkv.alloc.l1_state import integrity_error
 
 
+class OwnerLayout:
+    """A request's owner pattern seen before: its per-lane counts and its owner order.
+
+    CP schedulers assign page owners by rule (round robin, zigzag, ...), so the same pattern
+    comes back request after request: :class:`OwnerCounter` keeps a bounded table of them per
+    ``cp_size``, shared by every allocator of the process (a fresh allocator, as in the cold
+    protocol, finds the patterns already seen). ``counts`` is shared: read it, never change it.
+    """
+
+    __slots__ = ("counts", "key", "_order")
+
+    def __init__(self, counts: list[int], key: np.ndarray) -> None:
+        self.counts, self.key, self._order = counts, key, None
+
+    def __len__(self) -> int:
+        return self.key.size
+
+    def order(self) -> np.ndarray:
+        if self._order is None:
+            self._order = np.argsort(self.key, kind="stable")
+            self._order.flags.writeable = False
+        return self._order
+
+
+_LAYOUTS: dict[int, dict[bytes, OwnerLayout]] = {}  # cp_size -> owner bytes -> layout
+
+
 class OwnerCounter:
     """Validates and counts per-page compute owners (the host-side half of every op)."""
 
     SMALL = 32  # up to this many owners a Python loop counts fastest
     LARGE = 256  # above this many, numpy's bincount beats one bytes.count per lane
+    KEEP = 256  # owner layouts remembered (the table is emptied when it fills up)
+    KEEP_MAX_LEN = 1 << 16  # longer owner lists are not remembered
 
     def __init__(self, cp_size: int) -> None:
         self.cp_size = cp_size
         self._lanes = range(cp_size)
         self._valid = bytes(range(cp_size)) if cp_size <= 256 else b""
+        self._layouts = _LAYOUTS.setdefault(cp_size, {})
 
     def count(self, owners: Sequence[int]) -> tuple[list[int], Any]:
-        """(pages per owner, a key for :func:`owner_order`); ValueError for a bad owner."""
+        """(pages per owner, a key for :func:`owner_order`); ValueError for a bad owner.
+
+        The counts may be shared with a remembered layout: callers must not change them.
+        """
         if not isinstance(owners, (list, tuple)):
             owners = owners.tolist() if hasattr(owners, "tolist") else list(owners)
         if self.cp_size <= 256:
@@ -37,21 +70,34 @@ class OwnerCounter:
             except (TypeError, ValueError):  # negative, >255 or not an int: found below
                 raw = None
             if raw is not None and not raw.translate(None, self._valid):
-                if len(raw) > self.LARGE:
-                    key = np.frombuffer(raw, dtype=np.uint8)
-                    return np.bincount(key, minlength=self.cp_size).tolist(), key
-                if len(raw) > self.SMALL:  # no numpy: cheaper when caches are cold
-                    return list(map(raw.count, self._lanes)), raw
-                counts = [0] * self.cp_size
-                for owner in raw:
-                    counts[owner] += 1
-                return counts, raw
+                return self._layout(raw)
         counts = [0] * self.cp_size
         for owner in owners:
             if owner < 0 or owner >= self.cp_size:
                 raise owner_error(owner, self.cp_size)
             counts[owner] += 1
         return counts, np.asarray(owners, dtype=np.int64)
+
+    def _layout(self, raw: bytearray) -> tuple[list[int], OwnerLayout]:
+        """Counts and layout of valid owner bytes, remembered by their value."""
+        signature = bytes(raw)
+        layout = self._layouts.get(signature)
+        if layout is None:
+            key = np.frombuffer(signature, dtype=np.uint8)  # read-only, like the signature
+            if len(raw) > self.LARGE:
+                counts = np.bincount(key, minlength=self.cp_size).tolist()
+            elif len(raw) > self.SMALL:  # no numpy: cheaper when caches are cold
+                counts = list(map(raw.count, self._lanes))
+            else:
+                counts = [0] * self.cp_size
+                for owner in raw:
+                    counts[owner] += 1
+            layout = OwnerLayout(counts, key)
+            if len(raw) <= self.KEEP_MAX_LEN:
+                if len(self._layouts) >= self.KEEP:
+                    self._layouts.clear()
+                self._layouts[signature] = layout
+        return layout.counts, layout
 
 
 class HostCounts:
@@ -75,7 +121,7 @@ class HostCounts:
         self, owners: Sequence[int]
     ) -> tuple[list[int], list[int], list[int]]:
         """(required, available, deficit) per lane for a request's page compute owners."""
-        required = self._owners.count(owners)[0]
+        required = list(self._owners.count(owners)[0])  # a copy: the caller's to keep
         available = list(map(add, self._nfree, self._nrel))
         return required, available, [d if d > 0 else 0 for d in map(sub, required, available)]
 
@@ -83,7 +129,7 @@ class HostCounts:
         self, owners: Sequence[int], *, target_ratio: float, trigger_ratio: float
     ) -> tuple[list[int], list[int], list[int]]:
         """(required, available, free-room deficit) per lane (see ``free_room_deficits``)."""
-        required = self._owners.count(owners)[0]
+        required = list(self._owners.count(owners)[0])  # a copy: the caller's to keep
         available = list(map(add, self._nfree, self._nrel))
         rooms = self._rooms.get((target_ratio, trigger_ratio))
         if rooms is None:
@@ -104,6 +150,8 @@ class HostCounts:
 
 def owner_order(key: Any) -> np.ndarray:
     """Request positions grouped by owner (ascending), in position order within an owner."""
+    if isinstance(key, OwnerLayout):
+        return key.order()
     if isinstance(key, bytearray):
         key = np.frombuffer(key, dtype=np.uint8)
     return np.argsort(key, kind="stable")
