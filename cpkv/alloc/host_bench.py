@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, timed_fields
 from cpkv.alloc.host_impls import HOST_IMPLS
 from cpkv.alloc.host_layouts import free_slots
 from cpkv.alloc.host_mixed import KINDS, Replay, median_replay, workload
@@ -30,14 +31,12 @@ from cpkv.results import RunOutput, metric
 from cpkv.timing import Stats, sample, summarize, timed
 
 METHOD_CALLS = {"fifo": "alloc", "contiguous": "alloc_contiguous_preferred"}
-TABLE_COLUMNS = (
-    "impl", "method", "op", "pattern", "total_pages", "request_pages",
-    "p50_us", "p95_us", "p99_us", "mean_us", "contiguous_ratio",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
-class HostBenchRow:
+class HostRowIdentity:
+    """What a host bench row measured: the identity fields ``cpkv diff`` matches rows on."""
+
     bench: str
     impl: str
     method: str
@@ -48,15 +47,13 @@ class HostBenchRow:
     total_pages: int
     request_pages: int
     page_size: int
-    repeat: int
-    mean_us: float = metric(unit="us", timing=True)
-    p50_us: float = metric(unit="us", timing=True)
-    p95_us: float = metric(unit="us", timing=True)
-    p99_us: float = metric(unit="us", timing=True)
-    min_us: float = metric(unit="us", timing=True)
-    max_us: float = metric(unit="us", timing=True)
-    stdev_us: float = metric(unit="us", timing=True)
-    contiguous_ratio: float = metric(lower_is_better=False)
+
+
+@dataclass(frozen=True)
+class HostBenchRow(TimedFields, HostRowIdentity):
+    """One op of one case: its identity, its timing (:class:`TimedFields`), its total time
+    (``mixed``: the whole replay) and its speed-up over the reference."""
+
     total_us: float = metric(unit="us", timing=True, default=0.0)
     vs_reference: float | None = metric(unit="x", timing=True, lower_is_better=False, default=None)
 
@@ -119,11 +116,15 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
         rows: list[HostBenchRow] = []
         layouts: dict[tuple[int, int, str], Any] = {}
         for i, case in enumerate(cases):
-            ctx.report(i, len(cases), f"{case.impl}:{case.method} {case.pattern} x{case.request_pages}")
+            ctx.report(
+                i, len(cases), f"{case.impl}:{case.method} {case.pattern} x{case.request_pages}"
+            )
             key = (case.total_pages, case.request_pages, case.pattern)
             if key not in layouts:
                 layouts.clear()
-                layouts[key] = free_slots(case.total_pages, case.request_pages, block.page_size, case.pattern, cfg.seed)
+                layouts[key] = free_slots(
+                    case.total_pages, case.request_pages, block.page_size, case.pattern, cfg.seed
+                )
             rows.extend(run_case(block, case, layouts[key]))
         for i, (total, pattern) in enumerate(mixed):
             ctx.report(i, len(mixed), f"mixed {pattern} ({total} pages)")
@@ -162,7 +163,11 @@ def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]
                 hits["alloc"] += is_page_contiguous(sel, ps)
 
             samples["alloc"] = sample(
-                fresh, lambda a: getattr(a, call)(need), repeat=block.repeat, warmup=block.warmup, observe=seen
+                fresh,
+                lambda a: getattr(a, call)(need),
+                repeat=block.repeat,
+                warmup=block.warmup,
+                observe=seen,
             )
         if "free" in block.ops:
 
@@ -174,7 +179,11 @@ def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]
                 hits["free"] += is_page_contiguous(state[1], ps)
 
             samples["free"] = sample(
-                setup_free, lambda s: s[0].free(s[1]), repeat=block.repeat, warmup=block.warmup, observe=seen_free
+                setup_free,
+                lambda s: s[0].free(s[1]),
+                repeat=block.repeat,
+                warmup=block.warmup,
+                observe=seen_free,
             )
     else:
         samples["alloc"], samples["free"] = run_warm(fresh(), call, need, block)
@@ -222,15 +231,7 @@ def make_row(block: AllocHostBlock, case: Case, op: str, stats: Stats, hits: int
         total_pages=case.total_pages,
         request_pages=case.request_pages,
         page_size=block.page_size,
-        repeat=stats.n,
-        mean_us=stats.mean_us,
-        p50_us=stats.p50_us,
-        p95_us=stats.p95_us,
-        p99_us=stats.p99_us,
-        min_us=stats.min_us,
-        max_us=stats.max_us,
-        stdev_us=stats.stdev_us,
-        contiguous_ratio=hits / stats.n if stats.n else 0.0,
+        **timed_fields(stats, hits),
         total_us=stats.mean_us * stats.n,
     )
 
