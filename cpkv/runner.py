@@ -39,7 +39,11 @@ def run_experiment(
     """
     exp = loaded.experiment
     execute = loaded.spec.prepare_fn()(exp)
-    target = RunDir.create_at(Path(run_dir)) if run_dir is not None else RunDir.create(Path(root), exp.name)
+    target = (
+        RunDir.create_at(Path(run_dir))
+        if run_dir is not None
+        else RunDir.create(Path(root), exp.name)
+    )
     device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
     meta = {
         "kind": loaded.spec.name,
@@ -64,6 +68,9 @@ def run_experiment(
         raise
     except Exception as err:
         (target.path / "results.json").unlink(missing_ok=True)
-        target.fail(STATUS_FAILED, str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}")
+        target.fail(
+            STATUS_FAILED,
+            str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
+        )
         raise
     return RunResult(target.path, record, text)

@@ -13,7 +13,9 @@ from cpkv.alloc.host import HostAllocator
 from cpkv.alloc.host_layouts import page_order, pages_to_slots
 
 
-def brute_force(free: list[int], n: int, ps: int, contiguous: bool) -> tuple[list[int] | None, list[int]]:
+def brute_force(
+    free: list[int], n: int, ps: int, contiguous: bool
+) -> tuple[list[int] | None, list[int]]:
     """Seed 003's selection rule, restated plainly over Python lists.
 
     FIFO takes the first n slots. Contiguous-preferred keeps that prefix when it is a run
@@ -34,7 +36,11 @@ def brute_force(free: list[int], n: int, ps: int, contiguous: bool) -> tuple[lis
         if all(window[t + 1][0] - window[t][0] == ps for t in range(need - 1)):
             picked = {i for _, i in window}
             selected = [s for _, i in window for s in chunks[i]]
-            rest = [s for pos, s in enumerate(free) if pos // ps not in picked or pos >= len(chunks) * ps]
+            rest = [
+                s
+                for pos, s in enumerate(free)
+                if pos // ps not in picked or pos >= len(chunks) * ps
+            ]
             return selected, rest
     return fifo
 
@@ -65,7 +71,10 @@ def _run(free: list[int], ops: list[tuple[str, int]], ps: int) -> None:
     pages=st.integers(1, 24),
     ps=st.sampled_from([1, 2, 4]),
     seed=st.integers(0, 10_000),
-    ops=st.lists(st.tuples(st.sampled_from(["fifo", "contig", "contig", "free"]), st.integers(1, 6)), max_size=12),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["fifo", "contig", "contig", "free"]), st.integers(1, 6)),
+        max_size=12,
+    ),
 )
 def test_random_sequences_match_brute_force(pages: int, ps: int, seed: int, ops: list) -> None:
     rng = random.Random(seed)
@@ -76,7 +85,9 @@ def test_random_sequences_match_brute_force(pages: int, ps: int, seed: int, ops:
 
 
 @settings(max_examples=100, deadline=None)
-@given(slots=st.permutations(list(range(24))), n_pages=st.integers(1, 6), ps=st.sampled_from([2, 3, 4]))
+@given(
+    slots=st.permutations(list(range(24))), n_pages=st.integers(1, 6), ps=st.sampled_from([2, 3, 4])
+)
 def test_arbitrary_slot_orders_match_brute_force(slots: list[int], n_pages: int, ps: int) -> None:
     """Free lists that are not made of whole pages exercise the intact-chunk test."""
     n = n_pages * ps
@@ -103,8 +114,12 @@ def test_layouts_are_permutations_and_seeded() -> None:
         order = page_order(1000, 64, pattern, 7)
         assert sorted(order) == list(range(1000))
     gen = torch.Generator().manual_seed(7)
-    assert page_order(1000, 8, "random_fragmented", 7) == torch.randperm(1000, generator=gen).tolist()
-    assert page_order(1000, 8, "random_fragmented", 8) != page_order(1000, 8, "random_fragmented", 7)
+    assert (
+        page_order(1000, 8, "random_fragmented", 7) == torch.randperm(1000, generator=gen).tolist()
+    )
+    assert page_order(1000, 8, "random_fragmented", 8) != page_order(
+        1000, 8, "random_fragmented", 7
+    )
 
 
 @pytest.mark.parametrize("req", [2, 8, 64])

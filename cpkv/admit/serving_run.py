@@ -120,7 +120,10 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
 
 def _headline(row: Any) -> dict[str, float]:
     """What sweeps and `cpkv ls` show for a serving run."""
-    return {k: getattr(row, k) for k in ("goodput_requests_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")}
+    return {
+        k: getattr(row, k)
+        for k in ("goodput_requests_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
+    }
 
 
 def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from cpkv.registry import Registry
 
 HOST_IMPLS: Registry = Registry("host allocator impl")
 HOST_IMPLS.register(
-    "reference", "cpkv.alloc.host:HostAllocator", help="seed 003's algorithm (torch): rescans the free list"
+    "reference",
+    "cpkv.alloc.host:HostAllocator",
+    help="seed 003's algorithm (torch): rescans the free list",
 )
 HOST_IMPLS.register(
     "fast",

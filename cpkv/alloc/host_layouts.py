@@ -15,7 +15,9 @@ from cpkv.alloc.host_schema import HOST_PATTERNS
 
 def page_order(total_pages: int, request_pages: int, pattern: str, seed: int) -> list[int]:
     if total_pages <= 0 or request_pages <= 0 or request_pages > total_pages:
-        raise ValueError(f"need 0 < request_pages <= total_pages, got {request_pages=} {total_pages=}")
+        raise ValueError(
+            f"need 0 < request_pages <= total_pages, got {request_pages=} {total_pages=}"
+        )
     if pattern == "contiguous_fifo":
         return list(range(total_pages))
     if pattern == "random_fragmented":
@@ -72,5 +74,7 @@ def pages_to_slots(pages: Any, page_size: int) -> Any:
     return (ids[:, None] * page_size + torch.arange(page_size, dtype=torch.int64)).reshape(-1)
 
 
-def free_slots(total_pages: int, request_pages: int, page_size: int, pattern: str, seed: int) -> Any:
+def free_slots(
+    total_pages: int, request_pages: int, page_size: int, pattern: str, seed: int
+) -> Any:
     return pages_to_slots(page_order(total_pages, request_pages, pattern, seed), page_size)

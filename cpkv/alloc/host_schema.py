@@ -75,7 +75,9 @@ class AllocHostBlock:
         non_negative("warmup", self.warmup)
         pools = self.pool_pages()
         if not pools:
-            raise FieldError("host_sizes_gb", "every size is below one page; allowed: sizes of at least one page")
+            raise FieldError(
+                "host_sizes_gb", "every size is below one page; allowed: sizes of at least one page"
+            )
         smallest = min(pools)
         for req in self.request_pages:
             require(
