@@ -116,6 +116,8 @@ def test_default_is_the_seed_example() -> None:
         ("alloc_host.page_size=abc", "alloc_host.page_size: expected an integer"),
         ("alloc_host.page_size=-4", "alloc_host.page_size: must be > 0"),
         ("alloc_host.repeat=0", "alloc_host.repeat: must be > 0"),
+        ("alloc_host.rounds=0", "alloc_host.rounds: must be > 0"),
+        ("alloc_host.rounds=21", "alloc_host.rounds: 21 rounds cannot share 20 samples"),
         ("alloc_host.patterns=[zigzag]", "unknown value 'zigzag'"),
         ("alloc_host.methods=[best]", "allowed: fifo, contiguous"),
         ("alloc_host.impls=[turbo]", "alloc_host.impls"),
@@ -205,3 +207,34 @@ def test_failure_while_writing_results_marks_the_run_failed(cli, monkeypatch) ->
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "failed" and "JSON serializable" in meta["error"]
     assert (run / "INCOMPLETE").exists() and not (run / "results.json").exists()
+
+
+@pytest.mark.parametrize("protocol", ["cold", "warm"])
+def test_rounds_split_the_samples_and_keep_the_answers(cli, monkeypatch, protocol) -> None:
+    """``rounds`` passes over every case several times and merges each row's samples."""
+    import cpkv.alloc.host_bench as bench
+    from cpkv.alloc.bench_rows import round_shares
+
+    assert round_shares(7, 3) == [3, 2, 2] and round_shares(5, 5) == [1] * 5
+    calls: list[int] = []
+    original = bench.run_case
+
+    def counted(*args):
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(bench, "run_case", counted)
+    base = ["alloc", "host", *SMALL[:2], "alloc_host.request_pages=[8]", "alloc_host.repeat=7",
+            "alloc_host.patterns=[fragmented_prefix_later_run]", "alloc_host.ops=[alloc,free]",
+            f"alloc_host.protocol={protocol}"]  # fmt: skip
+    assert cli(*base, "alloc_host.rounds=3").exit_code == 0
+    (run,) = cli.run_dirs()
+    rows = cli.results(run)["rows"]
+    cases = len(rows) // 2  # alloc and free rows
+    assert sorted(calls) == sorted([3, 2, 2] * cases)
+    assert all(row["repeat"] == 7 for row in rows)
+    if protocol == "cold":  # every sample starts from the layout: the same answers as one round
+        assert cli(*base, "alloc_host.rounds=1").exit_code == 0
+        one = cli.results([d for d in cli.run_dirs() if d != run][0])["rows"]
+        keys = ("impl", "method", "op", "contiguous_ratio", "repeat")
+        assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in one]

@@ -155,6 +155,8 @@ def test_default_is_the_seed_example_on_cpu(cli) -> None:
         ("alloc_l1.lane_order=shuffled", "allowed: sorted, as_given"),
         ("alloc_l1.device=tpu", "alloc_l1.device: 'tpu'"),
         ("alloc_l1.repeat=0", "alloc_l1.repeat: must be > 0"),
+        ("alloc_l1.rounds=0", "alloc_l1.rounds: must be > 0"),
+        ("alloc_l1.rounds=30", "alloc_l1.rounds: 30 rounds cannot share 20 samples"),
         ("alloc_l1.free_room_ratio=-0.1", "alloc_l1.free_room_ratio: must be >= 0"),
     ],
 )
@@ -186,3 +188,31 @@ def test_cuda_run(cli) -> None:
     rows = rows_of(cli)
     assert all(r["device"].startswith("cuda") and r["p50_us"] > 0 for r in rows)
     assert all(r["contiguous_ratio"] == 1.0 for r in rows)
+
+
+def test_rounds_split_the_samples_and_keep_the_answers(cli, monkeypatch) -> None:
+    """``rounds`` runs every case several times over and merges each row's samples: the
+    rows, their sample counts and what they selected are those of one round."""
+    from cpkv.alloc import l1_bench
+
+    assert l1_bench.round_shares(7, 3) == [3, 2, 2] and sum(l1_bench.round_shares(20, 6)) == 20
+    calls: list[int] = []
+    original = l1_bench.run_case
+
+    def counted(*args):
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(l1_bench, "run_case", counted)
+    ops = "alloc_l1.ops=[select_only,alloc_pages,free]"
+    base = ["alloc", "l1", *SMALL[:2], "alloc_l1.repeat=7", "alloc_l1.warmup=1", ops]
+    assert cli(*base, "alloc_l1.rounds=3").exit_code == 0
+    (run,) = cli.run_dirs()
+    rows = cli.results(run)["rows"]
+    cases = len(rows) // 3  # three ops a case
+    assert sorted(calls) == sorted([3, 2, 2] * cases)  # each case once a round, 7 samples
+    assert all(row["repeat"] == 7 for row in rows)
+    assert cli(*base, "alloc_l1.rounds=1").exit_code == 0
+    one = cli.results([d for d in cli.run_dirs() if d != run][0])["rows"]
+    keys = ("impl", "method", "op", "pattern", "contiguous_ratio", "repeat")
+    assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in one]

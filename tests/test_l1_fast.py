@@ -234,3 +234,19 @@ def test_remembered_owner_layouts_follow_the_values_not_the_list() -> None:
         pattern = [(i * 7 + n) % 4 for i in range(33 + n % 50)]
         assert fast.select(pattern).tolist() == ref.select(pattern).tolist()
     assert 0 < len(counter._layouts) <= counter.KEEP
+
+
+@pytest.mark.parametrize("cls", [ReferenceL1Allocator, FastL1Allocator])
+@pytest.mark.parametrize("physical", [4, 4096])  # short and long lists against the pool
+def test_repeated_pages_are_refused_and_change_nothing(cls, physical) -> None:
+    with pytest.raises(ValueError, match="repeat"):
+        cls(physical_pages=physical, page_size=2, cp_size=2, free_pages=[1, 2, 3, 2])
+    alloc = cls(physical_pages=physical, page_size=2, cp_size=2)
+    tokens = alloc.alloc_pages_with_owners([0, 1, 0, 1])
+    before = alloc.lanes()
+    twice = torch.cat([tokens[:2], tokens[:2]])  # the first page given back twice
+    with pytest.raises(ValueError, match="more than once"):
+        alloc.free(twice)
+    assert alloc.lanes() == before
+    alloc.free(tokens)
+    alloc.check_integrity()

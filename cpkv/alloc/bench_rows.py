@@ -56,3 +56,21 @@ def timed_fields(stats: Stats, contiguous: int) -> dict[str, Any]:
         "stdev_us": stats.stdev_us,
         "contiguous_ratio": contiguous / stats.n if stats.n else 0.0,
     }
+
+
+def round_shares(repeat: int, rounds: int) -> list[int]:
+    """How many samples each of ``rounds`` passes over the cases keeps: ``repeat`` split as
+    evenly as it goes (the ``rounds`` key of the allocator benchmarks)."""
+    return [repeat // rounds + (r < repeat % rounds) for r in range(rounds)]
+
+
+def check_rounds(rounds: int, repeat: int) -> None:
+    """Validate a benchmark block's ``rounds`` against its ``repeat``."""
+    from cpkv.schema import positive, require
+
+    positive("rounds", rounds)
+    require(
+        rounds <= repeat,
+        "rounds",
+        f"{rounds} rounds cannot share {repeat} samples; allowed: 1..{repeat}",
+    )

@@ -9,6 +9,11 @@ Protocols (``alloc_host.protocol``):
   times the free of what it returned, so the free list evolves as in a server. Nothing
   runs between the timed calls: ``contiguous_ratio`` comes from an untimed replay.
 
+``alloc_host.rounds`` (default 1) runs the list of cases that many times over, each round
+keeping its share of the ``repeat`` samples (warm: on a fresh allocator from the layout), and
+merges every row's samples, so that a burst of noise on a shared machine lands in a few
+samples of many rows rather than in all samples of one.
+
 ``ops: [mixed]`` replays one seeded alloc/free workload on every impl instead
 (:mod:`cpkv.alloc.host_mixed`). When ``reference`` runs next to other impls, each row gets
 ``vs_reference``: the reference's p50 over this row's p50 for the same case (for mixed rows,
@@ -21,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, timed_fields
+from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, round_shares, timed_fields
 from cpkv.alloc.host_impls import HOST_IMPLS
 from cpkv.alloc.host_layouts import free_slots
 from cpkv.alloc.host_mixed import KINDS, Replay, median_replay, workload
@@ -113,24 +118,37 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
     mixed = mixed_plan(block, notes) if "mixed" in block.ops else []
 
     def execute(ctx: RunContext) -> RunOutput:
-        rows: list[HostBenchRow] = []
-        layouts: dict[tuple[int, int, str], Any] = {}
-        for i, case in enumerate(cases):
-            ctx.report(
-                i, len(cases), f"{case.impl}:{case.method} {case.pattern} x{case.request_pages}"
-            )
-            key = (case.total_pages, case.request_pages, case.pattern)
-            if key not in layouts:
-                layouts.clear()
-                layouts[key] = free_slots(
-                    case.total_pages, case.request_pages, block.page_size, case.pattern, cfg.seed
-                )
-            rows.extend(run_case(block, case, layouts[key]))
+        # (case index, op) -> (samples, contiguous hits), merged over the rounds
+        collected: dict[tuple[int, str], tuple[list[float], list[int]]] = {}
+        steps = block.rounds * len(cases)
+        for r, repeat in enumerate(round_shares(block.repeat, block.rounds)):
+            layouts: dict[tuple[int, int, str], Any] = {}
+            for i, case in enumerate(cases):
+                what = f"{case.impl}:{case.method} {case.pattern} x{case.request_pages}"
+                ctx.report(r * len(cases) + i, steps, what)
+                key = (case.total_pages, case.request_pages, case.pattern)
+                if key not in layouts:
+                    layouts.clear()
+                    layouts[key] = free_slots(
+                        case.total_pages,
+                        case.request_pages,
+                        block.page_size,
+                        case.pattern,
+                        cfg.seed,
+                    )
+                for op, samples, hits in run_case(block, case, layouts[key], repeat):
+                    kept, seen = collected.setdefault((i, op), ([], [0]))
+                    kept.extend(samples)
+                    seen[0] += hits
+        rows = [
+            make_row(block, cases[i], op, summarize(samples), hits[0])
+            for (i, op), (samples, hits) in collected.items()
+        ]
         for i, (total, pattern) in enumerate(mixed):
             ctx.report(i, len(mixed), f"mixed {pattern} ({total} pages)")
             base = free_slots(total, max(block.request_pages), block.page_size, pattern, cfg.seed)
             rows.extend(run_mixed(block, cfg.seed, total, pattern, base))
-        ctx.report(len(cases), len(cases), "done")
+        ctx.report(steps, steps, "done")
         rows = with_ratios(rows)
         summary = {
             "cases": len(cases) + len(mixed),
@@ -145,7 +163,10 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
     return execute
 
 
-def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]:
+def run_case(
+    block: AllocHostBlock, case: Case, base: Any, repeat: int
+) -> list[tuple[str, list[float], int]]:
+    """``(op, samples in us, page-contiguous selections)`` of every op: ``repeat`` samples."""
     factory = HOST_IMPLS.get(case.impl)
     ps = block.page_size
     need = case.request_pages * ps
@@ -165,7 +186,7 @@ def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]
             samples["alloc"] = sample(
                 fresh,
                 lambda a: getattr(a, call)(need),
-                repeat=block.repeat,
+                repeat=repeat,
                 warmup=block.warmup,
                 observe=seen,
             )
@@ -181,39 +202,35 @@ def run_case(block: AllocHostBlock, case: Case, base: Any) -> list[HostBenchRow]
             samples["free"] = sample(
                 setup_free,
                 lambda s: s[0].free(s[1]),
-                repeat=block.repeat,
+                repeat=repeat,
                 warmup=block.warmup,
                 observe=seen_free,
             )
     else:
-        samples["alloc"], samples["free"] = run_warm(fresh(), call, need, block)
-        hits["alloc"] = hits["free"] = warm_hits(fresh(), call, need, block, ps)
-    return [
-        make_row(block, case, op, summarize(samples[op]), hits[op])
-        for op in ("alloc", "free")
-        if op in block.ops
-    ]
+        samples["alloc"], samples["free"] = run_warm(fresh(), call, need, block.warmup, repeat)
+        hits["alloc"] = hits["free"] = warm_hits(fresh(), call, need, block.warmup, repeat, ps)
+    return [(op, samples[op], hits[op]) for op in ("alloc", "free") if op in block.ops]
 
 
-def run_warm(alloc: Any, call: str, need: int, block: AllocHostBlock) -> tuple[list, list]:
+def run_warm(alloc: Any, call: str, need: int, warmup: int, repeat: int) -> tuple[list, list]:
     """The warm protocol: alloc then free on one allocator, each timed; nothing in between."""
     method, give_back = getattr(alloc, call), alloc.free
     allocs, frees = [], []
-    for _ in range(block.warmup + block.repeat):
+    for _ in range(warmup + repeat):
         sel, us_alloc = timed(lambda: method(need))
         _, us_free = timed(lambda s=sel: give_back(s))
         allocs.append(us_alloc)
         frees.append(us_free)
-    return allocs[block.warmup :], frees[block.warmup :]
+    return allocs[warmup:], frees[warmup:]
 
 
-def warm_hits(alloc: Any, call: str, need: int, block: AllocHostBlock, ps: int) -> int:
+def warm_hits(alloc: Any, call: str, need: int, warmup: int, repeat: int, ps: int) -> int:
     """Page-contiguous selections of the kept warm samples, counted on an untimed replay (same
     calls, same slots), so that no torch work runs between the timed calls."""
     method, hits = getattr(alloc, call), 0
-    for i in range(block.warmup + block.repeat):
+    for i in range(warmup + repeat):
         sel = method(need)
-        if i >= block.warmup:
+        if i >= warmup:
             hits += is_page_contiguous(sel, ps)
         alloc.free(sel)
     return hits

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cpkv.alloc.bench_rows import check_rounds
 from cpkv.schema import (
     FieldError,
     choices,
@@ -43,6 +44,7 @@ class AllocHostBlock:
     protocol: Literal["cold", "warm"] = "cold"
     repeat: int = 20
     warmup: int = 5
+    rounds: int = 1
 
     def pool_pages(self) -> list[int]:
         """Pool sizes in pages, as the seed derives them (explicit pages + sizes in GB)."""
@@ -73,6 +75,7 @@ class AllocHostBlock:
         choices("ops", self.ops, HOST_OPS)
         positive("repeat", self.repeat)
         non_negative("warmup", self.warmup)
+        check_rounds(self.rounds, self.repeat)
         pools = self.pool_pages()
         if not pools:
             raise FieldError(

@@ -11,6 +11,11 @@ Each op gets a row.  Protocols (``alloc_l1.protocol``):
   (untimed); ``stats``, ``free_room_stats`` and ``select_only`` change nothing, so their
   samples follow each other without it.
 
+``alloc_l1.rounds`` (default 1) runs the whole list of cases that many times over, each round
+keeping its share of the ``repeat`` samples, and merges every row's samples: a burst of noise
+on a shared machine then lands in a few samples of many rows instead of all samples of one
+(the reference and the fast impl of a case are measured apart in time).
+
 For ``op: free`` the request is allocated untimed first, then its free is timed.  On CUDA
 the device is synchronised right before the clock starts and right before it stops.
 When reference and fast impls run together, every row gets ``vs_reference``: the p50 of the
@@ -26,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, timed_fields
+from cpkv.alloc.bench_rows import TABLE_COLUMNS, TimedFields, round_shares, timed_fields
 from cpkv.alloc.l1 import is_selection_contiguous, make_l1_allocator, resolve_device
 from cpkv.alloc.l1_impls import L1_IMPLS
 from cpkv.alloc.l1_layouts import make_free_pages, make_page_owners
@@ -88,24 +93,40 @@ def prepare(cfg: AllocL1Config) -> Callable[[RunContext], RunOutput]:
     cases = plan(block)
 
     def execute(ctx: RunContext) -> RunOutput:
-        rows: list[L1BenchRow] = []
-        layouts: dict[tuple[int, int, str, str], Any] = {}
-        for i, case in enumerate(cases):
-            ctx.report(i, len(cases), f"{case.impl} {case.free_pattern}:{case.owner_pattern}")
-            key = (case.physical_pages, case.request_pages, case.free_pattern, case.owner_pattern)
-            if key not in layouts:
-                layouts.clear()
-                owners = make_page_owners(case.owner_pattern, case.request_pages, block.cp_size)
-                pages = make_free_pages(
+        # (case index, op) -> (samples, contiguous hits), merged over the rounds
+        collected: dict[tuple[int, str], tuple[list[float], list[int]]] = {}
+        steps = block.rounds * len(cases)
+        for r, repeat in enumerate(round_shares(block.repeat, block.rounds)):
+            layouts: dict[tuple[int, int, str, str], Any] = {}
+            for i, case in enumerate(cases):
+                step = r * len(cases) + i
+                ctx.report(step, steps, f"{case.impl} {case.free_pattern}:{case.owner_pattern}")
+                key = (
+                    case.physical_pages,
+                    case.request_pages,
                     case.free_pattern,
-                    physical_pages=case.physical_pages,
-                    cp_size=block.cp_size,
-                    request_owners=owners,
-                    seed=cfg.seed,
+                    case.owner_pattern,
                 )
-                layouts[key] = (owners, pages)
-            rows.extend(run_case(block, case, *layouts[key], device))
-        ctx.report(len(cases), len(cases), "done")
+                if key not in layouts:
+                    layouts.clear()
+                    owners = make_page_owners(case.owner_pattern, case.request_pages, block.cp_size)
+                    pages = make_free_pages(
+                        case.free_pattern,
+                        physical_pages=case.physical_pages,
+                        cp_size=block.cp_size,
+                        request_owners=owners,
+                        seed=cfg.seed,
+                    )
+                    layouts[key] = (owners, pages)
+                for op, samples, hits in run_case(block, case, *layouts[key], device, repeat):
+                    kept, seen = collected.setdefault((i, op), ([], [0]))
+                    kept.extend(samples)
+                    seen[0] += hits
+        ctx.report(steps, steps, "done")
+        rows = [
+            make_row(block, cases[i], op, str(device), summarize(samples), hits[0])
+            for (i, op), (samples, hits) in collected.items()
+        ]
         rows = with_speedups(rows)
         speedups = speedup_summary(rows)
         summary = {
@@ -131,8 +152,14 @@ def prepare(cfg: AllocL1Config) -> Callable[[RunContext], RunOutput]:
 
 
 def run_case(
-    block: AllocL1Block, case: Case, owners: list[int], free_pages: Any, device: Any
-) -> list[L1BenchRow]:
+    block: AllocL1Block,
+    case: Case,
+    owners: list[int],
+    free_pages: Any,
+    device: Any,
+    repeat: int,
+) -> list[tuple[str, list[float], int]]:
+    """``(op, samples in us, contiguous selections)`` of every op: ``repeat`` kept samples."""
     import torch
 
     spec = L1_IMPLS.get(case.impl)
@@ -169,7 +196,7 @@ def run_case(
         "select_only": lambda a: a.select_token_indices(owners),
         "alloc_pages": lambda a: a.alloc_pages_with_owners(owners),
     }
-    rows = []
+    measured = []
     for op in block.ops:
         hits = [0]
 
@@ -181,7 +208,7 @@ def run_case(
             samples = sample(
                 lambda: _allocated(fresh(), owners, device),
                 lambda s: s[0].free(s[1]),
-                repeat=block.repeat,
+                repeat=repeat,
                 warmup=block.warmup,
                 sync=cuda_sync(device),
                 observe=lambda s, _: seen(s[1] if s[1].numel() else None),
@@ -195,13 +222,13 @@ def run_case(
             samples = sample(
                 kept if read_only else fresh,
                 call,
-                repeat=block.repeat,
+                repeat=repeat,
                 warmup=block.warmup,
                 sync=cuda_sync(device),
                 observe=observe,
             )
-        rows.append(make_row(block, case, op, str(device), summarize(samples), hits[0]))
-    return rows
+        measured.append((op, samples, hits[0]))
+    return measured
 
 
 def _allocated(alloc: Any, owners: list[int], device: Any) -> tuple[Any, Any]:

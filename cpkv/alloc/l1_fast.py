@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from cpkv.alloc.l1_base import L1Allocator
-from cpkv.alloc.l1_owners import HostCounts, owner_order
+from cpkv.alloc.l1_owners import HostCounts, OwnerLayout, owner_order
 from cpkv.alloc.l1_state import L1Lanes, integrity_error
 
 _RAMP = np.arange(0, dtype=np.int64)
@@ -41,6 +41,19 @@ def page_ramp(stop: int) -> np.ndarray:
         _RAMP = np.arange(max(stop, 2 * _RAMP.size, 4096), dtype=np.int64)
         _RAMP.flags.writeable = False
     return _RAMP
+
+
+def has_repeats(pages: np.ndarray, largest: int) -> bool:
+    """Whether ``pages`` (values in ``0 .. largest``) holds a value twice; a mark per page for
+    long lists, a sort for short ones (numpy's hash-based ``unique`` is slower than both)."""
+    if pages.size <= 1:
+        return False
+    if pages.size * 16 < largest:
+        ordered = np.sort(pages)
+        return bool(np.count_nonzero(ordered[1:] == ordered[:-1]))
+    seen = np.zeros(largest + 1, dtype=bool)
+    seen[pages] = True
+    return int(np.count_nonzero(seen)) != pages.size
 
 
 class FastL1Allocator(HostCounts, L1Allocator):
@@ -83,7 +96,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
             flat = self._as_array(free_pages).astype(np.int64)
             if flat.size and (flat.min() < 1 or flat.max() > self.logical_pages):
                 raise ValueError(f"free pages must be in [1, {self.logical_pages}]")
-            if np.unique(flat).size != flat.size:
+            if has_repeats(flat, self.logical_pages):
                 raise ValueError("free pages must not repeat a page")
         self._set_lanes(self._split(flat), [flat[:0]] * self.cp_size, None, flat)
 
@@ -185,6 +198,10 @@ class FastL1Allocator(HostCounts, L1Allocator):
         total = len(key)
         nfree, free, fhead = self._nfree, self._free, self._fhead
         fifo = self.selector == "fifo"
+        only = key.only if type(key) is OwnerLayout else -1
+        if only >= 0 and total <= nfree[only] and (fifo or total == 1):
+            head = fhead[only]  # one owner, its free pages suffice: the lane's prefix
+            return free[only][head : head + total], [(only, 0, total, 0)]
         picks, pieces = [], []
         for owner, need in enumerate(counts):
             if not need:
@@ -247,14 +264,14 @@ class FastL1Allocator(HostCounts, L1Allocator):
             # constant (a copy-speed add instead of the repeat-and-add expansion).
             first = pages.item(0)
             span = pages.item(n - 1) - first
-            if span == n - 1:  # consecutive logical pages? (round-robin over fresh lanes)
-                if np.array_equal(pages, page_ramp(first + n)[first : first + n]):
-                    return from_numpy(self._template(1, n) + first * self.page_size)
             # One lane, free pages only: an ascending slice of a sorted lane, so a run (each
             # page one physical page after the previous) iff its ends are (n - 1) * cp apart.
             cp = self.cp_size
             if span == (n - 1) * cp and self._sorted and len(picks) == 1 and not picks[0][3]:
                 return from_numpy(self._template(cp, n) + first * self.page_size)
+            if span == n - 1:  # consecutive logical pages? (round-robin over fresh lanes)
+                if np.array_equal(pages, page_ramp(first + n)[first : first + n]):
+                    return from_numpy(self._template(1, n) + first * self.page_size)
         return from_numpy(self._expand(pages))
 
     def _template(self, step: int, count: int) -> np.ndarray:
@@ -292,7 +309,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
             raise ValueError("free: token indices must be whole pages, page * page_size + 0..")
         if pages.min() < 1 or pages.max() > self.logical_pages:
             raise ValueError(f"free: pages must be in [1, {self.logical_pages}]")
-        if np.unique(pages).size != pages.size:
+        if has_repeats(pages, self.logical_pages):
             raise ValueError("free: a page is given more than once")
         if not self._alloc[pages].all():
             raise ValueError("free: a page is not allocated")

@@ -25,10 +25,12 @@ class OwnerLayout:
     protocol, finds the patterns already seen). ``counts`` is shared: read it, never change it.
     """
 
-    __slots__ = ("counts", "key", "_order")
+    __slots__ = ("counts", "key", "only", "_order")
 
     def __init__(self, counts: list[int], key: np.ndarray) -> None:
         self.counts, self.key, self._order = counts, key, None
+        n = key.size
+        self.only = counts.index(n) if n and n in counts else -1  # the one owner, if one
 
     def __len__(self) -> int:
         return self.key.size

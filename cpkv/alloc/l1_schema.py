@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cpkv.alloc.bench_rows import check_rounds
 from cpkv.alloc.l1_layouts import FREE_PATTERNS, OWNER_PATTERNS
 from cpkv.schema import choices, each_positive, non_empty, non_negative, positive, require
 
@@ -29,6 +30,7 @@ class AllocL1Block:
     protocol: Literal["cold", "warm"] = "cold"
     repeat: int = 20
     warmup: int = 5
+    rounds: int = 1
 
     def validate(self) -> None:
         from cpkv.alloc.l1_impls import L1_IMPLS
@@ -51,6 +53,7 @@ class AllocL1Block:
         non_negative("free_room_trigger_ratio", self.free_room_trigger_ratio)
         positive("repeat", self.repeat)
         non_negative("warmup", self.warmup)
+        check_rounds(self.rounds, self.repeat)
         pool = min(self.physical_pages) * self.cp_size
         for req in self.request_pages:
             require(
