@@ -169,7 +169,7 @@ def _locate(
         okey, _, value = item.partition("=")
         if okey.strip() == base or base.startswith(okey.strip() + "."):
             hint = ""
-            if "," in value and not value.strip().startswith("["):
+            if "," in value and not value.strip().startswith(("[", "{")):
                 hint = " (a list is written [a,b]; to sweep values use `cpkv sweep ... KEY=a,b`)"
             return f"override {item!r}: {err}{hint}"
     if path is not None and lookup(file_data, base, _ABSENT) is not _ABSENT:

@@ -31,7 +31,7 @@ SCENARIOS = 320
 LARGE_SCENARIOS = 40
 SKIP = (
     "SGLANG NOT IMPORTABLE: the differential suite (model vs the real sglang PrefillAdder, "
-    f"{SCENARIOS + LARGE_SCENARIOS} scenarios) DID NOT RUN. Run it with a python that has "
+    f"{SCENARIOS + LARGE_SCENARIOS} random scenarios and the hand-made ones) DID NOT RUN. Run it with a python that has "
     "sglang, e.g. the oracle venv of ../shared/oracle/setup_oracle_venv.sh: "
     "<venv>/bin/python -m pytest -m sglang tests/test_admit_differential.py"
 )

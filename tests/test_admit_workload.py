@@ -82,7 +82,15 @@ def test_jsonl_seed_example(tmp_path):
         ('{"extend_tokens":3}', r"field 'rid' must be a non-empty string"),
         (
             '{"rid":"a","extend_tokens":3,"arrival_ms":-2}',
-            r"field 'arrival_ms' must be a number >= 0",
+            r"field 'arrival_ms' must be a finite number >= 0",
+        ),
+        (  # Python's json reads NaN and Infinity; a serving run would never reach them
+            '{"rid":"a","extend_tokens":3,"arrival_ms":NaN}',
+            r"field 'arrival_ms' must be a finite number >= 0, got nan",
+        ),
+        (
+            '{"rid":"a","extend_tokens":3,"arrival_ms":Infinity}',
+            r"field 'arrival_ms' must be a finite number >= 0, got inf",
         ),
         ('{"rid":"a","extend_tokens":3,"priority":"hi"}', r"field 'priority' must be an integer"),
         ('{"rid":"a",', r"not valid JSON"),

@@ -165,3 +165,34 @@ def test_headline_summarises_the_ticks(cli) -> None:
     assert head["ticks"] == len(rows)
     assert head["requests_admitted"] == sum(r["admitted"] for r in rows)
     assert head["first_batch_requests"] == len(rows[0]["accepted"].split(", "))
+
+
+def test_a_request_that_never_fits_ends_the_run_with_a_note(cli, tmp_path) -> None:
+    """50,000 tokens cannot fit 20,000 even with each tick's prompts released: the run stops
+    after the tick that admitted nothing and says which request and budget, and why."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"rid":"small","extend_tokens":100}\n{"rid":"huge","extend_tokens":50000}\n')
+    res = cli("admit", "admit.workload.source=jsonl", f"admit.workload.path={path}",
+              "admit.available_tokens=20000", "admit.release_each_tick=true",
+              "admit.chunked_prefill_size=null")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    s = cli.results(cli.run_dirs()[0])["summary"]
+    assert s["requests_admitted"] == 1 and s["requests_waiting"] == 1
+    assert "1 request still waits (request huge stopped on rem_total_tokens)" in res.output
+    assert "can never be admitted" in res.output
+
+
+def test_an_empty_selection_is_an_error_not_an_empty_run(cli, tmp_path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    res = cli("admit", "admit.workload.source=jsonl", f"admit.workload.path={empty}")
+    assert res.exit_code == 2 and res.stderr.strip().count("\n") == 0
+    assert f"{empty} holds no request" in res.stderr
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+    )
+    res = cli("admit", "admit.workload.source=trace", f"admit.workload.path={trace}",
+              "admit.workload.start=1")  # fmt: skip
+    assert res.exit_code == 2 and "start/limit select no request" in res.stderr
+    assert cli.run_dirs() == []

@@ -183,14 +183,23 @@ def test_trace_workload_source(trace_file) -> None:
 
 @pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake trace is not in ../shared/data")
 def test_admit_runs_on_the_whole_trace(cli, monkeypatch) -> None:
-    """cpkv admit end to end on the trace config: every request is either admitted or still
-    waiting, and the first tick's request is the trace's first (an empty cache: no hit)."""
+    """cpkv admit end to end on the trace config: every request of the trace is admitted
+    exactly once, in trace order, and the first is the trace's first (an empty cache: no hit);
+    with the seed's hold model the run stops early and says why."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     res = cli("admit", "configs/admit/trace_mooncake.yaml")
     assert res.exit_code == 0, res.output
     doc = cli.results(cli.run_dirs()[0])
     s = doc["summary"]
     assert s["workload"] == "trace" and s["requests"] == 3993
-    assert s["requests_admitted"] + s["requests_waiting"] == 3993
-    assert doc["rows"][0]["accepted"].split(", ")[0] == "r0"
+    assert s["requests_admitted"] == 3993 and s["requests_waiting"] == 0
+    admitted = [rid for row in doc["rows"] for rid in row["accepted"].split(", ") if rid]
+    assert admitted == [f"r{i}" for i in range(3993)]  # FCFS: trace order, each once
     assert doc["rows"][0]["log_hit_tokens"] == 0
+    assert "stopped after tick" not in res.output
+    held = cli("admit", "configs/admit/trace_mooncake.yaml", "admit.release_each_tick=false")
+    assert held.exit_code == 0, held.output
+    s = cli.results(sorted(cli.run_dirs())[-1])["summary"]
+    assert s["requests_waiting"] > 0 and s["requests_admitted"] + s["requests_waiting"] == 3993
+    assert f"{s['requests_waiting']} requests still wait" in held.output
+    assert "admit.release_each_tick=true" in held.output

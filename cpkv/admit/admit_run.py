@@ -137,10 +137,27 @@ def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
             summary=summary,
             extras={"ticks.jsonl": ticks_jsonl(result)},
             table_columns=TABLE_COLUMNS,
-            notes=[*_notes(cfg), timing_note(result.summary.decisions, timing)],
+            notes=[*_notes(cfg), *_stall_note(cfg, result), timing_note(s.decisions, timing)],
         )
 
     return execute
+
+
+def _stall_note(cfg: AdmitConfig, result: AdmitResult) -> list[str]:
+    """Why the run ended with requests still waiting (its last tick admitted nothing)."""
+    waiting = result.summary.requests_waiting
+    if not waiting or not result.ticks:
+        return []
+    last = result.ticks[-1]
+    why = f"request {last.stopped_on_rid} stopped on {last.stopped_budget or last.stopped_result}"
+    fix = (
+        "even with release_each_tick it does not fit the budgets, so it can never be admitted"
+        if cfg.admit.release_each_tick
+        else "nothing is released between ticks, so no later tick could admit more; "
+        "admit.release_each_tick=true frees each tick's finished prompts"
+    )
+    still = f"{waiting} requests still wait" if waiting > 1 else "1 request still waits"
+    return [f"stopped after tick {last.tick}, which admitted nothing: {still} ({why}); {fix}"]
 
 
 def _notes(cfg: AdmitConfig) -> list[str]:

@@ -89,7 +89,14 @@ def load_workload(spec: WorkloadSpec, seed: int = 0) -> tuple[Request, ...]:
     synthetic source when ``synthetic.seed`` is null."""
     if spec.synthetic.seed is None:
         spec = replace(spec, synthetic=replace(spec.synthetic, seed=seed))
-    return SOURCES.get(spec.source)(spec)
+    requests = SOURCES.get(spec.source)(spec)
+    if not requests:
+        what = {
+            "jsonl": f"{spec.path} holds no request",
+            "trace": f"admit.workload.start/limit select no request of {spec.path}",
+        }.get(spec.source, f"the {spec.source} source gives no request")
+        raise InputError(f"admit.workload: {what}; a run needs at least one request")
+    return requests
 
 
 @SOURCES.register("grid", help="cartesian product of l1 x l2 x extend token lists")
@@ -112,6 +119,7 @@ _INT_FIELDS = {
     "extend_tokens": (1, "an integer >= 1 (SGLang always computes at least one token)"),
     "max_new_tokens": (0, "an integer >= 0"),
 }
+_INF = float("inf")
 _ALLOWED = (
     "rid",
     "l1_cached_tokens",
@@ -157,7 +165,7 @@ def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
                     type(rid) is str and rid and type(ext) is int and ext >= 1
                     and type(l1) is int and l1 >= 0 and type(l2) is int and l2 >= 0
                     and (mx is None or (type(mx) is int and mx >= 0)) and type(prio) is int
-                    and (type(arr) is float or type(arr) is int) and arr >= 0
+                    and (type(arr) is float or type(arr) is int) and 0 <= arr < _INF
                 ):  # fmt: skip
                     req = new(rid, l1, l2, ext, mx, prio, float(arr))
         except ValueError:
@@ -213,8 +221,10 @@ def parse_request_line(line: str, where: str) -> Request:
     if type(priority) is not int:
         raise InputError(f"{where}: field 'priority' must be an integer, got {priority!r}")
     arrival = obj.get("arrival_ms", 0.0)
-    if type(arrival) not in (int, float) or arrival < 0:
-        raise InputError(f"{where}: field 'arrival_ms' must be a number >= 0, got {arrival!r}")
+    if type(arrival) not in (int, float) or not 0 <= arrival < _INF:  # NaN fails both
+        raise InputError(
+            f"{where}: field 'arrival_ms' must be a finite number >= 0, got {arrival!r}"
+        )
     return Request(
         rid,
         ints.get("l1_cached_tokens", 0),
