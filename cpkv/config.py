@@ -124,6 +124,12 @@ def load_config(
         )
     sweep = {k: file_data.pop(k) for k in SWEEP_KEYS if k in file_data}
     override_data = parse_overrides(overrides)
+    if "kind" in override_data and override_data["kind"] != kind:
+        runner = command or spec.command
+        raise ConfigError(
+            f"override 'kind={override_data['kind']}': `{runner}` runs kind {kind!r}; "
+            f"allowed: {kind} (a config of another kind runs with its own command)"
+        )
     for k in SWEEP_KEYS:
         if k in override_data:
             raise ConfigError(
@@ -139,9 +145,20 @@ def load_config(
     merged["kind"] = kind
     try:
         experiment = build(spec.config_cls(), merged)
+        check_seed(getattr(experiment, "seed", 0))
     except FieldError as err:
         raise ConfigError(_locate(err, path, file_data, overrides)) from None
     return LoadedConfig(spec, experiment, source, tuple(overrides), sweep)
+
+
+SEED_RANGE = (-(2**63), 2**63 - 1)  # what torch and numpy generators take
+
+
+def check_seed(seed: int) -> None:
+    """FieldError unless ``seed`` fits the random generators (a signed 64-bit integer)."""
+    low, high = SEED_RANGE
+    if not low <= seed <= high:
+        raise FieldError("seed", f"{seed} does not fit 64 bits; allowed: {low}..{high}")
 
 
 def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | None) -> dict:

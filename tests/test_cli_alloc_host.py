@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -125,6 +126,10 @@ def test_default_is_the_seed_example() -> None:
         ("alloc_host.request_pages=1,8", "a list is written [a,b]"),
         ("alloc_host.host_sizes_gb=[-1]", "must be > 0"),
         ("nonsense", "nonsense: config file not found"),
+        ("kind=alloc_l1", "override 'kind=alloc_l1': `cpkv alloc host` runs kind 'alloc_host'"),
+        ("kind=bogus", "allowed: alloc_host"),
+        ("seed=99999999999999999999999", "seed: 99999999999999999999999 does not fit 64 bits"),
+        ("seed=1.5", "seed: expected an integer"),
         ("=3", "expected KEY=VALUE"),
     ],
 )
@@ -147,6 +152,25 @@ def test_request_larger_than_pool(cli) -> None:
     )
     assert res.exit_code == 2
     assert "request_pages: 8 pages is larger than the pool (4 pages)" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
+    assert cli.run_dirs() == []
+
+
+def test_host_pages_fall_back_to_the_seeds_sizes() -> None:
+    """With neither sizes nor pages, the seed's --host-pages default: 8192, 16384, 32768."""
+    from cpkv.alloc.host_schema import AllocHostBlock
+
+    block = AllocHostBlock(host_sizes_gb=(), host_pages=())
+    assert block.pool_pages() == [8192, 16384, 32768]
+    assert AllocHostBlock(host_sizes_gb=(), host_pages=(100,)).pool_pages() == [100]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed")
+def test_sglang_impl_without_sglang_is_one_line(cli) -> None:
+    res = cli("alloc", "host", *SMALL, "alloc_host.impls=[sglang]")
+    assert res.exit_code == 2 and "sglang" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
+    assert cli.run_dirs() == []
 
 
 def test_bad_files(cli, tmp_path) -> None:
