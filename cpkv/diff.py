@@ -155,6 +155,13 @@ class _Acc:
         identity = [
             c for c in ra.columns.identity if c in rb.columns.identity and c not in self.ignore
         ]
+        if not identity and (ra.columns.identity or rb.columns.identity) and not self.ignore:
+            raise ConfigError(
+                f"{point or 'runs'}: the rows of A ({', '.join(ra.columns.identity) or 'no identity'}) "
+                f"and B ({', '.join(rb.columns.identity) or 'no identity'}) share no identity "
+                "column, so no row of one matches a row of the other: nothing to compare "
+                "(runs of different modes or policies?)"
+            )
         if set(identity) | set(self.ignore) != set(ra.columns.identity) | set(rb.columns.identity):
             self.notes.append(
                 f"{point or 'runs'}: identity columns differ; rows matched on {', '.join(identity)}"

@@ -7,6 +7,7 @@ addition, the two rows' spreads do not overlap (see :func:`spread`). See :mod:`c
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,14 +84,33 @@ def compare_metric(
 
 
 def spread(row: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
-    """The row's spread for ``metric``: [p05, p95], else value +- stdev, else [min, max]."""
+    """The uncertainty interval of the row's ``metric``; None when the row cannot tell.
+
+    With the sample count (``repeat``) in the row, the interval is that of the statistic,
+    not of single samples, so that one outlier cannot hide a real shift:
+
+    * a median (``p50``) with ``p25``/``p75``: the notched-box-plot interval of the median,
+      ``p50 +- 1.58 IQR / sqrt(n)`` (McGill, Tukey and Larsen), robust to outliers;
+    * a mean with ``stdev``: ``mean +- 2 stdev / sqrt(n)`` (about 95 % for the mean).
+
+    Otherwise (other statistics, or rows without those columns) the spread of the samples:
+    ``[p05, p95]``, else ``value +- stdev``, else ``[min, max]``.
+    """
     m = _FAMILY.match(metric)
     if not m:
         return None
-    pre, unit = m.group("pre"), m.group("unit")
-    get = lambda stat: _num(row.get(f"{pre}{stat}_{unit}"))  # noqa: E731
-    value = _num(row.get(metric))
-    lo, hi, sd = get("p05"), get("p95"), get("stdev")
+    pre, stat, unit = m.group("pre"), m.group("stat"), m.group("unit")
+    get = lambda name: _num(row.get(f"{pre}{name}_{unit}"))  # noqa: E731
+    value, sd, n = _num(row.get(metric)), get("stdev"), _num(row.get("repeat"))
+    if value is not None and n is not None and n >= 2:
+        root = math.sqrt(n)
+        q1, q3 = get("p25"), get("p75")
+        if stat in ("p50", "median") and q1 is not None and q3 is not None:
+            half = 1.58 * (q3 - q1) / root
+            return (value - half, value + half)
+        if stat == "mean" and sd is not None:
+            return (value - 2 * sd / root, value + 2 * sd / root)
+    lo, hi = get("p05"), get("p95")
     if lo is not None and hi is not None:
         return (lo, hi)
     if sd is not None and value is not None:

@@ -48,7 +48,9 @@ class Stats:
 
     n: int
     mean_us: float
+    p25_us: float
     p50_us: float
+    p75_us: float
     p95_us: float
     p99_us: float
     min_us: float
@@ -58,11 +60,13 @@ class Stats:
 
 def summarize(samples_us: Sequence[float]) -> Stats:
     if not samples_us:
-        return Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     return Stats(
         n=len(samples_us),
         mean_us=float(statistics.fmean(samples_us)),
+        p25_us=percentile(samples_us, 25),
         p50_us=percentile(samples_us, 50),
+        p75_us=percentile(samples_us, 75),
         p95_us=percentile(samples_us, 95),
         p99_us=percentile(samples_us, 99),
         min_us=float(min(samples_us)),

@@ -153,3 +153,37 @@ def test_metric_option(cli) -> None:
     res = cli("diff", BASE, SLOWER, "--metric", "contiguous_ratio", output=False)
     assert res.exit_code == 0 and "p50_us" not in res.output.split("metrics:")[1]
     assert cli("diff", BASE, SLOWER, "--metric", "nope", output=False).exit_code == 2
+
+
+def test_spread_of_a_statistic_with_its_sample_count() -> None:
+    """With ``repeat`` in the row the interval is the statistic's, not the samples'."""
+    median = {"p50_us": 10, "p25_us": 8, "p75_us": 12, "repeat": 16, "stdev_us": 9}
+    assert spread(median, "p50_us") == pytest.approx((10 - 1.58, 10 + 1.58))  # 1.58 * 4 / 4
+    assert spread({"mean_us": 10, "stdev_us": 3, "repeat": 9}, "mean_us") == (8, 12)  # 2*3/3
+    assert spread({"p99_us": 10, "stdev_us": 3, "repeat": 9}, "p99_us") == (7, 13)  # samples'
+    assert spread({"p50_us": 10, "p25_us": 8, "p75_us": 12}, "p50_us") is None  # no n, no sd
+
+
+def test_one_outlier_does_not_hide_a_shifted_median() -> None:
+    """p50 4 -> 6 us with tight quartiles is a regression even when one 17 us outlier makes
+    the stdev as large as the shift (value +- stdev would call it noise)."""
+    cols = Columns(("k",), ("p50_us",), ("p50_us",), (), ("p50_us",))
+    rec = RunRecord("alloc_host", "x", cols, [], {})
+    a = {"p50_us": 4.0, "p25_us": 3.8, "p75_us": 4.2, "stdev_us": 3.0, "repeat": 20}
+    b = {"p50_us": 6.0, "p25_us": 5.7, "p75_us": 6.4, "stdev_us": 3.0, "repeat": 20}
+    assert compare_metric(None, {}, "p50_us", a, b, rec, Thresholds()).verdict == WORSE
+    wide = {**b, "p25_us": 3.0, "p75_us": 12.0}  # quartiles that do reach back: noise
+    assert compare_metric(None, {}, "p50_us", a, wide, rec, Thresholds()).verdict == NOISE
+
+
+def test_runs_whose_rows_share_no_identity_are_unusable(cli, monkeypatch) -> None:
+    """Seed 004's block policies (rows per request) against its iteration policy (rows per
+    tick): no row can match, so the diff refuses instead of pairing rows by position."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    for config in ("configs/admit/seed004_blocks.yaml", "configs/admit/seed004_iteration.yaml"):
+        assert cli("admit", config).exit_code == 0
+    a, b = sorted(cli.run_dirs())
+    res = cli("diff", str(a), str(b), output=False)
+    assert res.exit_code == 2, res.output
+    assert "share no identity column" in res.output and res.output.startswith("cpkv: error: ")
+    assert len(res.output.strip().splitlines()) == 1

@@ -33,7 +33,9 @@ class TimedFields:
 
     repeat: int
     mean_us: float = metric(unit="us", timing=True)
+    p25_us: float = metric(unit="us", timing=True)
     p50_us: float = metric(unit="us", timing=True)
+    p75_us: float = metric(unit="us", timing=True)
     p95_us: float = metric(unit="us", timing=True)
     p99_us: float = metric(unit="us", timing=True)
     min_us: float = metric(unit="us", timing=True)
@@ -48,7 +50,9 @@ def timed_fields(stats: Stats, contiguous: int) -> dict[str, Any]:
     return {
         "repeat": stats.n,
         "mean_us": stats.mean_us,
+        "p25_us": stats.p25_us,
         "p50_us": stats.p50_us,
+        "p75_us": stats.p75_us,
         "p95_us": stats.p95_us,
         "p99_us": stats.p99_us,
         "min_us": stats.min_us,
