@@ -14,8 +14,9 @@ from cpkv.schema import to_dict
 
 DIFF_FORMATS = ("text", "markdown", "json")
 RULE = (
-    "a timing metric changes when |change| > its threshold and the two rows' spreads do not overlap "
-    "(p05..p95, else value +- stdev, else min..max); any other metric when |change| > its threshold"
+    "a timing metric changes when |change| > its threshold and the two rows' intervals do not "
+    "overlap (a median: p50 +- 1.58 IQR/sqrt(n); a mean: +- 2 stdev/sqrt(n); else the samples' "
+    "p05..p95, value +- stdev or min..max); any other metric when |change| > its threshold"
 )
 
 

@@ -114,8 +114,21 @@ def test_jsonl_repeated_rid(tmp_path):
 def test_jsonl_needs_a_readable_path(tmp_path):
     with pytest.raises(ConfigError, match="admit.workload.path"):
         load_workload(WorkloadSpec(source="jsonl"))
-    with pytest.raises(InputError, match="cannot read"):
-        load_workload(WorkloadSpec(source="jsonl", path=str(tmp_path / "missing.jsonl")))
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(InputError, match=rf"^admit.workload.path: {missing} does not exist"):
+        load_workload(WorkloadSpec(source="jsonl", path=str(missing)))
+    unreadable = tmp_path / "folder.jsonl"
+    unreadable.mkdir()
+    with pytest.raises(InputError, match="does not exist or is not a file"):
+        load_workload(WorkloadSpec(source="jsonl", path=str(unreadable)))
+
+
+def test_relative_paths_say_where_they_are_read_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=f"a relative path is read from {tmp_path}"):
+        load_workload(WorkloadSpec(source="jsonl", path="here.jsonl"))
+    with pytest.raises(InputError, match="^admit.workload.path: trace file here.jsonl"):
+        load_workload(WorkloadSpec(source="trace", path="here.jsonl"))
 
 
 def test_request_checks_its_counts():

@@ -187,3 +187,15 @@ def test_runs_whose_rows_share_no_identity_are_unusable(cli, monkeypatch) -> Non
     assert res.exit_code == 2, res.output
     assert "share no identity column" in res.output and res.output.startswith("cpkv: error: ")
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_markdown_is_a_report_with_a_table(cli) -> None:
+    res = cli("diff", BASE, SLOWER, "--format", "markdown", output=False)
+    assert res.exit_code == 1
+    lines = res.output.splitlines()
+    assert lines[0] == "# cpkv diff (alloc_host)"
+    assert "## config differences (A -> B)" in lines and "## rows only in B" in lines
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("| method"))
+    assert set(lines[header + 1].replace("|", "")) <= {"-", " "}  # the separator row
+    row = [c.strip() for c in lines[header + 7].strip("|").split("|")]  # after 5 fifo rows
+    assert row == ["contiguous", "8", "p50_us", "100", "150", "1.500x", "+50.0%", "worse"]

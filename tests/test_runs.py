@@ -107,6 +107,10 @@ def test_ls_lists_runs_and_sweeps_with_status(cli, tmp_path: Path, fake_kind) ->
         csv.DictReader(io.StringIO(cli("ls", str(root), "-f", "csv", output=False).output))
     )
     assert [r["status"] for r in csv_rows] == ["complete", "failed", "complete"]
+    markdown = cli("ls", str(root), "-f", "markdown", output=False).output.splitlines()
+    assert [c.strip() for c in markdown[0].strip("|").split("|")] == lines[0].split()
+    assert set(markdown[1].replace("|", "")) <= {"-", " "}  # a separator row, then one per entry
+    assert [c.strip() for c in markdown[3].strip("|").split("|")][4:6] == ["failed", "boom"]
     assert (
         "no runs under"
         in cli(

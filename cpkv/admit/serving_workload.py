@@ -96,7 +96,14 @@ def _trace_workload(spec: Any) -> ServingWorkload:
         spec.cache.capacities()
     except ConfigError as err:
         raise ConfigError(f"admit.workload.cache.{err}") from None
-    trace = read_trace(spec.path, spec.format, spec.block_size, spec.start, spec.limit)
+    trace = read_trace(
+        spec.path,
+        spec.format,
+        spec.block_size,
+        spec.start,
+        spec.limit,
+        path_key="admit.workload.path",
+    )
     requests = tuple(
         ServingRequest(
             f"r{t.index}", float(t.arrival_ms), t.input_length, t.output_length, hash_ids=t.hash_ids

@@ -60,8 +60,10 @@ def read_trace(
     block_size: int = 512,
     start: int = 0,
     limit: int | None = None,
+    path_key: str = "trace.path",
 ) -> Trace:
-    """Read requests `start .. start + limit - 1` (by order index) of a trace file.
+    """Read requests `start .. start + limit - 1` (by order index) of a trace file; ``path_key``
+    names the config key of ``path`` in the error for a missing file.
 
     Raises `ConfigError` for a bad format name or argument and `InputError` for a missing file
     or a malformed line (naming the file, the line number, the field and what is allowed).
@@ -74,7 +76,8 @@ def read_trace(
         raise ConfigError(f"trace limit={limit!r} is not allowed; use null or an integer >= 0")
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"trace file {file} does not exist or is not a file")
+        where = "" if file.is_absolute() else f"; a relative path is read from {Path.cwd()}"
+        raise InputError(f"{path_key}: trace file {file} does not exist or is not a file{where}")
     requests = tuple(reader(file, block_size, start, limit))
     return Trace(str(file), TRACE_FORMATS.canonical(format), block_size, requests)
 

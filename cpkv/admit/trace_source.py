@@ -20,7 +20,14 @@ def trace_requests(spec: Any) -> tuple[Request, ...]:
     """`admit.workload` (source `trace`): read `path` (`format`, `block_size`, `start`,
     `limit`), replay it through `cache`, return the admission requests."""
     check_trace_spec(spec)
-    trace = read_trace(spec.path, spec.format, spec.block_size, spec.start, spec.limit)
+    trace = read_trace(
+        spec.path,
+        spec.format,
+        spec.block_size,
+        spec.start,
+        spec.limit,
+        path_key="admit.workload.path",
+    )
     return admission_requests(replay(trace, spec.cache))
 
 

@@ -184,6 +184,9 @@ def jsonl_text(spec: WorkloadSpec) -> tuple[Path, str]:
     if spec.path is None:
         raise ConfigError("admit.workload.path: the jsonl source needs a file path")
     path = Path(spec.path)
+    if not path.is_file():
+        where = "" if path.is_absolute() else f"; a relative path is read from {Path.cwd()}"
+        raise InputError(f"admit.workload.path: {path} does not exist or is not a file{where}")
     return path, read_text(path, "the requests file")
 
 
