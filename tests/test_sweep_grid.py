@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,6 +53,27 @@ def test_several_zip_groups_and_their_errors() -> None:
         axes_from_block({"a": 3}, "f.yaml")
     with pytest.raises(ConfigError, match="a is swept twice"):
         axes_from_block({"a": [1], "zip": {"a": [1], "b": [2]}}, "f.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sweep:\n  a: [1]\n  b: 3\n", "{f}:3: sweep.b: expected a non-empty list of values to sweep, got 3"),
+        ("sweep:\n  c:\n    - 1\n    - .nan\n", "{f}:4: sweep.c: nan is not a finite number"),
+        ("sweep:\n  zip:\n    - {p: [1], q: [3]}\n    - {r: [1, 2], s: [3]}\n",
+         "{f}:4: sweep.zip: lists moving in lock-step must be equally long (got r: 2, s: 1)"),
+        ("sweep:\n  zip: {r: [1, 2], s: [3]}\n",
+         "{f}:2: sweep.zip: lists moving in lock-step must be equally long (got r: 2, s: 1)"),
+        ("sweep:\n  a: [1]\n  zip:\n    b: [1]\n    a: [2]\n", "{f}:5: sweep: a is swept twice"),
+        ("sweep: [1, 2]\n", "{f}:1: sweep: expected a mapping of dotted keys to lists of values"),
+    ],
+)  # fmt: skip
+def test_block_errors_name_the_file_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        axes_from_block(yaml.safe_load(text)["sweep"], str(path))
+    assert str(err.value) == message.format(f=path)
 
 
 def test_size_of_the_grid_is_the_product_of_axis_lengths() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -102,13 +103,52 @@ def test_mixed_kinds_get_only_their_overrides(tmp_path: Path, fake_kind) -> None
 def test_every_point_is_validated_before_anything_runs(tmp_path: Path) -> None:
     cfg = write(tmp_path, "h.yaml", {**HOST, "sweep": {"alloc_host.page_size": [16, 0]}})
     with pytest.raises(
-        ConfigError, match=r"override 'alloc_host.page_size=0': alloc_host.page_size: must be > 0"
+        ConfigError,
+        match=r"h.yaml:\d+: sweep alloc_host.page_size=0: alloc_host.page_size: must be > 0",
     ):
         plan_sweep([cfg])
     with pytest.raises(ConfigError, match="alloc_host.nope: unknown key"):
         plan_sweep([cfg], ["alloc_host.nope=1,2"])
     with pytest.raises(ConfigError, match="name one or more config files"):
         plan_sweep([])
+
+
+GRID_TEXT = """\
+kind: alloc_host
+name: host-tiny
+alloc_host: {host_sizes_gb: [], host_pages: [600], request_pages: [8], repeat: 3, warmup: 1}
+sweep:
+  zip:
+    alloc_host.repeat: [3, -1]
+    alloc_host.warmup: [1, 2]
+  alloc_host.protocol: [cold, warm]
+  alloc_host.page_size:
+    - 16
+    - 0
+"""
+
+
+def test_a_bad_value_of_a_file_grid_names_the_file_line_and_point(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(GRID_TEXT)
+    with pytest.raises(ConfigError) as err:
+        plan_sweep([str(cfg)])
+    assert str(err.value) == (
+        f"{cfg}:11: sweep alloc_host.page_size=0: alloc_host.page_size: must be > 0, got 0"
+    )
+    # a value in a zip group: the line of its list
+    with pytest.raises(ConfigError) as err:
+        plan_sweep([str(cfg)], ["alloc_host.page_size=16"])
+    assert str(err.value).startswith(f"{cfg}:6: sweep alloc_host.repeat=-1: alloc_host.repeat: ")
+    # a value typed on the command line is still named as the override it is
+    with pytest.raises(ConfigError) as err:
+        plan_sweep([str(cfg)], ["alloc_host.page_size=16,-3"])
+    assert str(err.value).startswith("override 'alloc_host.page_size=-3': alloc_host.page_size: ")
+    # a zip key set alone on the command line: the line of that key
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(cfg))}:6: alloc_host.repeat moves in a zip: group"
+    ):
+        plan_sweep([str(cfg)], ["alloc_host.repeat=4"])
 
 
 def test_a_zip_key_cannot_be_set_alone(tmp_path: Path) -> None:

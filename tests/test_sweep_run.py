@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
+import types
 from pathlib import Path
 
 import pytest
 import yaml
 from sweep_fake_kind import fake_kind  # noqa: F401  (fixture)
 
-from cpkv.sweep import EXECUTORS, run_sweep
+from cpkv.errors import ConfigError, UnsupportedError
+from cpkv.sweep import EXECUTORS, executors, run_sweep
+from cpkv.sweep.executors import check_ray_address
 
 HOST = {
     "kind": "alloc_host",
@@ -109,6 +113,142 @@ def test_bad_input_exits_2_before_anything_is_written(cli, tmp_path: Path) -> No
         assert res.exit_code == 2, (args, res.output)
         assert res.output.startswith("cpkv: error: ") and len(res.output.strip().splitlines()) == 1
     assert not cli.root.exists()
+
+
+def one_error_line(res) -> str:
+    """The single ``cpkv: error:`` line of a run that exited 2."""
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cpkv: error: "), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+def test_a_bad_file_grid_value_names_the_file_line_and_point(cli, tmp_path: Path) -> None:
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("kind: admit\nname: s\nsweep:\n  admit.available_tokens: [100, -5]\n")
+    line = one_error_line(cli("sweep", str(cfg)))
+    assert line == (
+        f"cpkv: error: {cfg}:4: sweep admit.available_tokens=-5: "
+        "admit.available_tokens: must be >= 0, got -5"
+    )
+    cfg.write_text(
+        "kind: admit\nname: s\nsweep:\n  zip:\n    admit.available_tokens: [1, 2]\n    seed: [1]\n"
+    )
+    line = one_error_line(cli("sweep", str(cfg)))
+    assert line.startswith(f"cpkv: error: {cfg}:4: sweep.zip: lists moving in lock-step")
+    cfg.write_text("kind: admit\nname: s\nsweep:\n  seed: 5\n")
+    line = one_error_line(cli("sweep", str(cfg)))
+    assert line.startswith(f"cpkv: error: {cfg}:4: sweep.seed: expected a non-empty list")
+    assert not cli.root.exists()
+
+
+def test_ray_address_needs_the_ray_executor(cli, tmp_path: Path) -> None:
+    cfg = write(tmp_path, "h.yaml", HOST)
+    for extra in ([], ["--executor", "process"], ["--dry-run"]):
+        res = cli("sweep", cfg, "--ray-address", "127.0.0.1:6379", *extra)
+        assert one_error_line(res) == "cpkv: error: --ray-address needs --executor ray", extra
+    assert not cli.root.exists()
+    with pytest.raises(ConfigError, match="--ray-address needs --executor ray"):
+        run_sweep([cfg], root=cli.root, executor="serial", address="127.0.0.1:6379")
+    assert not cli.root.exists()
+
+
+def closed_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def no_ray_start(monkeypatch):
+    """Ray counts as installed, but its executor must never start (nor ray be imported)."""
+
+    def must_not_run(phases, address, on_result) -> None:
+        raise AssertionError(f"the ray executor started for {address}")
+
+    monkeypatch.setattr(executors, "_ray_installed", lambda: True, raising=False)
+    monkeypatch.setitem(EXECUTORS._entries, "ray", must_not_run)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def test_an_unreachable_ray_address_is_one_line_before_anything_is_written(
+    cli, tmp_path: Path, no_ray_start
+) -> None:
+    cfg = write(tmp_path, "h.yaml", HOST)
+    port = closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        line = one_error_line(cli("sweep", cfg, "--executor", "ray", "--ray-address", address))
+        assert line == (
+            f"cpkv: error: --ray-address {address}: cannot reach a Ray cluster there "
+            "(connection refused)"
+        )
+    line = one_error_line(cli("sweep", cfg, "--executor", "ray", "--ray-address", "head-node"))
+    assert "--ray-address head-node: expected HOST:PORT or ray://HOST:PORT" in line
+    assert not cli.root.exists()
+    # resuming checks it too, and leaves the sweep as it was
+    sweep = run_sweep([cfg], root=cli.root).path
+    before = sorted(p.name for p in sweep.iterdir())
+    res = cli("sweep", "--resume", str(sweep), "--executor", "ray", "--ray-address",
+              f"127.0.0.1:{port}", output=False)  # fmt: skip
+    assert "cannot reach a Ray cluster there" in one_error_line(res)
+    assert sorted(p.name for p in sweep.iterdir()) == before
+
+
+def test_ray_address_check(monkeypatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"localhost:{port}"):
+            check_ray_address(address)
+    for address in (None, "auto", "local", "anyscale://my-cluster"):
+        check_ray_address(address)  # left to ray.init: a local instance, or not ours to check
+    port = closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # what ray.init(None or "auto") joins
+    for address in (None, "auto"):
+        with pytest.raises(UnsupportedError, match=rf"^RAY_ADDRESS=127.0.0.1:{port}: cannot reach"):
+            check_ray_address(address)
+    check_ray_address("local")
+
+    def silent(*args, **kwargs):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    with pytest.raises(UnsupportedError, match=r"10.0.0.9:6379: .* \(no answer within 3s\)$"):
+        check_ray_address("10.0.0.9:6379")
+    for bad in ("head-node", "ray://head-node", "10.0.0.9:port", "10.0.0.9:0", ":6379"):
+        with pytest.raises(ConfigError, match="expected HOST:PORT or ray://HOST:PORT"):
+            check_ray_address(bad)
+
+
+def test_a_ray_that_cannot_start_is_one_line_and_no_sweep_directory(
+    cli,
+    tmp_path: Path,
+    monkeypatch,
+    fake_kind,  # noqa: F811
+) -> None:
+    cfg = write(tmp_path, "e.yaml", ECHO)  # not timed: no note before the error
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def init(**kwargs) -> None:
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify one.")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setattr(executors, "_ray_installed", lambda: True, raising=False)
+    monkeypatch.setattr(executors, "_import_ray", lambda: fake)
+    res = cli("sweep", cfg, "--executor", "ray", "--ray-address", "auto")
+    assert one_error_line(res) == (
+        "cpkv: error: --executor ray: cannot start Ray at auto: "
+        "Could not find any running Ray instance."
+    )
+    assert not cli.root.exists()  # the sweep directory (and the folders made for it) are gone
+    (cli.root / "keep").mkdir(parents=True)
+    with pytest.raises(UnsupportedError, match="cannot start Ray"):
+        run_sweep([cfg], root=cli.root, executor="ray")
+    assert [p.name for p in cli.root.iterdir()] == ["keep"]
 
 
 def test_a_failing_point_does_not_stop_the_others(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811

@@ -48,7 +48,7 @@ def sweep(
         typer.Option(
             "--ray-address",
             metavar="ADDR",
-            help="Ray cluster to run on (--executor ray); a local instance when omitted.",
+            help="Ray cluster to run on (--executor ray): HOST:PORT or ray://HOST:PORT, checked before anything is written; a local instance when omitted.",
         ),
     ] = None,
     allow_parallel_timing: Annotated[
@@ -101,6 +101,8 @@ def sweep(
     Example: cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
     """
     configs, overrides = _split(args)
+    if ray_address is not None and executor != "ray":
+        raise ConfigError("--ray-address needs --executor ray")
     if resume is not None:
         if configs or overrides or zips or name:
             raise ConfigError(

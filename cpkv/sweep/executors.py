@@ -8,7 +8,9 @@ A failing point becomes a ``failed`` result; it never stops the others.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import tempfile
 import time
 import traceback
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cpkv.errors import CpkvError, UnsupportedError
+from cpkv.errors import ConfigError, CpkvError, UnsupportedError
 from cpkv.experiment import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.registry import Registry
 from cpkv.sweep.plan import Point
@@ -129,13 +131,20 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
     if started:
         most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
         kwargs = {"num_cpus": most} if address is None and most else {}
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="warning",
-            **kwargs,
-        )
+        try:
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="warning",
+                **kwargs,
+            )
+        except Exception as err:  # noqa: BLE001 - any failure to start or join Ray is one line
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # whatever ray.init got as far as starting
+            where = f" at {address}" if address else ""
+            lines = str(err).strip().splitlines() or [type(err).__name__]
+            raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
         for phase in phases:
@@ -215,11 +224,74 @@ def _import_ray():  # noqa: ANN202 - the ray module
     return ray
 
 
-def check_executor(name: str) -> None:
-    """Raise a user error now (before any directory exists) when ``name`` cannot run here."""
-    EXECUTORS.canonical(name)
+def check_executor(name: str, address: str | None = None) -> None:
+    """Raise a user error now (before any directory exists) when ``name`` cannot run here:
+    an unknown executor, ray not installed, ``address`` without ray or out of reach."""
+    name = EXECUTORS.canonical(name)
+    if address is not None and name != "ray":
+        raise ConfigError("--ray-address needs --executor ray")
     if name == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
+        if not _ray_installed():
             raise UnsupportedError("--executor ray needs ray: pip install 'cpkv[ray]'")
+        check_ray_address(address)
+
+
+def _ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+REACH_TIMEOUT_S = 3.0
+"""How long :func:`check_ray_address` waits for a TCP connection to the cluster."""
+
+
+def check_ray_address(address: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
+    """A user error unless a TCP connection to the cluster ``ray.init(address)`` would join opens.
+
+    Cheap (no ray import): ``HOST:PORT`` (the GCS) and ``ray://HOST:PORT`` (Ray Client) are
+    tried; ``None`` and ``auto`` try ``RAY_ADDRESS`` when it is set (as ``ray.init`` does) and
+    are otherwise left to Ray (a local instance); ``local`` and other schemes are not checked.
+    Without the check ``ray.init`` retries an unreachable address for minutes.
+    """
+    label = f"--ray-address {address}"
+    if address in (None, "auto"):
+        env = os.environ.get("RAY_ADDRESS", "").strip()
+        if not env:
+            return
+        address, label = env, f"RAY_ADDRESS={env}"
+    if address in ("auto", "local"):
+        return
+    host, port = _host_port(address, label)
+    if host is None:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as err:
+        raise UnsupportedError(
+            f"{label}: cannot reach a Ray cluster there ({_why(err, host, timeout)})"
+        ) from None
+
+
+def _host_port(address: str, label: str) -> tuple[str | None, int]:
+    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``; ``(None, 0)`` for other schemes."""
+    scheme, sep, rest = address.strip().partition("://")
+    if not sep:
+        rest = scheme
+    elif scheme.lower() != "ray":
+        return None, 0  # a Ray Client module of its own (ray.init imports it): not ours to check
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{label}: expected HOST:PORT or ray://HOST:PORT (or auto, local)")
+    return host, int(port)
+
+
+def _why(err: OSError, host: str, timeout: float) -> str:
+    if isinstance(err, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    if isinstance(err, socket.gaierror):
+        return f"unknown host {host}: {err.strerror or err}"
+    text = err.strerror or str(err) or type(err).__name__
+    return text[:1].lower() + text[1:]

@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -34,20 +35,38 @@ import yaml
 from cpkv.errors import ConfigError
 
 ZIP_KEY = "zip"
+SWEEP_KEY = "sweep"
+COMMAND_LINE = "command line"
 _RANGE = re.compile(r"^range\((?P<args>[^()]*)\)$")
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
 
 
 @dataclass(frozen=True)
 class Axis:
-    """One grid dimension: ``keys`` and, per position, one override value text per key."""
+    """One grid dimension: ``keys`` and, per position, one override value text per key.
+
+    ``origin`` is the config file of a ``sweep:`` block (or :data:`COMMAND_LINE`); ``at``
+    holds, per key, where its list stands in that file (a :func:`yaml_line` path).
+    """
 
     keys: tuple[str, ...]
     values: tuple[tuple[str, ...], ...]
     origin: str
+    at: tuple[tuple[str | int, ...], ...] = ()
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def where(self, key: str, value: str | None = None) -> str:
+        """``file:line`` of ``key``'s list (of ``value`` in it, when given) in the config file."""
+        if not self.at or key not in self.keys:
+            return self.origin
+        i = self.keys.index(key)
+        path = self.at[i]
+        column = [pos[i] for pos in self.values]
+        if value is not None and value in column:
+            path = (*path, column.index(value))
+        return _where(self.origin, path)
 
 
 def expand(axes: Sequence[Axis]) -> list[dict[str, str]]:
@@ -63,42 +82,92 @@ def expand(axes: Sequence[Axis]) -> list[dict[str, str]]:
 
 def axes_from_block(block: Any, source: str) -> list[Axis]:
     """Axes of a config file's ``sweep:`` block, in file order (``zip:`` where it stands)."""
-    where = f"{source}: sweep"
     if block is None:
         return []
     if not isinstance(block, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of dotted keys to lists of values")
+        raise ConfigError(
+            f"{_where(source, (SWEEP_KEY,))}: sweep: expected a mapping of dotted keys to lists of values"
+        )
     axes = []
     for key, values in block.items():
         if key == ZIP_KEY:
-            groups = values if isinstance(values, list) else [values]
-            axes.extend(_zip_axis(g, f"{where}.zip") for g in groups)
-        else:
-            axes.append(
-                Axis(
-                    (str(key),), tuple((v,) for v in _value_list(values, f"{where}.{key}")), source
+            if isinstance(values, list):
+                axes.extend(
+                    _zip_axis(g, source, (SWEEP_KEY, ZIP_KEY, i)) for i, g in enumerate(values)
                 )
-            )
-    _check_unique(axes, where)
+            else:
+                axes.append(_zip_axis(values, source, (SWEEP_KEY, ZIP_KEY)))
+        else:
+            at = (SWEEP_KEY, str(key))
+            column = _value_list(values, source, at, f"sweep.{key}")
+            axes.append(Axis((str(key),), tuple((v,) for v in column), source, (at,)))
+    _check_unique(axes)
     return axes
 
 
-def _zip_axis(group: Any, where: str) -> Axis:
+def _zip_axis(group: Any, source: str, at: tuple[str | int, ...]) -> Axis:
     if not isinstance(group, Mapping) or not group:
-        raise ConfigError(f"{where}: expected a mapping of dotted keys to equally long lists")
+        raise ConfigError(
+            f"{_where(source, at)}: sweep.zip: expected a mapping of dotted keys to equally long lists"
+        )
     keys = tuple(str(k) for k in group)
-    columns = [_value_list(group[k], f"{where}.{k}") for k in group]
+    ats = tuple((*at, k) for k in keys)
+    columns = [
+        _value_list(group[k], source, ka, f"sweep.zip.{k}")
+        for k, ka in zip(group, ats, strict=True)
+    ]
     lengths = {len(c) for c in columns}
     if len(lengths) != 1:
         shown = ", ".join(f"{k}: {len(c)}" for k, c in zip(keys, columns, strict=True))
-        raise ConfigError(f"{where}: lists moving in lock-step must be equally long (got {shown})")
-    return Axis(keys, tuple(zip(*columns, strict=True)), where)
+        raise ConfigError(
+            f"{_where(source, at)}: sweep.zip: lists moving in lock-step must be equally long (got {shown})"
+        )
+    return Axis(keys, tuple(zip(*columns, strict=True)), source, ats)
 
 
-def _value_list(values: Any, where: str) -> list[str]:
+def _value_list(values: Any, source: str, at: tuple[str | int, ...], label: str) -> list[str]:
     if not isinstance(values, list) or not values:
-        raise ConfigError(f"{where}: expected a non-empty list of values to sweep, got {values!r}")
-    return [format_value(v, where) for v in values]
+        raise ConfigError(
+            f"{_where(source, at)}: {label}: expected a non-empty list of values to sweep, got {values!r}"
+        )
+    column = []
+    for i, value in enumerate(values):
+        try:
+            column.append(format_value(value, label))
+        except ConfigError as err:
+            raise ConfigError(f"{_where(source, (*at, i))}: {err}") from None
+    return column
+
+
+def _where(source: str, at: Sequence[str | int]) -> str:
+    """``source:line`` of the node at ``at`` in the config file (``source`` alone when unknown)."""
+    line = yaml_line(source, at)
+    return f"{source}:{line}" if line else source
+
+
+def yaml_line(path: str | Path, at: Sequence[str | int]) -> int | None:
+    """1-based line of the node at ``at`` in a YAML file: mapping keys (taken whole, dots and
+    all) and list indexes; the deepest one found; None when the file cannot be read."""
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    line = None
+    for step in at:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == step]
+            if not found:
+                break
+            key, node = found[-1]  # a repeated key: YAML keeps the last one
+            line = key.start_mark.line + 1
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value)
+        ):
+            node = node.value[step]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 def axes_from_overrides(
@@ -145,7 +214,7 @@ def axes_from_overrides(
         if keys not in done:
             done.add(keys)
             axes.append(
-                Axis(keys, tuple(zip(*(swept[k] for k in keys), strict=True)), "command line")
+                Axis(keys, tuple(zip(*(swept[k] for k in keys), strict=True)), COMMAND_LINE)
             )
     return plain, axes
 
@@ -233,10 +302,10 @@ def _quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _check_unique(axes: Sequence[Axis], where: str) -> None:
+def _check_unique(axes: Sequence[Axis]) -> None:
     seen: set[str] = set()
     for ax in axes:
         for key in ax.keys:
             if key in seen:
-                raise ConfigError(f"{where}: {key} is swept twice")
+                raise ConfigError(f"{ax.where(key)}: sweep: {key} is swept twice")
             seen.add(key)

@@ -16,7 +16,7 @@ from cpkv.config import LoadedConfig, load_config, lookup, read_yaml
 from cpkv.errors import ConfigError
 from cpkv.kinds import KINDS, KindSpec
 from cpkv.schema import build
-from cpkv.sweep.grid import Axis, axes_from_block, axes_from_overrides, expand
+from cpkv.sweep.grid import COMMAND_LINE, Axis, axes_from_block, axes_from_overrides, expand
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
 NAME_LIMIT = 96
@@ -83,7 +83,7 @@ def plan_sweep(
             axes_from_block(base.sweep.get("sweep"), str(path)), cl_axes, mine, base, str(path)
         )
         used.update(o.partition("=")[0].strip() for o in mine)
-        used.update(k for ax in axes if ax.origin == "command line" for k in ax.keys)
+        used.update(k for ax in axes if ax.origin == COMMAND_LINE for k in ax.keys)
         per_config.append((str(path), base, mine, axes))
     for item in overrides:
         key = item.partition("=")[0].strip()
@@ -91,11 +91,16 @@ def plan_sweep(
             raise ConfigError(
                 f"override {item!r}: no config of the sweep has key {key} (kinds: {', '.join(_kinds(per_config))})"
             )
-    raw = [(path, base, mine, pt) for path, base, mine, axes in per_config for pt in expand(axes)]
+    raw = [
+        (path, base, mine, axes, pt) for path, base, mine, axes in per_config for pt in expand(axes)
+    ]
     width = max(3, len(str(len(raw) - 1)))
     points, keys = [], {}
-    for index, (path, base, mine, pt) in enumerate(raw):
-        points.append(_point(index, width, path, base, mine, pt))
+    for index, (path, base, mine, axes, pt) in enumerate(raw):
+        try:
+            points.append(_point(index, width, path, base, mine, pt))
+        except ConfigError as err:
+            raise _blame(err, axes, pt) from None
         keys.update(dict.fromkeys(pt))
     sweep_name = name or "+".join(
         dict.fromkeys(base.experiment.name for _, base, _, _ in per_config)
@@ -130,7 +135,7 @@ def _merge_axes(
         clash = [k for k in ax.keys if k in taken]
         if clash and len(ax.keys) > 1:
             raise ConfigError(
-                f"{path}: {clash[0]} moves in a zip: group; the command line cannot set it alone"
+                f"{ax.where(clash[0])}: {clash[0]} moves in a zip: group; the command line cannot set it alone"
             )
         if not clash:
             kept.append(ax)
@@ -147,7 +152,25 @@ def _wrap_lists(axis: Axis, resolved: Mapping[str, Any]) -> Axis:
         )
         for pos in axis.values
     )
-    return Axis(axis.keys, values, axis.origin)
+    return Axis(axis.keys, values, axis.origin, axis.at)
+
+
+def _blame(err: ConfigError, axes: Sequence[Axis], pt: Mapping[str, str]) -> ConfigError:
+    """An error of a value from a file's ``sweep:`` block, as ``file:line: sweep KEY=VALUE: ...``.
+
+    Config loading names the override that carries a bad value (``override 'KEY=VALUE': ...``);
+    a swept value's override comes from the file, so the error names the file and line instead.
+    """
+    text = str(err)
+    for ax in axes:
+        if ax.origin == COMMAND_LINE:
+            continue  # the command line's own override is what the user typed: keep it
+        for key in ax.keys:
+            item = f"{key}={pt[key]}"
+            prefix = f"override {item!r}: "
+            if text.startswith(prefix):
+                return ConfigError(f"{ax.where(key, pt[key])}: sweep {item}: {text[len(prefix) :]}")
+    return err
 
 
 def _point(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
+from cpkv.errors import CpkvError
 from cpkv.experiment import (
     DEFAULT_ROOT,
     MARKER,
@@ -110,13 +111,31 @@ def run_sweep(
     """
     plan = plan_sweep(configs, overrides, zips=zips, name=name)
     launch = _launch(**options)
-    sweep_dir = RunDir.create(Path(root), f"sweep-{plan.name}").path
+    root = Path(root)
+    new_dirs = [p for p in (root, *root.parents) if not p.exists()]
+    sweep_dir = RunDir.create(root, f"sweep-{plan.name}").path
     meta = {"created_utc": iso(utc_now()), "cpkv_version": __version__, "argv": list(launch.argv),
             "executor": launch.executor, "jobs": launch.jobs}  # fmt: skip
     write_plan(sweep_dir, plan, meta)
     mark_incomplete(sweep_dir)
     write_summary(sweep_dir, plan, {})
-    return _execute(sweep_dir, plan, {}, launch)
+    results: dict[int, PointResult] = {}
+    try:
+        return _execute(sweep_dir, plan, results, launch)
+    except CpkvError:
+        if not results:  # the executor could not start (e.g. no Ray cluster): nothing to keep
+            _remove_new(sweep_dir, new_dirs)
+        raise
+
+
+def _remove_new(sweep_dir: Path, new_dirs: Sequence[Path]) -> None:
+    """Remove ``sweep_dir``, then its day folder and ``new_dirs`` (deepest first) while empty."""
+    shutil.rmtree(sweep_dir, ignore_errors=True)
+    for folder in (sweep_dir.parent, *new_dirs):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def resume_sweep(path: str | Path, **options: Unpack[LaunchOptions]) -> SweepResult:
@@ -140,7 +159,7 @@ def _launch(
     on_result: OnResult | None = None,
 ) -> Launch:
     chosen = choose_executor(executor, jobs)
-    check_executor(chosen)
+    check_executor(chosen, address)
     args = tuple(argv if argv is not None else sys.argv)
     return Launch(chosen, jobs, address, allow_parallel_timing, args, on_start, on_result)
 
