@@ -169,3 +169,13 @@ def test_shipped_sweep_configs_plan(tmp_path: Path) -> None:
     sizes = {p.name: len(plan_sweep([str(p)]).points) for p in sorted(root.glob("*.yaml"))}
     assert sizes["host_small.yaml"] == 3 * 2
     assert sizes["host_page_size_zip.yaml"] == 3 * 2
+
+
+def test_point_names_spell_values_as_the_config_does() -> None:
+    from cpkv.sweep.plan import point_name
+
+    swept = {"admit.chunked_prefill_size": None, "admit.release_each_tick": True, "a.l": [1, 2]}
+    assert (
+        point_name(3, 3, "cfg", swept)
+        == "003_cfg_chunked_prefill_size=null_release_each_tick=true_l=1+2"
+    )

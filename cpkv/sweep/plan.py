@@ -197,9 +197,16 @@ def point_name(index: int, width: int, config_name: str, swept: Mapping[str, Any
     """``007_host-small_protocol=warm_request_pages=8+64`` (at most NAME_LIMIT characters)."""
     parts = [f"{index:0{width}d}", config_name]
     for key, value in swept.items():
-        shown = "+".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown = "+".join(map(_yaml_word, value)) if isinstance(value, list) else _yaml_word(value)
         parts.append(f"{key.split('.')[-1]}={shown}")
     return _UNSAFE.sub("-", "_".join(parts))[:NAME_LIMIT].rstrip("-_")
+
+
+def _yaml_word(value: Any) -> str:
+    """A value as a config file spells it: null, true, false, numbers and strings as they are."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def is_timed(spec: KindSpec, experiment: Any) -> bool:
