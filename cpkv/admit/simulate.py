@@ -197,8 +197,7 @@ class Sim:
             if r.state != PREFILL:
                 continue  # preempted by an earlier first token of this iteration
             if r.gen >= r.max_new:  # max_new_tokens 0: done without a token
-                pool.release_prefill(r)
-                r.state = FINISHED
+                r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
                 finishing.append(r)
                 continue
             if pool.grow_first_token(r, completed[k + 1 :]):
@@ -245,6 +244,8 @@ class Sim:
             if r.state != FINISHED:
                 pool.leave(r)
                 r.state = FINISHED
+            else:  # max_new_tokens 0: finished without a token, never running
+                pool.release_prefill(r)
             r.finish_at = now
             self.hits.insert(r)
         preempted = pool.preempted
