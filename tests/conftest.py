@@ -62,3 +62,22 @@ class Cli:
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path / "exp")
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """``spy(owner, "name")`` wraps ``owner.name`` and returns the list of the positional
+    arguments of every call (the wrapped function still runs)."""
+
+    def install(owner, name: str) -> list[tuple]:
+        calls: list[tuple] = []
+        original = getattr(owner, name)
+
+        def recorded(*args, **kwargs):
+            calls.append(args)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, recorded)
+        return calls
+
+    return install

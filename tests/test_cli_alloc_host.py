@@ -234,20 +234,13 @@ def test_failure_while_writing_results_marks_the_run_failed(cli, monkeypatch) ->
 
 
 @pytest.mark.parametrize("protocol", ["cold", "warm"])
-def test_rounds_split_the_samples_and_keep_the_answers(cli, monkeypatch, protocol) -> None:
+def test_rounds_split_the_samples_and_keep_the_answers(cli, spy, protocol) -> None:
     """``rounds`` passes over every case several times and merges each row's samples."""
     import cpkv.alloc.host_bench as bench
     from cpkv.alloc.bench_rows import round_shares
 
     assert round_shares(7, 3) == [3, 2, 2] and round_shares(5, 5) == [1] * 5
-    calls: list[int] = []
-    original = bench.run_case
-
-    def counted(*args):
-        calls.append(args[-1])
-        return original(*args)
-
-    monkeypatch.setattr(bench, "run_case", counted)
+    calls = spy(bench, "run_case")  # the repeat share is run_case's last argument
     base = ["alloc", "host", *SMALL[:2], "alloc_host.request_pages=[8]", "alloc_host.repeat=7",
             "alloc_host.patterns=[fragmented_prefix_later_run]", "alloc_host.ops=[alloc,free]",
             f"alloc_host.protocol={protocol}"]  # fmt: skip
@@ -255,7 +248,7 @@ def test_rounds_split_the_samples_and_keep_the_answers(cli, monkeypatch, protoco
     (run,) = cli.run_dirs()
     rows = cli.results(run)["rows"]
     cases = len(rows) // 2  # alloc and free rows
-    assert sorted(calls) == sorted([3, 2, 2] * cases)
+    assert sorted(args[-1] for args in calls) == sorted([3, 2, 2] * cases)
     assert all(row["repeat"] == 7 for row in rows)
     if protocol == "cold":  # every sample starts from the layout: the same answers as one round
         assert cli(*base, "alloc_host.rounds=1").exit_code == 0

@@ -190,27 +190,22 @@ def test_cuda_run(cli) -> None:
     assert all(r["contiguous_ratio"] == 1.0 for r in rows)
 
 
-def test_rounds_split_the_samples_and_keep_the_answers(cli, monkeypatch) -> None:
+def test_rounds_split_the_samples_and_keep_the_answers(cli, spy) -> None:
     """``rounds`` runs every case several times over and merges each row's samples: the
     rows, their sample counts and what they selected are those of one round."""
     from cpkv.alloc import l1_bench
 
     assert l1_bench.round_shares(7, 3) == [3, 2, 2] and sum(l1_bench.round_shares(20, 6)) == 20
-    calls: list[int] = []
-    original = l1_bench.run_case
-
-    def counted(*args):
-        calls.append(args[-1])
-        return original(*args)
-
-    monkeypatch.setattr(l1_bench, "run_case", counted)
+    calls = spy(l1_bench, "run_case")  # the repeat share is run_case's last argument
     ops = "alloc_l1.ops=[select_only,alloc_pages,free]"
     base = ["alloc", "l1", *SMALL[:2], "alloc_l1.repeat=7", "alloc_l1.warmup=1", ops]
     assert cli(*base, "alloc_l1.rounds=3").exit_code == 0
     (run,) = cli.run_dirs()
     rows = cli.results(run)["rows"]
     cases = len(rows) // 3  # three ops a case
-    assert sorted(calls) == sorted([3, 2, 2] * cases)  # each case once a round, 7 samples
+    assert sorted(args[-1] for args in calls) == sorted(
+        [3, 2, 2] * cases
+    )  # each case once a round, 7 samples
     assert all(row["repeat"] == 7 for row in rows)
     assert cli(*base, "alloc_l1.rounds=1").exit_code == 0
     one = cli.results([d for d in cli.run_dirs() if d != run][0])["rows"]

@@ -88,22 +88,14 @@ def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0)
 
 
 def _trace_workload(spec: Any) -> ServingWorkload:
-    from cpkv.admit.trace import read_trace
-    from cpkv.admit.trace_source import check_trace_spec
+    from cpkv.admit.trace_source import check_trace_spec, read_workload_trace
 
     check_trace_spec(spec)
     try:
         spec.cache.capacities()
     except ConfigError as err:
         raise ConfigError(f"admit.workload.cache.{err}") from None
-    trace = read_trace(
-        spec.path,
-        spec.format,
-        spec.block_size,
-        spec.start,
-        spec.limit,
-        path_key="admit.workload.path",
-    )
+    trace = read_workload_trace(spec)
     requests = tuple(
         ServingRequest(
             f"r{t.index}", float(t.arrival_ms), t.input_length, t.output_length, hash_ids=t.hash_ids

@@ -12,23 +12,23 @@ from typing import Any
 
 from cpkv.admit.cache import CachedRequest, replay
 from cpkv.admit.request import Request
-from cpkv.admit.trace import TRACE_FORMATS, read_trace
+from cpkv.admit.trace import TRACE_FORMATS, Trace, read_trace
 from cpkv.errors import ConfigError
 
 
 def trace_requests(spec: Any) -> tuple[Request, ...]:
     """`admit.workload` (source `trace`): read `path` (`format`, `block_size`, `start`,
     `limit`), replay it through `cache`, return the admission requests."""
+    return admission_requests(replay(read_workload_trace(spec), spec.cache))
+
+
+def read_workload_trace(spec: Any) -> Trace:
+    """The trace `admit.workload` names (checked first; errors name `admit.workload.*`)."""
     check_trace_spec(spec)
-    trace = read_trace(
-        spec.path,
-        spec.format,
-        spec.block_size,
-        spec.start,
-        spec.limit,
+    return read_trace(
+        spec.path, spec.format, spec.block_size, spec.start, spec.limit,
         path_key="admit.workload.path",
-    )
-    return admission_requests(replay(trace, spec.cache))
+    )  # fmt: skip
 
 
 def check_trace_spec(spec: Any) -> None:
