@@ -203,9 +203,8 @@ def test_rounds_split_the_samples_and_keep_the_answers(cli, spy) -> None:
     (run,) = cli.run_dirs()
     rows = cli.results(run)["rows"]
     cases = len(rows) // 3  # three ops a case
-    assert sorted(args[-1] for args in calls) == sorted(
-        [3, 2, 2] * cases
-    )  # each case once a round, 7 samples
+    # each case once a round, 7 samples in all
+    assert sorted(args[-1] for args in calls) == sorted([3, 2, 2] * cases)
     assert all(row["repeat"] == 7 for row in rows)
     assert cli(*base, "alloc_l1.rounds=1").exit_code == 0
     one = cli.results([d for d in cli.run_dirs() if d != run][0])["rows"]
