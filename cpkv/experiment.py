@@ -49,6 +49,10 @@ def safe_name(name: str) -> str:
     return _SAFE.sub("-", name).strip("-") or "run"
 
 
+def _reason(err: OSError) -> str:
+    return (err.strerror or type(err).__name__).lower()
+
+
 @dataclass
 class RunDir:
     """A run directory being written."""
@@ -60,7 +64,10 @@ class RunDir:
     def create(cls, root: Path, name: str, now: datetime | None = None) -> RunDir:
         local = (now or utc_now()).astimezone()
         day = root / local.strftime("%Y-%m-%d")
-        day.mkdir(parents=True, exist_ok=True)
+        try:
+            day.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # the root is a file, read-only, ...
+            raise InputError(f"{root}: cannot hold run directories ({_reason(err)})") from None
         stem = f"{local.strftime('%H-%M-%S-%f')}_{safe_name(name)}"
         for attempt in range(1000):
             path = day / (stem if attempt == 0 else f"{stem}-{attempt}")
@@ -68,6 +75,8 @@ class RunDir:
                 path.mkdir()
             except FileExistsError:
                 continue
+            except OSError as err:
+                raise InputError(f"{day}: cannot create a run directory ({_reason(err)})") from None
             return cls._marked(path)
         raise InputError(f"{day}: cannot create a new run directory for {name!r}")
 
@@ -78,6 +87,8 @@ class RunDir:
             path.mkdir()
         except FileExistsError:
             raise InputError(f"{path}: already exists; a run directory is never reused") from None
+        except OSError as err:
+            raise InputError(f"{path}: cannot create the run directory ({_reason(err)})") from None
         return cls._marked(path)
 
     @classmethod

@@ -21,10 +21,12 @@ from cpkv.results import RunOutput
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a running experiment may use: its directory (for plots) and a progress hook."""
+    """What a running experiment may use: its directory, a progress hook, and whether it may
+    draw plots under ``run_dir/plots`` (matplotlib importable, plots not switched off)."""
 
     run_dir: Path | None = None
     progress: Callable[[int, int, str], None] | None = None
+    plots: bool = False
 
     def report(self, done: int, total: int, label: str = "") -> None:
         if self.progress is not None:

@@ -30,8 +30,12 @@ def run_experiment(
     argv: Sequence[str] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     run_dir: str | Path | None = None,
+    plots: bool | None = None,
 ) -> RunResult:
     """Prepare (all user errors surface here, before any directory exists), then run.
+
+    ``plots`` (default: :func:`plots_wanted`) draws the run's plots under ``plots/`` once its
+    results are written; a plot that fails is a warning, never a failed run.
 
     On Ctrl-C or an error during the run, the directory keeps its ``INCOMPLETE``
     marker, ``meta.json`` says why, and no ``results.json`` is written. ``run_dir`` (used by
@@ -55,8 +59,9 @@ def run_experiment(
         **machine_info(device),
     }
     target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
+    draw = plots_wanted() if plots is None else plots and plots_wanted()
     try:
-        output = execute(RunContext(run_dir=target.path, progress=progress))
+        output = execute(RunContext(run_dir=target.path, progress=progress, plots=draw))
         record = RunRecord.from_output(loaded.spec.name, exp.name, output)
         text = render(record, "text")
         # the run may have imported torch: record its version and thread count
@@ -73,4 +78,27 @@ def run_experiment(
             str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
         )
         raise
+    if draw and not (target.path / "plots").exists():  # kinds that drew their own are done
+        _plot(record, target.path)
     return RunResult(target.path, record, text)
+
+
+def plots_wanted() -> bool:
+    """Plots are drawn when matplotlib is importable, unless ``CPKV_PLOTS=0``."""
+    import importlib.util
+    import os
+
+    if os.environ.get("CPKV_PLOTS", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _plot(record: RunRecord, path: Path) -> None:
+    import warnings
+
+    from cpkv.plots.records import plot_run
+
+    try:
+        plot_run(record, path, path / "plots")
+    except Exception as err:  # noqa: BLE001 - the results are written; a plot is a bonus
+        warnings.warn(f"{path}/plots: not drawn ({type(err).__name__}: {err})", stacklevel=2)

@@ -43,12 +43,14 @@ class Cli:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.runner = CliRunner()
+        self.plots = False  # runs draw no plots/ unless a test asks (CPKV_PLOTS)
 
     def __call__(self, *args: str, output: bool = True):
         argv = list(args)
         if output and "-o" not in argv and "--output-dir" not in argv:
             argv += ["-o", str(self.root)]
-        return self.runner.invoke(app, argv, catch_exceptions=False)
+        env = {"CPKV_PLOTS": "1" if self.plots else "0"}
+        return self.runner.invoke(app, argv, catch_exceptions=False, env=env)
 
     def run_dirs(self) -> list[Path]:
         if not self.root.exists():

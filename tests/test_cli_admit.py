@@ -153,8 +153,15 @@ def test_admit_does_not_import_torch(tmp_path) -> None:
         "assert r.exit_code == 0, r.output\n"
         "print(sorted(m for m in ('torch', 'numpy', 'sglang') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    import os
+
+    with_plots = "['numpy']" if _has_matplotlib() else "[]"  # matplotlib needs numpy, not torch
+    for plots, expected in (("0", "[]"), ("1", with_plots)):
+        env = {**os.environ, "CPKV_PLOTS": plots}
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        assert out.stdout.strip() == expected
 
 
 def test_headline_summarises_the_ticks(cli) -> None:
@@ -196,3 +203,22 @@ def test_an_empty_selection_is_an_error_not_an_empty_run(cli, tmp_path) -> None:
               "admit.workload.start=1")  # fmt: skip
     assert res.exit_code == 2 and "start/limit select no request" in res.stderr
     assert cli.run_dirs() == []
+
+
+def test_an_output_root_that_is_a_file_is_one_line(cli, tmp_path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    for args in (["admit"], ["alloc", "host", "alloc_host.request_pages=[8]"]):
+        res = cli(*args, "-o", str(afile))
+        assert res.exit_code == 2, res.output
+        assert (
+            res.stderr.strip()
+            == f"cpkv: error: {afile}: cannot hold run directories (not a directory)"
+        )
+    assert afile.read_text() == "not a folder\n"
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None

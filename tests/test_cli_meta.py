@@ -63,3 +63,32 @@ def _is_group(path: list[str]) -> bool:
     for part in path:
         cmd = cmd.commands[part]  # type: ignore[attr-defined]
     return hasattr(cmd, "commands")
+
+
+def test_help_lists_every_registry_name() -> None:
+    """DESIGN: the YAML name is the registry key and the help text lists the keys. The help
+    texts are static (no import of the registries' modules), so this guards them against drift."""
+    from cpkv.admit.blocks import SCANS
+    from cpkv.admit.growth import VICTIMS
+    from cpkv.admit.policies import POLICIES
+    from cpkv.admit.ticks import BACKENDS
+    from cpkv.admit.trace import TRACE_FORMATS
+    from cpkv.admit.workload import SOURCES
+    from cpkv.alloc.host_impls import HOST_IMPLS
+    from cpkv.alloc.host_schema import HOST_METHODS, HOST_OPS, HOST_PATTERNS, PROTOCOLS
+    from cpkv.alloc.l1_impls import L1_IMPLS
+    from cpkv.alloc.l1_layouts import FREE_PATTERNS, OWNER_PATTERNS
+    from cpkv.alloc.l1_schema import L1_OPS
+
+    expected = {
+        ("alloc", "host"): [*HOST_IMPLS.allowed(), *HOST_METHODS, *HOST_PATTERNS, *HOST_OPS,
+                            *PROTOCOLS],
+        ("alloc", "l1"): [*L1_IMPLS.allowed(), *FREE_PATTERNS, *OWNER_PATTERNS, *L1_OPS],
+        ("admit",): [*SOURCES.names(), *TRACE_FORMATS.allowed(), *BACKENDS.names(),
+                     *POLICIES.names(), *SCANS.names(), *VICTIMS.names()],
+    }  # fmt: skip
+    runner = CliRunner()
+    for path, names in expected.items():
+        text = " ".join(runner.invoke(app, [*path, "--help"], terminal_width=200).output.split())
+        missing = [n for n in names if n not in text]
+        assert not missing, (path, missing)

@@ -116,3 +116,31 @@ def test_without_matplotlib_plot_exits_2(cli, monkeypatch) -> None:
 def test_plot_bad_target_exits_2(cli, tmp_path: Path) -> None:
     res = cli("plot", str(tmp_path), output=False)
     assert res.exit_code == 2 and "neither a run directory" in res.output
+
+
+def test_runs_draw_plots_unless_told_not_to(cli, monkeypatch) -> None:
+    """plots/ whenever matplotlib is importable (DESIGN's run-directory contract); --no-plots
+    and CPKV_PLOTS=0 skip them; a plot that fails is a warning, the run stays complete."""
+    small = ["alloc_host.host_sizes_gb=[]", "alloc_host.host_pages=[600]",
+             "alloc_host.request_pages=[8,64]", "alloc_host.repeat=3", "alloc_host.warmup=0"]  # fmt: skip
+    cli.plots = True
+    assert cli("alloc", "host", *small).exit_code == 0
+    assert cli("alloc", "host", *small, "--no-plots").exit_code == 0
+    cli.plots = False  # CPKV_PLOTS=0
+    assert cli("admit").exit_code == 0
+    drawn, flag, env = sorted(cli.run_dirs())
+    assert sorted(p.name for p in (drawn / "plots").iterdir())  # the latency plot(s)
+    assert not (flag / "plots").exists() and not (env / "plots").exists()
+
+    import cpkv.plots.records as records
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no ink")
+
+    monkeypatch.setattr(records, "plot_run", broken)
+    cli.plots = True
+    with pytest.warns(UserWarning, match="plots: not drawn .RuntimeError: no ink"):
+        res = cli("admit")
+    assert res.exit_code == 0
+    last = sorted(cli.run_dirs())[-1]
+    assert json.loads((last / "meta.json").read_text())["status"] == "complete"

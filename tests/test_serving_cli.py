@@ -26,6 +26,7 @@ def lines(path: Path) -> list[dict]:
 
 @needs_trace
 def test_serving_a_trace_slice_writes_every_file(cli) -> None:
+    cli.plots = True
     res = cli("admit", *SLICE)
     assert res.exit_code == 0, res.output
     (run,) = cli.run_dirs()

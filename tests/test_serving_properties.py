@@ -205,3 +205,24 @@ def test_decode_stretches_change_nothing_on_a_trace_slice(monkeypatch, policy) -
     step_by_step = simulate(work.requests, s, work.new_cache())
     assert request_lines(with_stretches) == request_lines(step_by_step)
     assert with_stretches.timeline == step_by_step.timeline
+
+
+def test_a_first_token_preempted_in_its_own_iteration_still_counts() -> None:
+    """Found by the property test: q0 gets its first (and last) token, and a later first token
+    of the same iteration preempts it. The token was emitted: q0 keeps it, recomputes prompt
+    + token after requeueing, and finishes with a first-token time (TTFT), not without one."""
+    s = SimSettings(
+        policy="optimistic", block_size=1, capacity_blocks=4, scan="fcfs_stop",
+        victim="largest_first", on_preempt="requeue", budget_tokens=2, chunk_tokens=2,
+        adder=AdderBudgets(1, 8, None, None, None, 0, None, None, None),
+        ratio=NewTokenRatio.from_settings(init_ratio=0.0),
+        cost=CostModel(1000.0, 0.0, 0.0, 0.0, 1024, None),
+    )  # fmt: skip
+    shapes = [(0, 2, 1), (0, 1, 0), (1, 1, 1)] + [(0, 1, 0)] * 6  # (arrival ms, prompt, max_new)
+    reqs = [ServingRequest(f"q{k}", float(a), p, m) for k, (a, p, m) in enumerate(shapes)]
+    res = run(s, reqs, None)
+    q0 = res.requests[0]
+    assert q0.state == FINISHED and q0.preemptions >= 1 and q0.gen == 1
+    assert q0.first_at is not None and q0.admitted_at <= q0.first_at <= q0.finish_at
+    for r, q in zip(res.requests, reqs, strict=True):
+        assert r.state == FINISHED and (r.first_at is None) == (q.max_new_tokens == 0)

@@ -60,6 +60,7 @@ def test_stats_writes_rows_and_summary(cli, trace_file) -> None:
 
 
 def test_curve_rows_and_plot(cli, trace_file) -> None:
+    cli.plots = True
     res = cli("trace", "curve", str(trace_file), "trace.block_size=4", "curve.fractions=[0.25,1.0]")
     assert res.exit_code == 0, res.output
     (run,) = cli.run_dirs()

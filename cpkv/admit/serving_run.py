@@ -8,7 +8,6 @@ metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 from typing import Any
@@ -100,7 +99,7 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
                 f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
                 "raise admit.kv.capacity_blocks or admit.kv.block_size"
             )
-        if ctx.run_dir is not None and importlib.util.find_spec("matplotlib") is not None:
+        if ctx.run_dir is not None and ctx.plots:
             from cpkv.plots.serving import plot_serving
 
             lat = [latencies(r) for r in res.requests if r.state == FINISHED]

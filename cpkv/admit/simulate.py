@@ -235,8 +235,8 @@ class Sim:
         c["prefill_tokens"] += self.prefill_tokens
         c["loaded_tokens"] += self.loaded
         c["admissions"] += self.admitted
-        for r in firsts:
-            if r.first_at is None and r.state != WAITING:
+        for r in firsts:  # the token was emitted, even when a later grower preempted r
+            if r.first_at is None:  # (then r keeps it and recomputes prompt + token later)
                 r.first_at = now
         for r in finishing:
             if r.state == WAITING:

@@ -106,9 +106,9 @@ def prepare_curve(cfg: TraceCurveConfig) -> Callable[[RunContext], RunOutput]:
 
 
 def _plot(ctx: RunContext, points: tuple[CurvePoint, ...], trace: Trace) -> str | None:
-    from cpkv.plots.trace import matplotlib_available, plot_capacity_curve
+    from cpkv.plots.trace import plot_capacity_curve
 
-    if ctx.run_dir is None or not matplotlib_available():
+    if ctx.run_dir is None or not ctx.plots:
         return None
     path = plot_capacity_curve(
         points, ctx.run_dir / "plots" / "capacity_curve.png", title=Path(trace.path).name

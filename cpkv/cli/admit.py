@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, split_args, user_errors
+from cpkv.cli.common import (
+    ArgsArg,
+    NoPlotsOpt,
+    OutputDirOpt,
+    PrintConfigOpt,
+    run_kind,
+    split_args,
+    user_errors,
+)
 from cpkv.experiment import DEFAULT_ROOT
 
 WriteWorkloadOpt = Annotated[
@@ -25,6 +33,7 @@ def admit(
     args: ArgsArg = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    no_plots: NoPlotsOpt = False,
     write_workload: WriteWorkloadOpt = None,
 ) -> None:
     """Group waiting requests into prefill batches, tick by tick, and name the budget that stops each.
@@ -43,12 +52,18 @@ def admit(
     chunked prefill, KV growth and preemption, TTFT/TPOT/goodput
     (configs/admit/serving_mooncake.yaml).
 
+    Names: admit.workload.source grid, jsonl, trace, synthetic; admit.workload.format
+    mooncake; admit.backend model, sglang; admit.policy prefill_adder, iteration,
+    conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
+    admit.kv.victim scan_order, newest_first, largest_first, least_progress;
+    admit.arrivals.process trace, poisson, zero.
+
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """
     if write_workload is not None:
         _write_workload(args, write_workload)
         return
-    run_kind("admit", args, output_dir, print_config, "cpkv admit")
+    run_kind("admit", args, output_dir, print_config, "cpkv admit", no_plots)
 
 
 def _write_workload(args: list[str] | None, path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cpkv.cli.common import ArgsArg, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from cpkv.cli.common import ArgsArg, NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
 from cpkv.experiment import DEFAULT_ROOT
 
 app = typer.Typer(
@@ -20,15 +20,20 @@ def host(
     args: ArgsArg = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    no_plots: NoPlotsOpt = False,
 ) -> None:
     """Benchmark the host (L2 / HiCache) KV allocator: FIFO vs contiguous-preferred selection.
 
     Without a config the built-in default runs: a 220 GB pool at 100,000 bytes/token
     (34,375 pages of 64 tokens), request pages 1,8,64,512, three free-list patterns.
 
+    Names: impls reference, fast, sglang (alias production; needs sglang); methods fifo,
+    contiguous; patterns contiguous_fifo, fragmented_prefix_later_run, random_fragmented,
+    no_run; ops alloc, free, mixed; protocols cold, warm.
+
     Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
     """
-    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host")
+    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", no_plots)
 
 
 @app.command("l1")
@@ -37,6 +42,7 @@ def l1(
     args: ArgsArg = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    no_plots: NoPlotsOpt = False,
 ) -> None:
     """Benchmark the CP shared paged L1 allocator: stats, selection and allocation per owner lane.
 
@@ -44,6 +50,11 @@ def l1(
     physical pages, cp_size 8, page_size 64, request pages 8,64,512, three free patterns x
     three owner patterns, impls fifo,contiguous, op alloc_pages, cold protocol.
 
+    Names: impls fifo, contiguous (alias current), fast_fifo, fast_contiguous (alias
+    fast_current); free_patterns sequential, owner_fragmented_later_run, random;
+    owner_patterns round_robin, single_owner, zigzag; ops stats, free_room_stats,
+    select_only, alloc_pages, free; protocols cold, warm; lane_order sorted, as_given.
+
     Example: cpkv alloc l1 alloc_l1.impls=[fifo,fast_fifo] alloc_l1.protocol=warm
     """
-    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1")
+    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1", no_plots)

@@ -29,6 +29,14 @@ OutputDirOpt = Annotated[
 PrintConfigOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved config and exit without running.")
 ]
+NoPlotsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-plots",
+        help="Draw no plots/ in the run directory (they are drawn when matplotlib is installed; "
+        "CPKV_PLOTS=0 does the same).",
+    ),
+]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -80,7 +88,12 @@ def progress_printer() -> Callable[[int, int, str], None] | None:
 
 
 def run_kind(
-    kind: str, args: Sequence[str] | None, output_dir: Path, print_config: bool, command: str
+    kind: str,
+    args: Sequence[str] | None,
+    output_dir: Path,
+    print_config: bool,
+    command: str,
+    no_plots: bool = False,
 ) -> None:
     """Load, validate, run and report one experiment of ``kind``."""
     from cpkv.config import load_config
@@ -91,6 +104,12 @@ def run_kind(
     if print_config:
         typer.echo(loaded.to_yaml(), nl=False)
         return
-    result = run_experiment(loaded, output_dir, argv=sys.argv, progress=progress_printer())
+    result = run_experiment(
+        loaded,
+        output_dir,
+        argv=sys.argv,
+        progress=progress_printer(),
+        plots=False if no_plots else None,
+    )
     typer.echo(result.table, nl=False)
     typer.echo(str(result.path))

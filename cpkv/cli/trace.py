@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cpkv.cli.common import OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
 from cpkv.errors import ConfigError
 from cpkv.experiment import DEFAULT_ROOT
 
@@ -57,6 +57,7 @@ def stats(
     args: TraceArgs = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    no_plots: NoPlotsOpt = False,
 ) -> None:
     """Trace statistics: lengths, arrivals, and the cache ratio unlimited and at L1/L2 capacities.
 
@@ -67,7 +68,9 @@ def stats(
 
     Example: cpkv trace stats ../shared/data/mooncake_synthetic_trace.jsonl trace.cache.l1_tokens=4000000
     """
-    run_kind("trace_stats", with_trace_path(args), output_dir, print_config, "cpkv trace stats")
+    run_kind(
+        "trace_stats", with_trace_path(args), output_dir, print_config, "cpkv trace stats", no_plots
+    )
 
 
 @app.command("curve")
@@ -76,6 +79,7 @@ def curve(
     args: TraceArgs = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
+    no_plots: NoPlotsOpt = False,
 ) -> None:
     """Hit ratio against cache capacity (a table, and plots/capacity_curve.png with matplotlib).
 
@@ -85,4 +89,6 @@ def curve(
 
     Example: cpkv trace curve ../shared/data/mooncake_synthetic_trace.jsonl curve.hicache_ratio=2
     """
-    run_kind("trace_curve", with_trace_path(args), output_dir, print_config, "cpkv trace curve")
+    run_kind(
+        "trace_curve", with_trace_path(args), output_dir, print_config, "cpkv trace curve", no_plots
+    )

@@ -8,13 +8,6 @@ from pathlib import Path
 from cpkv.admit.trace_stats import CurvePoint
 
 
-def matplotlib_available() -> bool:
-    """Whether matplotlib can be imported here."""
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is not None
-
-
 def plot_capacity_curve(points: Sequence[CurvePoint], path: str | Path, title: str = "") -> Path:
     """Write hit % against cache capacity (% of the working set) to `path`; return the path.
 
