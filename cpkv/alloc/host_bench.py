@@ -154,7 +154,7 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
             "cases": len(cases) + len(mixed),
             "rows": len(rows),
             "pool_pages": block.pool_pages(),
-            "protocol": block.protocol,
+            "protocol": block.protocol if cases else "replay",  # mixed rows: their own
             "page_size": block.page_size,
         }
         columns = table_columns(block)
@@ -287,6 +287,11 @@ def mixed_plan(block: AllocHostBlock, notes: list[str]) -> list[tuple[int, str]]
             notes.append(
                 f"impl {HOST_IMPLS.canonical(impl)} has no contiguous method: mixed skipped"
             )
+    sizes = ",".join(map(str, sorted(set(block.request_pages))))
+    notes.append(
+        f"mixed rows: one seeded alloc/free workload of requests of {sizes} pages "
+        f"(request_pages shows the largest), replayed on every impl; total_us is the whole replay's time"
+    )
     return [(total, pattern) for total in block.pool_pages() for pattern in block.patterns]
 
 
