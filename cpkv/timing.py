@@ -1,6 +1,7 @@
 """The one timing helper every benchmark uses.
 
-Only the call under test is timed, with ``time.perf_counter_ns``. When a ``sync``
+Only the call under test is timed, with ``time.perf_counter_ns``; :class:`Stopwatch` times a
+whole stage (wall-clock and process CPU time) for the rates of ``cpkv admit``. When a ``sync``
 callable is given (``torch.cuda.synchronize`` for CUDA work) it runs right before the
 clock starts and right before it stops, so that asynchronous device work is inside
 the measurement and nothing queued earlier leaks into it.
@@ -108,3 +109,24 @@ def cuda_sync(device: Any) -> Callable[[], None] | None:
     import torch
 
     return lambda: torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class Elapsed:
+    """Seconds of wall-clock and process CPU time."""
+
+    wall_s: float
+    cpu_s: float
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.elapsed`` (an :class:`Elapsed`)."""
+
+    elapsed: Elapsed
+
+    def __enter__(self) -> Stopwatch:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = Elapsed(time.perf_counter() - self._wall, time.process_time() - self._cpu)

@@ -75,3 +75,12 @@ def test_sample_sets_up_untimed_drops_warmup_and_observes_kept_samples(monkeypat
     assert built == [0, 1, 2, 3, 4]  # a fresh state for every call, warm-up included
     assert seen == [(2, 20), (3, 30), (4, 40)]  # only the kept samples are observed
     assert samples == [1.0, 1.0, 1.0]  # setup and observe are outside the clock
+
+
+def test_stopwatch_reads_wall_and_cpu_clocks_around_the_block(monkeypatch) -> None:
+    wall, cpu = iter([10.0, 10.5]), iter([3.0, 3.25])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(wall))
+    monkeypatch.setattr(timing.time, "process_time", lambda: next(cpu))
+    with timing.Stopwatch() as sw:
+        pass
+    assert sw.elapsed == timing.Elapsed(wall_s=0.5, cpu_s=0.25)

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cpkv.admit.admit_schema import AdmitConfig
-from cpkv.admit.admit_timing import Stopwatch, timing_note, timing_summary
+from cpkv.admit.admit_timing import timing_note, timing_summary
 from cpkv.admit.records import AdmitResult, TickRecord
 from cpkv.admit.ticks import run_admission
 from cpkv.admit.workload import load_workload
 from cpkv.kinds import RunContext
 from cpkv.results import RunOutput, metric, outcome
 from cpkv.schema import to_dict
+from cpkv.timing import Stopwatch
 
 
 @dataclass(frozen=True)

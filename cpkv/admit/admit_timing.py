@@ -14,29 +14,7 @@ deterministic counts: these numbers change from run to run (timing metrics).
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Elapsed:
-    """Seconds of wall-clock and process CPU time."""
-
-    wall_s: float
-    cpu_s: float
-
-
-class Stopwatch:
-    """``with Stopwatch() as sw: ...`` then ``sw.elapsed``."""
-
-    elapsed: Elapsed
-
-    def __enter__(self) -> Stopwatch:
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.elapsed = Elapsed(time.perf_counter() - self._wall, time.process_time() - self._cpu)
+from cpkv.timing import Elapsed
 
 
 def timing_summary(decisions: int, workload: Elapsed, admission: Elapsed) -> dict[str, float]:
