@@ -100,12 +100,17 @@ def main() -> int:
         + ", ".join(f"{m} {us / 1000:.0f} ms" for us, m in slowest)
     )
 
-    with tempfile.TemporaryDirectory() as tmp:
-        found = imports(["admit", "-o", tmp], cwd=tmp)
+    with tempfile.TemporaryDirectory() as tmp:  # the admission path alone, then with plots/
+        found = imports(["admit", "--no-plots", "-o", tmp], cwd=tmp)
+        plotted = imports(["admit", "-o", tmp], cwd=tmp)
     bad = heavy(found, ADMIT_FORBIDDEN)
     ok &= not bad
-    print(f"[3] `python -X importtime -m cpkv admit` (default experiment): {len(found)} modules; "
-          f"{', '.join(ADMIT_FORBIDDEN)} imported: {', '.join(bad) or 'none'}")  # fmt: skip
+    print(f"[3] `python -X importtime -m cpkv admit --no-plots` (default experiment): {len(found)} "
+          f"modules; {', '.join(ADMIT_FORBIDDEN)} imported: {', '.join(bad) or 'none'}")  # fmt: skip
+    torch = "torch" in heavy(plotted, ("torch",))
+    ok &= not torch
+    print(f"    with plots/ (matplotlib installed: {'matplotlib' in heavy(plotted, ('matplotlib',))}): "
+          f"{len(plotted)} modules; torch imported: {'yes' if torch else 'no'}")  # fmt: skip
     return 0 if ok else 1
 
 
