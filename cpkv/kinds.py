@@ -21,12 +21,10 @@ from cpkv.results import RunOutput
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a running experiment may use: its directory, a progress hook, and whether it may
-    draw plots under ``run_dir/plots`` (matplotlib importable, plots not switched off)."""
+    """What a running experiment may use: its directory and a progress hook."""
 
     run_dir: Path | None = None
     progress: Callable[[int, int, str], None] | None = None
-    plots: bool = False
 
     def report(self, done: int, total: int, label: str = "") -> None:
         if self.progress is not None:

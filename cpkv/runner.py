@@ -61,7 +61,7 @@ def run_experiment(
     target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
     draw = plots_wanted() if plots is None else plots and plots_wanted()
     try:
-        output = execute(RunContext(run_dir=target.path, progress=progress, plots=draw))
+        output = execute(RunContext(run_dir=target.path, progress=progress))
         record = RunRecord.from_output(loaded.spec.name, exp.name, output)
         text = render(record, "text")
         # the run may have imported torch: record its version and thread count
@@ -78,7 +78,7 @@ def run_experiment(
             str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
         )
         raise
-    if draw and not (target.path / "plots").exists():  # kinds that drew their own are done
+    if draw:
         _plot(record, target.path)
     return RunResult(target.path, record, text)
 

@@ -14,10 +14,8 @@ from typing import Any
 
 from cpkv.admit.cost_fit import fit_cost, read_points
 from cpkv.admit.serving_adder import AdderBudgets
-from cpkv.admit.serving_kv import FINISHED
 from cpkv.admit.serving_metrics import (
     TABLE_COLUMNS,
-    latencies,
     request_lines,
     summary_row,
     timeline,
@@ -99,13 +97,6 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
                 f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
                 "raise admit.kv.capacity_blocks or admit.kv.block_size"
             )
-        if ctx.run_dir is not None and ctx.plots:
-            from cpkv.plots.serving import plot_serving
-
-            lat = [latencies(r) for r in res.requests if r.state == FINISHED]
-            title = f"{cfg.name}: {block.policy}"
-            plot_serving(ctx.run_dir / "plots", points, lat, title, to_dict(block.slo))
-            notes.append("plots/: kv_utilization.png, latency_cdf.png")
         return RunOutput(
             rows=[row],
             summary={**_summary(block, settings, res, fit), "headline": _headline(row)},

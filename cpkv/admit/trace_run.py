@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from cpkv.admit.trace import Trace, read_trace
 from cpkv.admit.trace_schema import TraceBlock, TraceCurveConfig, TraceStatsConfig
-from cpkv.admit.trace_stats import CurvePoint, capacity_curve, trace_stats
+from cpkv.admit.trace_stats import capacity_curve, trace_stats
 from cpkv.errors import ConfigError
 from cpkv.kinds import RunContext
 from cpkv.results import RunOutput, metric
@@ -92,9 +91,6 @@ def prepare_curve(cfg: TraceCurveConfig) -> Callable[[RunContext], RunOutput]:
             notes.append(
                 "L2 off (curve.hicache_ratio: null): a single-tier LRU, as in Mooncake's Figure 9"
             )
-        plot = _plot(ctx, points, trace)
-        if plot:
-            notes.append(f"plot: {plot}")
         summary = {
             "trace": trace.path,
             "requests": len(trace.requests),
@@ -103,17 +99,6 @@ def prepare_curve(cfg: TraceCurveConfig) -> Callable[[RunContext], RunOutput]:
         return RunOutput(rows=points, summary=summary, notes=notes)
 
     return execute
-
-
-def _plot(ctx: RunContext, points: tuple[CurvePoint, ...], trace: Trace) -> str | None:
-    from cpkv.plots.trace import plot_capacity_curve
-
-    if ctx.run_dir is None or not ctx.plots:
-        return None
-    path = plot_capacity_curve(
-        points, ctx.run_dir / "plots" / "capacity_curve.png", title=Path(trace.path).name
-    )
-    return str(path.relative_to(ctx.run_dir))
 
 
 def _notes(block: TraceBlock) -> list[str]:

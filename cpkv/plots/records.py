@@ -6,6 +6,12 @@
 * ``per_tick``: rows with a ``tick`` column, or a ``ticks.jsonl`` beside results.json (the
   admission runs): every numeric per-tick field (nested mappings such as budgets are
   flattened: ``budgets.rem_total_tokens``) against the tick, one panel per field.
+* ``capacity_curve``: ``cpkv trace curve`` runs: the hit ratio against cache capacity.
+* ``serving``: serving runs (``timeline.jsonl``, ``requests.jsonl``): KV utilisation over time
+  and the TTFT/TPOT CDFs.
+
+The runner draws them into every run directory when matplotlib is installed; ``cpkv plot``
+draws them again.
 """
 
 from __future__ import annotations
@@ -181,6 +187,21 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             if isinstance(item, dict):
                 rows.append(item)
     return rows
+
+
+@RUN_PLOTS.register("capacity_curve", help="trace curve runs: hit ratio against cache capacity")
+def capacity_curve(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Path]:
+    if record.kind != "trace_curve" or not record.rows:
+        return []
+    import dataclasses
+
+    from cpkv.admit.trace_stats import CurvePoint
+    from cpkv.plots.trace import plot_capacity_curve
+
+    fields = [f.name for f in dataclasses.fields(CurvePoint)]
+    points = [CurvePoint(**{k: row[k] for k in fields}) for row in record.rows]
+    name = Path(str(record.summary.get("trace", ""))).name or title
+    return [plot_capacity_curve(points, out / "capacity_curve.png", title=name)]
 
 
 @RUN_PLOTS.register("serving", help="serving runs: KV utilisation over time, TTFT/TPOT CDFs")
