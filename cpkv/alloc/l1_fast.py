@@ -26,21 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from cpkv.alloc.host_pages import ramp
 from cpkv.alloc.l1_base import L1Allocator
 from cpkv.alloc.l1_owners import HostCounts, OwnerLayout, owner_order
 from cpkv.alloc.l1_state import L1Lanes, integrity_error
-
-_RAMP = np.arange(0, dtype=np.int64)
-
-
-def page_ramp(stop: int) -> np.ndarray:
-    """``0, 1, 2, ...`` (at least ``stop`` of them): one read-only array for every allocator,
-    so that a fresh allocator (the cold protocol) does not build its own."""
-    global _RAMP
-    if _RAMP.size < stop:
-        _RAMP = np.arange(max(stop, 2 * _RAMP.size, 4096), dtype=np.int64)
-        _RAMP.flags.writeable = False
-    return _RAMP
 
 
 def has_repeats(pages: np.ndarray, largest: int) -> bool:
@@ -270,7 +259,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
             if span == (n - 1) * cp and self._sorted and len(picks) == 1 and not picks[0][3]:
                 return from_numpy(self._template(cp, n) + first * self.page_size)
             if span == n - 1:  # consecutive logical pages? (round-robin over fresh lanes)
-                if np.array_equal(pages, page_ramp(first + n)[first : first + n]):
+                if np.array_equal(pages, ramp(first + n)[first:]):  # one cached table
                     return from_numpy(self._template(1, n) + first * self.page_size)
         return from_numpy(self._expand(pages))
 
