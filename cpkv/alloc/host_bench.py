@@ -64,11 +64,11 @@ class HostBenchRow(TimedFields, HostRowIdentity):
 
 
 def is_page_contiguous(selected: Any, page_size: int) -> bool:
-    """The seed's test: the selected pages (first slot // page_size) step by one."""
-    if selected is None or selected.numel() == 0:
+    """Seed 003's test, restated: a non-empty selection whose pages (the first slot of each
+    page, // page_size) go up by one from each page to the next."""
+    if selected is None or not selected.numel():
         return False
-    pages = selected.view(-1, page_size)[:, 0] // page_size
-    return bool((pages[1:] - pages[:-1] == 1).all()) if pages.numel() > 1 else True
+    return bool((selected[::page_size].div(page_size, rounding_mode="floor").diff() == 1).all())
 
 
 @dataclass(frozen=True)
