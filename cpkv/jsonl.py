@@ -10,6 +10,15 @@ from typing import Any
 from cpkv.errors import InputError
 
 
+def require_file(path: Path, key: str, what: str = "") -> None:
+    """InputError naming config ``key`` unless ``path`` is a file (a relative path says the
+    directory it was looked for in)."""
+    if not path.is_file():
+        where = "" if path.is_absolute() else f"; a relative path is read from {Path.cwd()}"
+        named = f"{what} {path}" if what else str(path)
+        raise InputError(f"{key}: {named} does not exist or is not a file{where}")
+
+
 def read_text(path: Path, what: str) -> str:
     """The text of ``path``; InputError ``<path>: cannot read <what> (<reason>)``."""
     try:

@@ -59,7 +59,6 @@ def run_experiment(
         **machine_info(device),
     }
     target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
-    draw = plots_wanted() if plots is None else plots and plots_wanted()
     try:
         output = execute(RunContext(run_dir=target.path, progress=progress))
         record = RunRecord.from_output(loaded.spec.name, exp.name, output)
@@ -78,7 +77,7 @@ def run_experiment(
             str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
         )
         raise
-    if draw:
+    if plots is not False and plots_wanted():
         _plot(record, target.path)
     return RunResult(target.path, record, text)
 

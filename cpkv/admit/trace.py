@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.errors import ConfigError, InputError
+from cpkv.jsonl import require_file
 from cpkv.registry import Registry
 
 
@@ -75,9 +76,7 @@ def read_trace(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ConfigError(f"trace limit={limit!r} is not allowed; use null or an integer >= 0")
     file = Path(path)
-    if not file.is_file():
-        where = "" if file.is_absolute() else f"; a relative path is read from {Path.cwd()}"
-        raise InputError(f"{path_key}: trace file {file} does not exist or is not a file{where}")
+    require_file(file, path_key, "trace file")
     requests = tuple(reader(file, block_size, start, limit))
     return Trace(str(file), TRACE_FORMATS.canonical(format), block_size, requests)
 

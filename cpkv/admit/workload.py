@@ -25,7 +25,7 @@ from cpkv.admit.cache import DEFAULT_CACHE, CacheConfig
 from cpkv.admit.request import Request, new_request
 from cpkv.admit.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
 from cpkv.errors import ConfigError, InputError
-from cpkv.jsonl import check_fields, parse_object, read_text
+from cpkv.jsonl import check_fields, parse_object, read_text, require_file
 from cpkv.registry import Registry
 from cpkv.schema import FieldError, non_negative, require
 
@@ -184,9 +184,7 @@ def jsonl_text(spec: WorkloadSpec) -> tuple[Path, str]:
     if spec.path is None:
         raise ConfigError("admit.workload.path: the jsonl source needs a file path")
     path = Path(spec.path)
-    if not path.is_file():
-        where = "" if path.is_absolute() else f"; a relative path is read from {Path.cwd()}"
-        raise InputError(f"admit.workload.path: {path} does not exist or is not a file{where}")
+    require_file(path, "admit.workload.path")
     return path, read_text(path, "the requests file")
 
 
