@@ -190,7 +190,7 @@ def _locate(
                 hint = " (a list is written [a,b]; to sweep values use `cpkv sweep ... KEY=a,b`)"
             return f"override {item!r}: {err}{hint}"
     if path is not None and lookup(file_data, base, _ABSENT) is not _ABSENT:
-        line = _line_of(Path(path), base)
+        line = yaml_line(path, base.split("."))
         return f"{path}{':' + str(line) if line else ''}: {err}"
     prefix = f"{path}: " if path is not None else ""
     return f"{prefix}{err}"
@@ -205,22 +205,28 @@ def lookup(data: Any, dotted: str, default: Any = None) -> Any:
     return data
 
 
-def _line_of(path: Path, dotted: str) -> int | None:
-    """1-based line of a dotted key in a YAML file (None when not found)."""
+def yaml_line(path: str | Path, at: Sequence[str | int]) -> int | None:
+    """1-based line of the node at ``at`` in a YAML file: mapping keys (taken whole, dots and
+    all) and list indexes; the deepest one found; None when the file cannot be read."""
     try:
-        node = yaml.compose(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     line = None
-    for part in dotted.split("."):
-        if not isinstance(node, yaml.MappingNode):
-            return line
-        for k, v in node.value:
-            if getattr(k, "value", None) == part:
-                line, node = k.start_mark.line + 1, v
+    for step in at:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == step]
+            if not found:
                 break
+            key, node = found[-1]  # a repeated key: YAML keeps the last one
+            line = key.start_mark.line + 1
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value)
+        ):
+            node = node.value[step]
+            line = node.start_mark.line + 1
         else:
-            return line
+            break
     return line
 
 

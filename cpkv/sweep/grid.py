@@ -27,11 +27,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cpkv.config import yaml_line
 from cpkv.errors import ConfigError
 
 ZIP_KEY = "zip"
@@ -143,31 +143,6 @@ def _where(source: str, at: Sequence[str | int]) -> str:
     """``source:line`` of the node at ``at`` in the config file (``source`` alone when unknown)."""
     line = yaml_line(source, at)
     return f"{source}:{line}" if line else source
-
-
-def yaml_line(path: str | Path, at: Sequence[str | int]) -> int | None:
-    """1-based line of the node at ``at`` in a YAML file: mapping keys (taken whole, dots and
-    all) and list indexes; the deepest one found; None when the file cannot be read."""
-    try:
-        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    line = None
-    for step in at:
-        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
-            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == step]
-            if not found:
-                break
-            key, node = found[-1]  # a repeated key: YAML keeps the last one
-            line = key.start_mark.line + 1
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value)
-        ):
-            node = node.value[step]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
 
 
 def axes_from_overrides(
