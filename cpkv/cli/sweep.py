@@ -101,8 +101,9 @@ def sweep(
     Example: cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
     """
     configs, overrides = _split(args)
-    if ray_address is not None and executor != "ray":
-        raise ConfigError("--ray-address needs --executor ray")
+    from cpkv.sweep.executors import check_address_option
+
+    check_address_option(executor, ray_address)  # for --dry-run too
     if resume is not None:
         if configs or overrides or zips or name:
             raise ConfigError(

@@ -228,12 +228,17 @@ def check_executor(name: str, address: str | None = None) -> None:
     """Raise a user error now (before any directory exists) when ``name`` cannot run here:
     an unknown executor, ray not installed, ``address`` without ray or out of reach."""
     name = EXECUTORS.canonical(name)
-    if address is not None and name != "ray":
-        raise ConfigError("--ray-address needs --executor ray")
+    check_address_option(name, address)
     if name == "ray":
         if not _ray_installed():
             raise UnsupportedError("--executor ray needs ray: pip install 'cpkv[ray]'")
         check_ray_address(address)
+
+
+def check_address_option(executor: str | None, address: str | None) -> None:
+    """ConfigError for a cluster address given to an executor other than ray."""
+    if address is not None and (executor is None or EXECUTORS.canonical(executor) != "ray"):
+        raise ConfigError("--ray-address needs --executor ray")
 
 
 def _ray_installed() -> bool:
