@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from cpkv.alloc.host_firstfit import first_fit
-from cpkv.alloc.host_handouts import KnownSlots
+from cpkv.alloc.host_handouts import KnownSlots, version_of
 from cpkv.alloc.host_pages import PageCheck, as_numpy, expand, is_run
 from cpkv.alloc.host_queue import PageQueue
 
@@ -197,9 +197,8 @@ class FastHostAllocator(PageQueue):
         view = self._last_view
         if view is not None and view[0] is slots:  # the last view handed out
             self._last_view = None
-            try:
-                version = slots._version
-            except RuntimeError:  # an inference tensor: nothing to rely on
+            version = version_of(slots)
+            if version is None:  # an inference tensor: nothing to rely on
                 return None
             if view[3]:
                 if version != self._runs.known.version:
