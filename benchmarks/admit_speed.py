@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/admit_speed.py [--scenarios N] [--requests N] [--repeat N]
 
-1. The same seeded scenarios (cpkv.admit.scenarios, CP limits off) through both backends.
+1. The same seeded scenarios (cpkv.admission.scenarios, CP limits off) through both backends.
    A decision is one ``add_one_req`` or ``add_chunked_req`` call; "pass" time is the sum of the
    ticks' ``duration_us`` (building the adder and scanning; the real backend's pool and radix
    tree setup is excluded), "wall" includes that setup. Needs sglang for the real side (run
@@ -26,12 +26,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cpkv.admit.budgets import AdmitBudgets, CpBudgets
-from cpkv.admit.scenarios import random_scenario
-from cpkv.admit.synthetic import SyntheticSpec
-from cpkv.admit.ticks import run_admission
-from cpkv.admit.workload import WorkloadSpec, load_workload
-from cpkv.admit.workload_jsonl import write_jsonl
+from cpkv.admission.budgets import AdmitBudgets, CpBudgets
+from cpkv.admission.scenarios import random_scenario
+from cpkv.admission.ticks import run_admission
+from cpkv.workload.jsonl_writer import write_jsonl
+from cpkv.workload.sources import WorkloadSpec, load_workload
+from cpkv.workload.synthetic import SyntheticSpec
 
 
 def timed(fn, repeat):
@@ -50,7 +50,7 @@ def compare_backends(n: int, repeat: int) -> None:
     scenarios.sort(key=lambda sc: sc.budgets.page_size)
     backends = ["model"]
     if importlib.util.find_spec("sglang") is not None:
-        from cpkv.admit.sglang_world import load_sglang
+        from cpkv.admission.sglang.world import load_sglang
 
         load_sglang()  # import once, outside the timings
         backends.append("sglang")

@@ -167,7 +167,9 @@ def read_set(source: Path, config: Path) -> dict[str, bytes] | None:
     folder = source / str(config).replace("/", "__")
     if not folder.exists():
         return None
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def base_worktree(rev: str, where: Path) -> Path:
@@ -189,7 +191,10 @@ def compare(base: dict[str, bytes], head: dict[str, bytes]) -> list[str]:
             problems.append(f"{key}: new (not in the base)")
         elif base[key] != head[key]:
             a, b = base[key].splitlines(), head[key].splitlines()
-            line = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            line = next(
+                (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)),
+            )
             problems.append(f"{key}: differs from line {line + 1}")
     return problems
 
@@ -200,7 +205,9 @@ def main() -> int:
     how.add_argument("--base", help="git revision whose code is the reference")
     how.add_argument("--record", type=Path, help="write the working tree's golden set to DIR")
     how.add_argument("--against", type=Path, help="compare the working tree with a recorded set")
-    parser.add_argument("--only", action="append", default=[], help="configs whose path contains this")
+    parser.add_argument(
+        "--only", action="append", default=[], help="configs whose path contains this"
+    )
     parser.add_argument("--limit", type=float, default=30.0, help="seconds a config may take (30)")
     args = parser.parse_args()
 

@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from cpkv.config import load_config
-from cpkv.kinds import RunContext
+from cpkv.core.config import load_config
+from cpkv.core.kinds import RunContext
 
 TARGET_S = 10.0
 

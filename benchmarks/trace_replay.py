@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpkv.admit.cache import DEFAULT_CACHE, CacheConfig, replay
-from cpkv.admit.trace import read_trace
+from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig, replay
+from cpkv.trace.readers import read_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/mooncake_synthetic_trace.jsonl"
 TARGET_S = 2.0
@@ -26,12 +26,12 @@ TARGET_S = 2.0
 def admission_stage() -> Callable[[Sequence[Any]], Any] | None:
     """The hook: turns replayed requests into an admission run, or None when not available.
 
-    Uses `cpkv.admit.ticks.run_admission` with the default budgets (the `model` backend).
+    Uses `cpkv.admission.ticks.run_admission` with the default budgets (the `model` backend).
     """
     try:
-        from cpkv.admit.budgets import AdmitBudgets
-        from cpkv.admit.ticks import run_admission
-        from cpkv.admit.trace_source import admission_requests
+        from cpkv.admission.budgets import AdmitBudgets
+        from cpkv.admission.ticks import run_admission
+        from cpkv.workload.trace import admission_requests
     except ImportError:
         return None
 
@@ -76,7 +76,7 @@ def main() -> None:
     )
     if admit is None:
         print(
-            "admission: not available yet (cpkv.admit.ticks.run_admission missing); hook: admission_stage()"
+            "admission: not available yet (cpkv.admission.ticks.run_admission missing); hook: admission_stage()"
         )
     else:
         whole += statistics.median(times["admission (default budgets)"])

@@ -1,4 +1,11 @@
-"""The ``cpkv`` command line (the only package that imports typer and rich)."""
+"""The ``cpkv`` command line (the only package that imports typer and rich).
+
+Thin: each command parses its arguments, loads a config (:func:`cpkv.core.config.load_config`)
+and hands it to :func:`cpkv.runs.runner.run_experiment`, :mod:`cpkv.sweep` or :mod:`cpkv.diff`;
+user errors (``CpkvError``) become one line on stderr and exit code 2.
+
+May import: everything. Nothing imports it.
+"""
 
 from __future__ import annotations
 

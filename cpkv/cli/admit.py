@@ -16,7 +16,7 @@ from cpkv.cli.common import (
     split_args,
     user_errors,
 )
-from cpkv.experiment import DEFAULT_ROOT
+from cpkv.runs.rundir import DEFAULT_ROOT
 
 WriteWorkloadOpt = Annotated[
     Path | None,
@@ -67,8 +67,8 @@ def admit(
 
 
 def _write_workload(args: list[str] | None, path: Path) -> None:
-    from cpkv.admit.workload_jsonl import export_workload
-    from cpkv.config import load_config
+    from cpkv.core.config import load_config
+    from cpkv.workload.jsonl_writer import export_workload
 
     config, overrides = split_args(args)
     cfg = load_config("admit", config, overrides, command="cpkv admit").experiment
@@ -106,10 +106,10 @@ def fit_cost(
 
     Example: cpkv fit-cost measured_iterations.jsonl --kv-bytes-per-token 131072
     """
-    from cpkv.admit.cost_fit import fit_cost as fit
-    from cpkv.admit.cost_fit import read_points
-    from cpkv.admit.cost_model import CostModel
-    from cpkv.errors import ConfigError
+    from cpkv.core.errors import ConfigError
+    from cpkv.serving.cost.fit import fit_cost as fit
+    from cpkv.serving.cost.fit import read_points
+    from cpkv.serving.cost.model import CostModel
 
     if kv_bytes_per_token <= 0:
         raise ConfigError(f"--kv-bytes-per-token: must be > 0, got {kv_bytes_per_token}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from cpkv.cli.common import ArgsArg, NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
-from cpkv.experiment import DEFAULT_ROOT
+from cpkv.runs.rundir import DEFAULT_ROOT
 
 app = typer.Typer(
     no_args_is_help=True,

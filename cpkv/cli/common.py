@@ -10,7 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cpkv.errors import ConfigError, CpkvError
+from cpkv.core.errors import ConfigError, CpkvError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,8 +96,8 @@ def run_kind(
     no_plots: bool = False,
 ) -> None:
     """Load, validate, run and report one experiment of ``kind``."""
-    from cpkv.config import load_config
-    from cpkv.runner import run_experiment
+    from cpkv.core.config import load_config
+    from cpkv.runs.runner import run_experiment
 
     config, overrides = split_args(args)
     loaded = load_config(kind, config, overrides, command=command)

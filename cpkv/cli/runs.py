@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from cpkv.cli.common import fail, user_errors
-from cpkv.errors import ConfigError
-from cpkv.experiment import DEFAULT_ROOT
+from cpkv.core.errors import ConfigError
+from cpkv.runs.rundir import DEFAULT_ROOT
 
 TargetArg = Annotated[
     Path,
@@ -85,8 +85,8 @@ def diff(
 
     Example: cpkv diff experiments/2026-05-01/10-00-00-000000_host experiments/2026-05-02/09-00-00-000000_host -t p99_us:20
     """
-    from cpkv.diff import Thresholds, diff_paths
-    from cpkv.diff_render import DIFF_FORMATS, render_diff
+    from cpkv.diff.compare import Thresholds, diff_paths
+    from cpkv.diff.render import DIFF_FORMATS, render_diff
 
     _format(fmt, DIFF_FORMATS)
     result = diff_paths(
@@ -119,8 +119,8 @@ def show(
 
     Example: cpkv show experiments/2026-05-01/10-00-00-000000_host --format markdown
     """
-    from cpkv.report import FORMATS, render
-    from cpkv.runs import SweepView, open_target
+    from cpkv.runs.report import FORMATS, render
+    from cpkv.sweep.listing import SweepView, open_target
     from cpkv.sweep.store import summary_table
 
     _format(fmt, FORMATS)
@@ -169,8 +169,8 @@ def ls(
     import json
     from dataclasses import asdict
 
-    from cpkv.report import FORMATS, table
-    from cpkv.runs import list_entries
+    from cpkv.runs.report import FORMATS, table
+    from cpkv.sweep.listing import list_entries
 
     _format(fmt, FORMATS)
     entries = list_entries(root, points=points, kind=kind)

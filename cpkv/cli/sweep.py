@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from cpkv.cli.common import OutputDirOpt, user_errors
-from cpkv.errors import ConfigError
-from cpkv.experiment import DEFAULT_ROOT
+from cpkv.core.errors import ConfigError
+from cpkv.runs.rundir import DEFAULT_ROOT
 
 EXECUTOR_NAMES = ("serial", "process", "ray")  # tests check this against cpkv.sweep.EXECUTORS
 
@@ -151,7 +151,7 @@ def _dry_run_resume(path: Path) -> None:
 
 
 def _print_points(points: Any, done: set[int]) -> None:
-    from cpkv.report import table
+    from cpkv.runs.report import table
 
     rows = [
         {"point": p.name, "kind": p.kind, "config": p.source, "timed": p.timed,

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
-from cpkv.errors import ConfigError
-from cpkv.experiment import DEFAULT_ROOT
+from cpkv.core.errors import ConfigError
+from cpkv.runs.rundir import DEFAULT_ROOT
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpkv.errors import UnsupportedError
+from cpkv.core.errors import UnsupportedError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 

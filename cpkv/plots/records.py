@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cpkv.core.registry import Registry
 from cpkv.plots.common import file_stem, group_by, is_number, label, pyplot, save, varying
-from cpkv.registry import Registry
-from cpkv.results import RunRecord
+from cpkv.runs.results import RunRecord
 
 SERIES_COLUMNS = ("impl", "method", "backend", "policy")
 MAX_PANELS = 12
@@ -195,8 +195,8 @@ def capacity_curve(record: RunRecord, run_dir: Path, out: Path, title: str) -> l
         return []
     import dataclasses
 
-    from cpkv.admit.trace_stats import CurvePoint
     from cpkv.plots.trace import plot_capacity_curve
+    from cpkv.trace.stats import CurvePoint
 
     fields = [f.name for f in dataclasses.fields(CurvePoint)]
     points = [CurvePoint(**{k: row[k] for k in fields}) for row in record.rows]

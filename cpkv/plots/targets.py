@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpkv.experiment import load_run
 from cpkv.plots.common import require_matplotlib
 from cpkv.plots.records import plot_run
 from cpkv.plots.sweep import plot_sweep
-from cpkv.runs import SweepView, open_target
+from cpkv.runs.rundir import load_run
+from cpkv.sweep.listing import SweepView, open_target
 
 
 def plot_target(

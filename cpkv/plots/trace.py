@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpkv.admit.trace_stats import CurvePoint
+from cpkv.trace.stats import CurvePoint
 
 
 def plot_capacity_curve(points: Sequence[CurvePoint], path: str | Path, title: str = "") -> Path:

@@ -2,7 +2,7 @@
 
 An executor takes tasks and calls ``on_result`` once per task, in completion order, from
 the calling thread. Every executor runs a point through :func:`run_point`, which calls
-:func:`cpkv.runner.run_experiment`, so a point directory is an ordinary run directory.
+:func:`cpkv.runs.runner.run_experiment`, so a point directory is an ordinary run directory.
 A failing point becomes a ``failed`` result; it never stops the others.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cpkv.errors import ConfigError, CpkvError, UnsupportedError
-from cpkv.experiment import MARKER, STATUS_COMPLETE, STATUS_FAILED
-from cpkv.registry import Registry
+from cpkv.core.errors import ConfigError, CpkvError, UnsupportedError
+from cpkv.core.registry import Registry
+from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.sweep.plan import Point
 from cpkv.sweep.store import PointResult
 
@@ -50,8 +50,8 @@ Executor = Callable[[Sequence[Phase], "str | None", OnResult], None]
 
 def run_point(task: Task) -> PointResult:
     """Run one point into ``task.path``; errors become a failed result."""
-    from cpkv.runner import run_experiment
-    from cpkv.runs import headline
+    from cpkv.runs.headline import headline
+    from cpkv.runs.runner import run_experiment
 
     point = task.point
     start = time.perf_counter()

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from cpkv.config import yaml_line
-from cpkv.errors import ConfigError
+from cpkv.core.config import yaml_line
+from cpkv.core.errors import ConfigError
 
 ZIP_KEY = "zip"
 SWEEP_KEY = "sweep"

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cpkv.config import LoadedConfig, load_config, lookup, read_yaml
-from cpkv.errors import ConfigError
-from cpkv.kinds import KINDS, KindSpec
-from cpkv.schema import build
+from cpkv.core.config import LoadedConfig, load_config, lookup, read_yaml
+from cpkv.core.errors import ConfigError
+from cpkv.core.kinds import KINDS, KindSpec
+from cpkv.core.schema import build
 from cpkv.sweep.grid import COMMAND_LINE, Axis, axes_from_block, axes_from_overrides, expand
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
-from cpkv.errors import CpkvError
-from cpkv.experiment import (
+from cpkv.core.errors import CpkvError
+from cpkv.runs.rundir import (
     DEFAULT_ROOT,
     MARKER,
     STATUS_COMPLETE,
@@ -187,8 +187,8 @@ def _finished(sweep_dir: Path, plan: SweepPlan) -> dict[int, PointResult]:
 
 
 def _headline(path: Path) -> dict[str, float]:
-    from cpkv.experiment import load_run
-    from cpkv.runs import headline
+    from cpkv.runs.headline import headline
+    from cpkv.runs.rundir import load_run
 
     return headline(load_run(path).record)
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from cpkv.errors import InputError
-from cpkv.experiment import MARKER, STATUS_COMPLETE, STATUS_FAILED, STATUS_INCOMPLETE, write_atomic
-from cpkv.report import table
-from cpkv.schema import to_dict
+from cpkv.core.errors import InputError
+from cpkv.core.schema import to_dict
+from cpkv.runs.report import table
+from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED, STATUS_INCOMPLETE, write_atomic
 from cpkv.sweep.plan import Point, SweepPlan
 
 SWEEP_FILE, SUMMARY_JSON, SUMMARY_TXT = "sweep.yaml", "summary.json", "summary.txt"
@@ -182,7 +182,7 @@ def _short(error: str | None, limit: int = 80) -> str | None:
 
 def point_status(path: Path) -> str:
     """complete / failed / incomplete for a point directory (incomplete when it does not exist)."""
-    from cpkv.experiment import run_status
+    from cpkv.runs.rundir import run_status
 
     if not path.is_dir():
         return STATUS_INCOMPLETE

@@ -1,0 +1,126 @@
+"""The knobs of one admission experiment: SGLang's PrefillAdder budgets plus CP shared-KV limits.
+
+Field names and defaults follow SGLang 0.5.23 server arguments (``--max-prefill-tokens``,
+``--chunked-prefill-size``, ``--page-size``, ...) and the seed benchmark's flags. Token
+counts that the real allocator holds in whole pages (``available_tokens``,
+``evictable_tokens``) are floored to pages by :meth:`AdmitBudgets.allocator_tokens` and
+:meth:`AdmitBudgets.other_evictable_tokens`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpkv.core.schema import non_negative, positive
+from cpkv.workload.request import RunningDecode, floor_page
+
+
+@dataclass(frozen=True)
+class CpBudgets:
+    """Per-batch CP shared-KV limits; each applies only once the batch holds a request.
+
+    Sums are page aligned (``ceil_page`` of each request's extend and cached tokens); a
+    request that alone exceeds a limit still runs alone. ``None`` turns a limit off.
+    """
+
+    enabled: bool = True
+    max_total_extend_tokens: int | None = 65536
+    max_total_cached_tokens: int | None = None
+    max_batch_requests: int | None = 8
+
+    def validate(self) -> None:
+        positive("max_total_extend_tokens", self.max_total_extend_tokens, allow_none=True)
+        positive("max_total_cached_tokens", self.max_total_cached_tokens, allow_none=True)
+        positive("max_batch_requests", self.max_batch_requests, allow_none=True)
+
+    @property
+    def active(self) -> bool:
+        """True when CP is on and at least one limit is set."""
+        return self.enabled and (
+            self.max_total_extend_tokens is not None
+            or self.max_total_cached_tokens is not None
+            or self.max_batch_requests is not None
+        )
+
+
+@dataclass(frozen=True)
+class AdmitBudgets:
+    """Everything the PrefillAdder model reads besides the requests.
+
+    * ``available_tokens``: free slots of the L1 (device) allocator.
+    * ``evictable_tokens``: other unlocked L1 cache (not any waiting request's prefix);
+      the waiting requests' own L1 prefixes are counted on top, as SGLang does.
+    * ``chunked_prefill_size``: ``None`` or ``<= 0`` turns chunked prefill off.
+    * ``max_running_requests``: caps the running decodes plus this pass's batch.
+    * ``load_back_threshold``: an L2 hit shorter than this is recomputed, not loaded.
+    * ``load_back_quota_tokens``: optional cap on one load-back (upstream ``mem_quota``;
+      SGLang's PrefillAdder passes none, so the real backend refuses it).
+    * ``release_each_tick``: at the end of each tick the admitted requests that finished
+      their prompt drop their locks, so their L1 tokens (prefix and loaded L2) become
+      evictable cache; by default (the seed's model) nothing is released.
+    """
+
+    available_tokens: int = 20000
+    evictable_tokens: int = 0
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int | None = None
+    page_size: int = 1
+    new_token_ratio: float = 0.7
+    max_new_tokens: int = 128
+    max_running_requests: int | None = None
+    prefill_max_requests: int | None = None
+    load_back_threshold: int = 10
+    load_back_quota_tokens: int | None = None
+    running: tuple[RunningDecode, ...] = ()
+    cp: CpBudgets = CpBudgets()
+    release_each_tick: bool = False
+
+    def validate(self) -> None:
+        non_negative("available_tokens", self.available_tokens)
+        non_negative("evictable_tokens", self.evictable_tokens)
+        positive("max_prefill_tokens", self.max_prefill_tokens)
+        positive("page_size", self.page_size)
+        non_negative("new_token_ratio", self.new_token_ratio)
+        non_negative("max_new_tokens", self.max_new_tokens)
+        positive("max_running_requests", self.max_running_requests, allow_none=True)
+        positive("prefill_max_requests", self.prefill_max_requests, allow_none=True)
+        non_negative("load_back_threshold", self.load_back_threshold)
+        non_negative("load_back_quota_tokens", self.load_back_quota_tokens, allow_none=True)
+        for k, run in enumerate(self.running):
+            non_negative(f"running[{k}].max_new_tokens", run.max_new_tokens)
+            non_negative(f"running[{k}].output_len", run.output_len)
+        self.cp.validate()
+
+    @property
+    def chunk_tokens(self) -> int | None:
+        """The chunk budget SGLang starts each pass with (``None``: chunking off)."""
+        size = self.chunked_prefill_size
+        return size if size is not None and size > 0 else None
+
+    def allocator_tokens(self) -> int:
+        """Free L1 slots, in whole pages (the paged allocator holds pages)."""
+        return floor_page(self.available_tokens, self.page_size)
+
+    def other_evictable_tokens(self) -> int:
+        """The other evictable L1 cache, in whole pages (one radix node)."""
+        return floor_page(self.evictable_tokens, self.page_size)
+
+    def running_offset(self) -> float | int:
+        """The running decodes' reserved headroom, summed as SGLang sums it.
+
+        ``sum([min(max_new - out, 4096) * ratio ...])``: a float as soon as one running
+        request exists (``ratio`` is a float), ``0`` otherwise.
+        """
+        ratio = float(self.new_token_ratio)
+        return sum(
+            [
+                min(r.max_new_tokens - r.output_len, 4096) * (1.0 if r.ignore_eos else ratio)
+                for r in self.running
+            ]
+        )
+
+    def batch_capacity(self) -> int | None:
+        """How many requests one pass may hold (``None``: no cap), from max_running_requests."""
+        if self.max_running_requests is None:
+            return None
+        return self.max_running_requests - len(self.running)

@@ -1,0 +1,88 @@
+"""Config schema of ``cpkv admit`` (kind ``admit``).
+
+The ``admit`` block holds the run's choices (``backend``, ``policy``, ``mode``, ``workload``)
+followed by every budget of :class:`~cpkv.admission.budgets.AdmitBudgets`, flat, as in
+DESIGN.md (``admit.available_tokens``, ``admit.cp.max_batch_requests``, ...). The defaults are
+the seed benchmark's synthetic-grid example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpkv.admission.budgets import AdmitBudgets
+from cpkv.core.schema import FieldError, choices, positive
+from cpkv.policies.blocks import KvBlocks
+from cpkv.policies.iteration import IterationBudget
+from cpkv.serving.cost.model import CostModel
+from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
+from cpkv.workload.sources import WorkloadSpec
+
+MODES = ("passes", "serving")
+"""``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
+``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.loop`)."""
+
+
+@dataclass(frozen=True)
+class _RunChoices:
+    backend: str = "model"
+    policy: str = "prefill_adder"
+    mode: str = "passes"
+    workload: WorkloadSpec = WorkloadSpec()
+
+
+@dataclass(frozen=True)
+class AdmitBlock(AdmitBudgets, _RunChoices):
+    """``admit:``: backend, policy, mode, workload, then the budgets (an AdmitBudgets)."""
+
+    kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
+    iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
+    arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
+    cost: CostModel = CostModel()  # mode serving: iteration time
+    slo: SloSpec = SloSpec()  # mode serving: goodput
+    serving: ServingSpec = ServingSpec()  # mode serving: loop options
+
+    def validate(self) -> None:
+        from cpkv.admission.ticks import BACKENDS
+        from cpkv.policies.registry import POLICIES
+
+        choices("backend", (self.backend,), BACKENDS.allowed())
+        choices("policy", (self.policy,), POLICIES.allowed())
+        if self.policy != "prefill_adder" and self.backend != "model":
+            raise FieldError(
+                "backend",
+                f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
+            )
+        choices("mode", (self.mode,), MODES)
+        if self.mode == "serving":
+            self._validate_serving()
+        AdmitBudgets.validate(self)
+
+    def _validate_serving(self) -> None:
+        if self.backend != "model":
+            raise FieldError(
+                "backend", f"{self.backend!r} has no serving loop; mode serving needs backend model"
+            )
+        if self.kv.scan == "all_or_error":
+            raise FieldError(
+                "kv.scan",
+                "all_or_error is the passes mode's one-shot check; mode serving allows first_fit, fcfs_stop or null (first_fit)",
+            )
+        positive("kv.capacity_blocks", self.kv.capacity_blocks)
+        if self.policy != "prefill_adder":
+            positive("iteration.budget_tokens", self.iteration.budget_tokens)
+            positive("iteration.chunk_tokens", self.iteration.chunk_tokens)
+
+    def budgets(self) -> AdmitBudgets:
+        """The budgets alone (what the backends read)."""
+        return self
+
+
+@dataclass(frozen=True)
+class AdmitConfig:
+    """A ``kind: admit`` experiment."""
+
+    kind: str = "admit"
+    name: str = "seed-grid"
+    seed: int = 0
+    admit: AdmitBlock = field(default_factory=AdmitBlock)

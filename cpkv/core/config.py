@@ -1,0 +1,235 @@
+"""Configs: YAML file + OmegaConf dotlist overrides -> a typed, frozen dataclass.
+
+The only module that imports OmegaConf. Every error names the file (and line, when
+the key is in the file) or the override it came from, the key, and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cpkv.core.errors import ConfigError
+from cpkv.core.kinds import KINDS, KindSpec
+from cpkv.core.schema import FieldError, build, to_dict
+
+# Top-level keys that configure sweeps rather than a single run (read by cpkv sweep).
+SWEEP_KEYS = ("sweep",)
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated experiment config and where it came from."""
+
+    spec: KindSpec
+    experiment: Any
+    source: str | None
+    overrides: tuple[str, ...]
+    sweep: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        return to_dict(self.experiment)
+
+    def to_yaml(self) -> str:
+        return dump_yaml(self.resolved)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a config file into a plain dict (ConfigError with file:line on bad YAML)."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{path}: config file not found")
+    if p.is_dir():
+        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read ({err})") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+    docs = [d for d in docs if d is not None]
+    if len(docs) > 1:
+        raise ConfigError(f"{path}: holds {len(docs)} YAML documents; one config per file")
+    data = docs[0] if docs else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """OmegaConf dotlist (``a.b=1``, ``a.l=[1,2]``) -> nested plain dict."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for item in overrides:
+        key, eq, _ = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(
+                f"override {item!r}: expected KEY=VALUE (for example alloc_host.page_size=16)"
+            )
+    try:
+        conf = OmegaConf.from_dotlist(list(overrides))
+        return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as err:
+        problem = getattr(err, "problem", None) or _first_line(err)  # YAML errors: the problem
+        raise ConfigError(f"overrides {' '.join(overrides)}: {problem}") from None
+
+
+def load_config(
+    kind: str | None,
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    command: str | None = None,
+) -> LoadedConfig:
+    """Load the built-in default for ``kind`` (or the file's kind), merge file and overrides, validate."""
+    file_data = read_yaml(path) if path is not None else {}
+    source = str(path) if path is not None else None
+    file_kind = file_data.get("kind")
+    if file_kind is not None and not isinstance(file_kind, str):
+        raise ConfigError(
+            f"{source}: kind: expected a string (allowed: {', '.join(KINDS.names())})"
+        )
+    if kind is None:
+        if file_kind is None:
+            raise ConfigError(
+                f"{source or 'config'}: kind: missing (allowed: {', '.join(KINDS.names())})"
+            )
+        kind = file_kind
+    if kind not in KINDS:
+        raise ConfigError(
+            f"{source or 'config'}: kind: unknown kind {kind!r} (allowed: {', '.join(KINDS.names())})"
+        )
+    spec = KINDS.get(kind)
+    if file_kind is not None and file_kind != kind:
+        runner = command or spec.command
+        other = f" (run it with `{KINDS.get(file_kind).command}`)" if file_kind in KINDS else ""
+        raise ConfigError(
+            f"{source}: kind is {file_kind!r}, but `{runner}` runs kind {kind!r}{other}"
+        )
+    sweep = {k: file_data.pop(k) for k in SWEEP_KEYS if k in file_data}
+    override_data = parse_overrides(overrides)
+    if "kind" in override_data and override_data["kind"] != kind:
+        runner = command or spec.command
+        raise ConfigError(
+            f"override 'kind={override_data['kind']}': `{runner}` runs kind {kind!r}; "
+            f"allowed: {kind} (a config of another kind runs with its own command)"
+        )
+    for k in SWEEP_KEYS:
+        if k in override_data:
+            raise ConfigError(
+                f"override {k}=...: sweep keys belong in a config file or `cpkv sweep KEY=a,b`"
+            )
+    defaults = to_dict(spec.config_cls()())
+    if path is not None:  # the file alone must be valid: an override may not hide a bad value
+        try:
+            build(spec.config_cls(), {**_merge(defaults, file_data, {}, source), "kind": kind})
+        except FieldError as err:
+            raise ConfigError(_locate(err, path, file_data, ())) from None
+    merged = _merge(defaults, file_data, override_data, source)
+    merged["kind"] = kind
+    try:
+        experiment = build(spec.config_cls(), merged)
+        check_seed(getattr(experiment, "seed", 0))
+    except FieldError as err:
+        raise ConfigError(_locate(err, path, file_data, overrides)) from None
+    return LoadedConfig(spec, experiment, source, tuple(overrides), sweep)
+
+
+SEED_RANGE = (-(2**63), 2**63 - 1)  # what torch and numpy generators take
+
+
+def check_seed(seed: int) -> None:
+    """FieldError unless ``seed`` fits the random generators (a signed 64-bit integer)."""
+    low, high = SEED_RANGE
+    if not low <= seed <= high:
+        raise FieldError("seed", f"{seed} does not fit 64 bits; allowed: {low}..{high}")
+
+
+def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | None) -> dict:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.create(defaults), OmegaConf.create(file_data), OmegaConf.create(override_data)
+        )
+        return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+    except (OmegaConfBaseException, ValueError, TypeError) as err:
+        key = getattr(err, "full_key", None)
+        where = source or "overrides"
+        raise ConfigError(f"{where}: {key + ': ' if key else ''}{_first_line(err)}") from None
+
+
+def _locate(
+    err: FieldError, path: str | Path | None, file_data: dict, overrides: Sequence[str]
+) -> str:
+    """Prefix a field error with the override or file:line it came from."""
+    key = err.key
+    base = key.split("[")[0]
+    for item in overrides:
+        okey, _, value = item.partition("=")
+        if okey.strip() == base or base.startswith(okey.strip() + "."):
+            hint = ""
+            if "," in value and not value.strip().startswith(("[", "{")):
+                hint = " (a list is written [a,b]; to sweep values use `cpkv sweep ... KEY=a,b`)"
+            return f"override {item!r}: {err}{hint}"
+    if path is not None and lookup(file_data, base, _ABSENT) is not _ABSENT:
+        line = yaml_line(path, base.split("."))
+        return f"{path}{':' + str(line) if line else ''}: {err}"
+    prefix = f"{path}: " if path is not None else ""
+    return f"{prefix}{err}"
+
+
+def lookup(data: Any, dotted: str, default: Any = None) -> Any:
+    """The value at dotted key ``a.b.c`` of nested mappings, or ``default`` when absent."""
+    for part in dotted.split("."):
+        if not isinstance(data, Mapping) or part not in data:
+            return default
+        data = data[part]
+    return data
+
+
+def yaml_line(path: str | Path, at: Sequence[str | int]) -> int | None:
+    """1-based line of the node at ``at`` in a YAML file: mapping keys (taken whole, dots and
+    all) and list indexes; the deepest one found; None when the file cannot be read."""
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    line = None
+    for step in at:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == step]
+            if not found:
+                break
+            key, node = found[-1]  # a repeated key: YAML keeps the last one
+            line = key.start_mark.line + 1
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value)
+        ):
+            node = node.value[step]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

@@ -1,0 +1,46 @@
+"""Reading JSON Lines input files: every error names the file (and line) and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from cpkv.core.errors import InputError
+
+
+def require_file(path: Path, key: str, what: str = "") -> None:
+    """InputError naming config ``key`` unless ``path`` is a file (a relative path says the
+    directory it was looked for in)."""
+    if not path.is_file():
+        where = "" if path.is_absolute() else f"; a relative path is read from {Path.cwd()}"
+        named = f"{what} {path}" if what else str(path)
+        raise InputError(f"{key}: {named} does not exist or is not a file{where}")
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of ``path``; InputError ``<path>: cannot read <what> (<reason>)``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+
+
+def parse_object(line: str, where: str) -> dict[str, Any]:
+    """One line as a JSON object; InputError naming ``where`` (``file:line``) otherwise."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def check_fields(obj: dict[str, Any], allowed: Collection[str], where: str, of: str = "") -> None:
+    """InputError for the first key of ``obj`` not in ``allowed``; ``of`` (such as
+    ``" for a block request"``) follows the field's name in the message."""
+    for key in obj:
+        if key not in allowed:
+            raise InputError(f"{where}: unknown field {key!r}{of} (allowed: {', '.join(allowed)})")

@@ -1,0 +1,121 @@
+"""The experiment kinds: the value of ``kind:`` in a config, and what runs it.
+
+Every kind names its top-level config dataclass and a *prepare* function, both as lazy
+``"module:attribute"`` references so that nothing heavy is imported until a kind runs.
+
+A kind also names the function that draws a finished run's plots (``plot``), so that the
+runner reaches the plotting layer through this registry, never by importing it.
+
+``prepare(config) -> execute`` checks everything a user can get wrong (input files,
+devices, optional packages) and raises :class:`cpkv.core.errors.CpkvError` before any run
+directory exists; ``execute(ctx) -> RunOutput`` does the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cpkv.core.registry import Registry, _import_ref
+
+if TYPE_CHECKING:
+    from cpkv.runs.results import RunOutput
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a running experiment may use: its directory and a progress hook."""
+
+    run_dir: Path | None = None
+    progress: Callable[[int, int, str], None] | None = None
+
+    def report(self, done: int, total: int, label: str = "") -> None:
+        if self.progress is not None:
+            self.progress(done, total, label)
+
+
+Execute = Callable[[RunContext], "RunOutput"]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    command: str
+    config: str
+    prepare: str
+    summary: str
+    block: str
+    timed: bool = False  # rows hold wall-clock timings: sweeps run such points one at a time
+    plot: str = "cpkv.plots.records:plot_run"  # draws a finished run's plots/ (matplotlib)
+
+    def config_cls(self) -> type:
+        return _import_ref(self.config)
+
+    def prepare_fn(self) -> Callable[[Any], Execute]:
+        return _import_ref(self.prepare)
+
+    def plot_fn(self) -> Callable[..., None]:
+        return _import_ref(self.plot)
+
+
+KINDS: Registry[KindSpec] = Registry("config kind")
+
+
+def register_kind(spec: KindSpec) -> None:
+    KINDS.register(spec.name, spec, help=spec.summary)
+
+
+register_kind(
+    KindSpec(
+        name="alloc_host",
+        command="cpkv alloc host",
+        config="cpkv.alloc.host.schema:AllocHostConfig",
+        prepare="cpkv.alloc.host.bench:prepare",
+        summary="host (L2 / HiCache) KV allocator benchmark",
+        block="alloc_host",
+        timed=True,
+    )
+)
+register_kind(
+    KindSpec(
+        name="trace_stats",
+        command="cpkv trace stats",
+        config="cpkv.trace.schema:TraceStatsConfig",
+        prepare="cpkv.trace.run:prepare_stats",
+        summary="request trace statistics and L1/L2 prefix-cache ratios",
+        block="trace",
+    )
+)
+register_kind(
+    KindSpec(
+        name="trace_curve",
+        command="cpkv trace curve",
+        config="cpkv.trace.schema:TraceCurveConfig",
+        prepare="cpkv.trace.run:prepare_curve",
+        summary="prefix-cache hit ratio against capacity for a request trace",
+        block="trace",
+    )
+)
+register_kind(
+    KindSpec(
+        name="alloc_l1",
+        command="cpkv alloc l1",
+        config="cpkv.alloc.l1.schema:AllocL1Config",
+        prepare="cpkv.alloc.l1.bench:prepare",
+        summary="CP shared paged L1 allocator benchmark",
+        block="alloc_l1",
+        timed=True,
+    )
+)
+register_kind(
+    KindSpec(
+        name="admit",
+        command="cpkv admit",
+        config="cpkv.admit.schema:AdmitConfig",
+        prepare="cpkv.admit.run:prepare",
+        summary="prefill admission, tick by tick: SGLang's PrefillAdder with HiCache load-back and CP limits",
+        block="admit",
+    )
+)

@@ -1,0 +1,270 @@
+"""Compare two runs (or two sweeps), as ``cpkv diff`` does. Reads saved results only.
+
+Rows are matched on their identity columns (every field that is neither a metric nor an
+outcome). Each compared metric of a matched row gets A, B, ratio B/A, change % and a
+verdict:
+
+* ``same``: |change| is within the metric's threshold (default: 10% for timing
+  metrics, 0% for others, which are deterministic);
+* ``noise``: a timing metric moved beyond its threshold, but the two rows' spreads
+  overlap, so the move is not significant (asv/pyperf style). A row's spread for a
+  metric ``<x>_<unit>`` is ``[p05, p95]`` when the row has ``p05_<unit>`` and
+  ``p95_<unit>``, else ``value +- stdev_<unit>``, else ``[min_<unit>, max_<unit>]``;
+  without any of these only the threshold applies;
+* ``worse`` / ``better``: a significant move, in the metric's bad / good direction.
+
+Any ``worse`` is a regression (``cpkv diff`` exits 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from cpkv.core.errors import ConfigError, InputError
+from cpkv.diff.rules import (
+    BETTER,
+    NA,
+    NOISE,
+    SAME,
+    WORSE,
+    MetricChange,
+    Thresholds,
+    compare_metric,
+    spread,
+)
+from cpkv.runs.results import RunRecord
+from cpkv.runs.rundir import LoadedRun, load_run
+from cpkv.sweep.listing import SweepView, open_target
+
+__all__ = [
+    "BETTER",
+    "NA",
+    "NOISE",
+    "SAME",
+    "WORSE",
+    "Diff",
+    "MetricChange",
+    "Thresholds",
+    "compare_metric",
+    "diff_paths",
+    "spread",
+]
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Everything ``cpkv diff`` reports; ``regressions`` decides the exit code."""
+
+    a: str
+    b: str
+    kind: str
+    config_changes: list[tuple[str, Any, Any]]
+    identity: list[str]
+    matched: int
+    only_a: list[dict[str, Any]]
+    only_b: list[dict[str, Any]]
+    changes: list[MetricChange]
+    outcome_changes: list[tuple[str | None, dict[str, Any], str, Any, Any]]
+    notes: list[str]
+    thresholds: Thresholds
+
+    @property
+    def regressions(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == WORSE]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            v: sum(c.verdict == v for c in self.changes) for v in (WORSE, BETTER, NOISE, SAME, NA)
+        }
+
+
+def diff_paths(
+    a: str,
+    b: str,
+    thresholds: Thresholds | None = None,
+    metrics: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+) -> Diff:
+    """Compare two run directories or two sweep directories (InputError for anything else).
+
+    ``ignore``: identity columns not to match rows on (to compare runs that differ in them).
+    """
+    ta, tb = open_target(a), open_target(b)
+    th = thresholds or Thresholds()
+    if isinstance(ta, SweepView) != isinstance(tb, SweepView):
+        which = a if isinstance(ta, SweepView) else b
+        raise InputError(
+            f"{which}: is a sweep and the other is a run; compare two runs or two sweeps"
+        )
+    acc = _Acc(str(a), str(b), th, list(metrics), list(ignore))
+    if isinstance(ta, SweepView) and isinstance(tb, SweepView):
+        _sweeps(acc, ta, tb)
+    else:
+        assert isinstance(ta, LoadedRun) and isinstance(tb, LoadedRun)
+        if ta.record.kind != tb.record.kind:
+            raise InputError(
+                f"{b}: is kind {tb.record.kind!r} but {a} is kind {ta.record.kind!r}; compare runs of one kind"
+            )
+        acc.kind = ta.record.kind
+        acc.configs(None, ta, tb)
+        acc.records(None, ta.record, tb.record)
+    return acc.result()
+
+
+class _Acc:
+    """Collects the parts of a diff while runs (or sweep points) are compared."""
+
+    def __init__(
+        self, a: str, b: str, th: Thresholds, metrics: list[str], ignore: list[str]
+    ) -> None:
+        self.a, self.b, self.th, self.metrics, self.ignore, self.kind = (
+            a,
+            b,
+            th,
+            metrics,
+            ignore,
+            "",
+        )
+        self.config_changes: list[tuple[str, Any, Any]] = []
+        self.identity: list[str] = []
+        self.matched = 0
+        self.only_a: list[dict[str, Any]] = []
+        self.only_b: list[dict[str, Any]] = []
+        self.changes: list[MetricChange] = []
+        self.outcomes: list[tuple[str | None, dict[str, Any], str, Any, Any]] = []
+        self.notes: list[str] = []
+
+    def configs(self, point: str | None, ra: LoadedRun, rb: LoadedRun) -> None:
+        for key, va, vb in config_changes(
+            yaml.safe_load(ra.config_text), yaml.safe_load(rb.config_text)
+        ):
+            if point is None or (key, va, vb) not in self.config_changes:
+                self.config_changes.append((key, va, vb))
+
+    def records(self, point: str | None, ra: RunRecord, rb: RunRecord) -> None:
+        bad = [c for c in self.ignore if c not in ra.columns.identity]
+        if bad:
+            raise ConfigError(
+                f"--ignore {bad[0]}: not an identity column of kind {ra.kind} (identity: {', '.join(ra.columns.identity)})"
+            )
+        identity = [
+            c for c in ra.columns.identity if c in rb.columns.identity and c not in self.ignore
+        ]
+        if not identity and (ra.columns.identity or rb.columns.identity) and not self.ignore:
+            raise ConfigError(
+                f"{point or 'runs'}: the rows of A ({', '.join(ra.columns.identity) or 'no identity'}) "
+                f"and B ({', '.join(rb.columns.identity) or 'no identity'}) share no identity "
+                "column, so no row of one matches a row of the other: nothing to compare "
+                "(runs of different modes or policies?)"
+            )
+        if set(identity) | set(self.ignore) != set(ra.columns.identity) | set(rb.columns.identity):
+            self.notes.append(
+                f"{point or 'runs'}: identity columns differ; rows matched on {', '.join(identity)}"
+            )
+        self.identity += [c for c in identity if c not in self.identity]
+        metrics = (
+            self.metrics
+            or [c for c in ra.table_columns or () if c in ra.columns.metrics]
+            or list(ra.columns.metrics)
+        )
+        unknown = [m for m in self.metrics if m not in ra.columns.metrics]
+        if unknown:
+            raise ConfigError(
+                f"--metric {unknown[0]}: not a metric of kind {ra.kind} (metrics: {', '.join(ra.columns.metrics)})"
+            )
+        metrics = [m for m in metrics if m in rb.columns.metrics]
+        rows_b = _index(rb.rows, identity)
+        for key, row_a in _index(ra.rows, identity).items():
+            row_b = rows_b.pop(key, None)
+            ident = {c: row_a.get(c) for c in identity}
+            if row_b is None:
+                self.only_a.append({"point": point, **ident} if point else ident)
+                continue
+            self.matched += 1
+            for m in metrics:
+                self.changes.append(compare_metric(point, ident, m, row_a, row_b, ra, self.th))
+            for col in (c for c in ra.columns.outcomes if c in rb.columns.outcomes):
+                if row_a.get(col) != row_b.get(col):
+                    self.outcomes.append((point, ident, col, row_a.get(col), row_b.get(col)))
+        for row_b in rows_b.values():
+            ident = {c: row_b.get(c) for c in identity}
+            self.only_b.append({"point": point, **ident} if point else ident)
+        if ra.rows and rb.rows and not any(c.point == point for c in self.changes):
+            apart = [c for c in identity if _values(ra.rows, c) != _values(rb.rows, c)]
+            hint = (
+                f" (they differ in {', '.join(apart)}: --ignore {' --ignore '.join(apart)})"
+                if apart
+                else ""
+            )
+            self.notes.append(f"{point or 'runs'}: no rows matched{hint}")
+
+    def result(self) -> Diff:
+        return Diff(self.a, self.b, self.kind, self.config_changes, self.identity, self.matched, self.only_a,
+                    self.only_b, self.changes, self.outcomes, self.notes, self.th)  # fmt: skip
+
+
+def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
+    points_b = {p.match_key: p for p in sb.plan.points}
+    kinds = []
+    for pa in sa.plan.points:
+        pb = points_b.pop(pa.match_key, None)
+        if pb is None:
+            acc.notes.append(f"point {pa.name} is only in A")
+            continue
+        try:
+            ra, rb = load_run(sa.point_dir(pa.name)), load_run(sb.point_dir(pb.name))
+        except InputError as err:
+            acc.notes.append(f"point {pa.name} not compared: {err}")
+            continue
+        kinds.append(pa.kind)
+        label = pa.name.split("_", 1)[-1]
+        acc.configs(label, ra, rb)
+        acc.records(label, ra.record, rb.record)
+    acc.notes.extend(f"point {p.name} is only in B" for p in points_b.values())
+    if not kinds:
+        raise InputError(
+            f"{acc.b}: no point of this sweep matches a finished point of {acc.a} (same kind, config name and swept values)"
+        )
+    acc.kind = ",".join(dict.fromkeys(kinds))
+
+
+def config_changes(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Dotted keys whose values differ between two config trees (lists compared whole)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out = []
+        for key in [*a, *(k for k in b if k not in a)]:
+            out.extend(
+                config_changes(a.get(key, _MISSING), b.get(key, _MISSING), f"{prefix}{key}.")
+            )
+        return out
+    return [] if a == b else [(prefix.rstrip("."), _shown(a), _shown(b))]
+
+
+_MISSING = object()
+
+
+def _shown(value: Any) -> Any:
+    return "(absent)" if value is _MISSING else value
+
+
+def _index(
+    rows: Sequence[Mapping[str, Any]], identity: Sequence[str]
+) -> dict[tuple[str, ...], Mapping[str, Any]]:
+    """Rows keyed by their identity values (a repeated identity gets an occurrence number)."""
+    out: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    for row in rows:
+        key = tuple(json.dumps(row.get(c), sort_keys=True) for c in identity)
+        n = 0
+        while (*key, str(n)) in out:
+            n += 1
+        out[(*key, str(n))] = row
+    return out
+
+
+def _values(rows: Sequence[Mapping[str, Any]], column: str) -> set[str]:
+    return {json.dumps(r.get(column), sort_keys=True) for r in rows}

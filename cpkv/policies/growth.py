@@ -1,0 +1,148 @@
+"""Seed 004's optimistic policy: admit on prompt blocks, grow per token, preempt on overflow.
+
+The growth loop reproduces the seed's toy model:
+
+* ``used`` starts at the admitted requests' prompt blocks;
+* each step ``s = 0 .. max(max_new_tokens) - 1`` visits the still-active requests in
+  admission order. A request with ``s >= max_new_tokens`` has finished: it leaves the
+  active set without an event and, as in the seed, *keeps its blocks*
+  (``on_finish: free`` returns them and records a ``finished`` event). Any other request
+  grows by one token, taking a new block when its length crosses a block boundary;
+* if that new block does not fit, victims are preempted (all their blocks freed, dropped
+  for good; no requeue in this model) until it fits. With the seed's ``scan_order`` the
+  victim is the request that tried to grow, so its token is lost with it; with another
+  order, the grower advances once enough others were preempted. Victims are chosen by what
+  requests hold before the growth (the grower's new token and block are still pending);
+* every event records ``used_blocks`` right after it, so it never exceeds the capacity
+  (the seed adds the block, sees ``used > capacity`` and subtracts the victim's blocks
+  including the new one: the same numbers).
+
+Victim orders (``VICTIMS``), all choosing among the active requests, grower included:
+``scan_order`` (the seed), ``newest_first`` (last admitted), ``largest_first`` (most
+blocks, newest on ties), ``least_progress`` (fewest generated tokens, then longest prompt,
+then newest: the order of SGLang's ``retract_decode``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cpkv.core.registry import Registry
+from cpkv.policies.blocks import (
+    DEFAULT_KV,
+    SEED_SCANS,
+    BlockOutcome,
+    BlockRequest,
+    GrowthEvent,
+    KvBlocks,
+    admit_by_scan,
+    check_requests,
+    checked_kv,
+)
+
+
+@dataclass(eq=False)
+class Holder:
+    """An admitted request's live state during growth (internal, mutable)."""
+
+    order: int
+    request: BlockRequest
+    length_tokens: int
+    blocks: int
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.length_tokens - self.request.prompt_tokens
+
+
+Victim = Callable[[Sequence[Holder], Holder], Holder]
+VICTIMS: Registry[Victim] = Registry("victim order")
+
+
+@VICTIMS.register("scan_order", help="the request whose growth does not fit (seed 004)")
+def scan_order(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The request that just grew past the capacity."""
+    return grower
+
+
+@VICTIMS.register("newest_first", help="the most recently admitted active request")
+def newest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The active request admitted last."""
+    return max(active, key=lambda h: h.order)
+
+
+@VICTIMS.register(
+    "largest_first", help="the active request holding the most blocks (newest on ties)"
+)
+def largest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The active request holding the most blocks; the newest among equals."""
+    return max(active, key=lambda h: (h.blocks, h.order))
+
+
+@VICTIMS.register(
+    "least_progress",
+    help="fewest generated tokens, then longest prompt, then newest (SGLang retract order)",
+)
+def least_progress(active: Sequence[Holder], grower: Holder) -> Holder:
+    """Fewest generated tokens, then the longest prompt, then the newest."""
+    return min(active, key=lambda h: (h.generated_tokens, -h.request.prompt_tokens, -h.order))
+
+
+def optimistic(requests: Sequence[BlockRequest], kv: KvBlocks = DEFAULT_KV) -> BlockOutcome:
+    """Admit on current prompt blocks, then grow token by token, preempting on overflow."""
+    checked_kv(kv)
+    check_requests(requests)
+    needs = [r.prompt_blocks(kv.block_size) for r in requests]
+    admission = admit_by_scan(
+        "optimistic", requests, needs, kv, kv.scan or SEED_SCANS["optimistic"]
+    )
+    admitted = [
+        Holder(i, r, r.prompt_tokens, need)
+        for i, (r, need, d) in enumerate(zip(requests, needs, admission.decisions, strict=True))
+        if d.admitted
+    ]
+    events, used, peak = _grow({h.order: h for h in admitted}, kv, admission.reserved_blocks)
+    return BlockOutcome(
+        "optimistic",
+        admission.admitted,
+        admission.reserved_blocks,
+        admission.decisions,
+        events,
+        used,
+        peak,
+    )
+
+
+def _grow(
+    active: dict[int, Holder], kv: KvBlocks, used: int
+) -> tuple[tuple[GrowthEvent, ...], int, int]:
+    """The growth loop over ``active`` (admission order); returns (events, final, peak used)."""
+    choose = VICTIMS.get(kv.victim)
+    events: list[GrowthEvent] = []
+    peak = used
+    steps = max((h.request.max_new_tokens for h in active.values()), default=0)
+    for step in range(steps):
+        for holder in list(active.values()):
+            if holder.order not in active:
+                continue  # preempted earlier in this step to make room for another
+            if step >= holder.request.max_new_tokens:
+                del active[holder.order]
+                if kv.on_finish == "free":
+                    used -= holder.blocks
+                    events.append(GrowthEvent(step, holder.request.rid, "finished", used))
+                continue
+            extra = math.ceil((holder.length_tokens + 1) / kv.block_size) - holder.blocks
+            while used + extra > kv.capacity_blocks and holder.order in active:
+                victim = choose(list(active.values()), holder)
+                del active[victim.order]
+                used -= victim.blocks
+                events.append(GrowthEvent(step, victim.request.rid, "preempted", used))
+            if holder.order in active:
+                holder.length_tokens += 1
+                holder.blocks += extra
+                used += extra
+                events.append(GrowthEvent(step, holder.request.rid, "advanced", used))
+            peak = max(peak, used)
+    return tuple(events), used, peak

@@ -1,0 +1,92 @@
+"""Seed 004's per-iteration token budget: decodes advance first, the prompt is chunked.
+
+Every iteration (tick) has ``budget_tokens`` units of token-work. Each of the
+``decode_requests`` running requests advances one token first; what is left of the
+budget, capped by ``chunk_tokens`` and by what is left of the prompt, goes to one
+prefill chunk of the long prompt. Ticks repeat until the prompt is fully prefilled.
+Tokens are equal-cost here, as in the seed (a teaching model, not a cost model).
+
+For every input the seed's toy model terminates on, the trace is the seed's. Where the
+toy model would loop forever (a prompt left while no prefill token fits a tick:
+``chunk_tokens <= 0`` or ``budget_tokens <= decode_requests``), :func:`iteration_trace`
+raises :class:`~cpkv.core.errors.ConfigError` naming the cause instead. Negative counts are
+rejected too (the toy model would also accept or loop on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpkv.core.errors import ConfigError
+from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.runs.results import metric
+
+
+@dataclass(frozen=True)
+class IterationBudget:
+    """The ``admit.iteration`` block: one long prompt chunked beside running decodes."""
+
+    budget_tokens: int = 6
+    decode_requests: int = 2
+    prompt_tokens: int = 12
+    chunk_tokens: int = 4
+
+    def validate(self) -> None:
+        """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
+        for key in ("budget_tokens", "decode_requests", "prompt_tokens", "chunk_tokens"):
+            non_negative(key, getattr(self, key))
+        if self.prompt_tokens == 0:
+            return  # nothing to prefill: an empty trace, whatever the budget
+        require(
+            self.chunk_tokens > 0,
+            "chunk_tokens",
+            f"must be > 0 to prefill a {self.prompt_tokens}-token prompt "
+            "(0 would never make progress)",
+        )
+        require(
+            self.budget_tokens > self.decode_requests,
+            "budget_tokens",
+            f"{self.budget_tokens} leaves no room for prefill after "
+            f"{self.decode_requests} decode tokens per tick (decode first); "
+            f"need budget_tokens > decode_requests or the prompt never finishes",
+        )
+
+    @property
+    def prefill_tokens_per_tick(self) -> int:
+        """Prefill tokens a full tick carries: the budget left after decodes, chunk-capped."""
+        return min(
+            self.chunk_tokens, self.budget_tokens - min(self.decode_requests, self.budget_tokens)
+        )
+
+
+@dataclass(frozen=True)
+class IterationTick:
+    """One iteration: token-work spent on decodes and on the prompt chunk, prompt left after."""
+
+    tick: int
+    decode_tokens: int = metric(unit="tokens", lower_is_better=False)
+    prefill_tokens: int = metric(unit="tokens", lower_is_better=False)
+    remaining_prompt_tokens: int = metric(unit="tokens")
+
+
+def iteration_trace(
+    budget: IterationBudget, key: str = "admit.iteration"
+) -> tuple[IterationTick, ...]:
+    """The tick-by-tick trace until the prompt is prefilled (empty when there is no prompt).
+
+    Raises :class:`~cpkv.core.errors.ConfigError` (naming ``key`` + field) for inputs on which
+    the seed's loop would never end.
+    """
+    try:
+        budget.validate()
+    except FieldError as err:
+        raise ConfigError(f"{key}.{err.key}: {err.detail}") from None
+    decode = min(budget.decode_requests, budget.budget_tokens)
+    per_tick = budget.prefill_tokens_per_tick
+    ticks = -(-budget.prompt_tokens // per_tick) if budget.prompt_tokens else 0
+    trace = []
+    for tick in range(ticks):
+        done = min(budget.prompt_tokens, (tick + 1) * per_tick)
+        prefill = done - min(budget.prompt_tokens, tick * per_tick)
+        trace.append(IterationTick(tick, decode, prefill, budget.prompt_tokens - done))
+    return tuple(trace)

@@ -1,0 +1,93 @@
+"""The admission policies of ``admit.policy``: SGLang's PrefillAdder and seed 004's three.
+
+``POLICIES`` maps each YAML name to a :class:`PolicySpec`:
+
+* ``prefill_adder`` - SGLang's PrefillAdder; it runs through the tick model
+  (``cpkv.admission.adder``), so its spec has no ``run`` here: callers dispatch to that
+  model when ``spec.run is None``;
+* ``iteration`` - the per-iteration token budget (:mod:`cpkv.policies.iteration`), reads
+  ``admit.iteration`` and no requests;
+* ``conservative`` - reserve the maximum blocks at admission (:mod:`cpkv.policies.blocks`);
+* ``optimistic`` - admit on prompt blocks, preempt on growth (:mod:`cpkv.policies.growth`);
+  both read ``admit.kv`` and block requests (``rid``, ``prompt_tokens``, ``max_new_tokens``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from cpkv.core.errors import ConfigError
+from cpkv.core.registry import Registry
+from cpkv.policies.blocks import BlockOutcome, BlockRequest, KvBlocks, conservative
+from cpkv.policies.growth import optimistic
+from cpkv.policies.iteration import IterationBudget, IterationTick, iteration_trace
+
+
+@dataclass(frozen=True)
+class SeedInputs:
+    """Everything a seed-004 policy may read."""
+
+    kv: KvBlocks = KvBlocks()
+    iteration: IterationBudget = IterationBudget()
+    requests: tuple[BlockRequest, ...] = ()
+
+
+PolicyResult = BlockOutcome | tuple[IterationTick, ...]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One admission policy: what it reads and how to run it (``None``: the tick model)."""
+
+    name: str
+    reads: Literal["prefill_requests", "iteration", "block_requests"]
+    run: Callable[[SeedInputs], PolicyResult] | None
+    help: str
+
+
+POLICIES: Registry[PolicySpec] = Registry("admission policy")
+
+for _spec in (
+    PolicySpec(
+        "prefill_adder", "prefill_requests", None, "SGLang PrefillAdder model (the tick model)"
+    ),
+    PolicySpec(
+        "iteration",
+        "iteration",
+        lambda s: iteration_trace(s.iteration),
+        "seed 004: per-iteration token budget, decode first, chunked prompt",
+    ),
+    PolicySpec(
+        "conservative",
+        "block_requests",
+        lambda s: conservative(s.requests, s.kv),
+        "seed 004: reserve ceil((prompt + max_new) / block) blocks",
+    ),
+    PolicySpec(
+        "optimistic",
+        "block_requests",
+        lambda s: optimistic(s.requests, s.kv),
+        "seed 004: admit on prompt blocks, preempt when growth does not fit",
+    ),
+):
+    POLICIES.register(_spec.name, _spec, help=_spec.help)
+
+
+def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
+    """Run seed-004 policy ``name``; ConfigError if unknown or if it is the tick model's."""
+    try:
+        spec = POLICIES.get(name)
+    except ConfigError as err:
+        raise ConfigError(f"admit.policy: {err}") from None
+    if spec.run is None:
+        raise ConfigError(
+            f"admit.policy: {name!r} runs through the PrefillAdder tick model, not the seed 004 policies"
+        )
+    return spec.run(inputs)
+
+
+def seed_policy_names() -> list[str]:
+    """Names of the policies this module runs itself."""
+    return [n for n in POLICIES.names() if POLICIES.get(n).run is not None]

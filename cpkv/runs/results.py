@@ -1,0 +1,157 @@
+"""Result records: frozen row dataclasses in, a versioned JSON document out.
+
+A row class marks its fields with :func:`metric` (numbers to compare across runs,
+``timing=True`` for noisy wall-clock numbers) or :func:`outcome` (non-numeric results,
+such as the request that stopped a batch). Every other field is an *identity* field:
+rows of two runs are matched on their identity fields by ``cpkv diff``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpkv.core.errors import InputError
+from cpkv.core.schema import to_dict
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+
+
+def metric(*, unit: str = "", timing: bool = False, lower_is_better: bool = True, **kw: Any) -> Any:
+    """A dataclass field holding a number to compare across runs."""
+    meta = {"role": "metric", "unit": unit, "timing": timing, "lower_is_better": lower_is_better}
+    return field(metadata=meta, **kw)
+
+
+def outcome(**kw: Any) -> Any:
+    """A dataclass field holding a non-numeric result (compared for equality, not matched on)."""
+    return field(metadata={"role": "outcome"}, **kw)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """How the fields of a row class are used: matched on, compared, or reported."""
+
+    identity: tuple[str, ...]
+    metrics: tuple[str, ...]
+    timing: tuple[str, ...]
+    outcomes: tuple[str, ...]
+    lower_is_better: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, row_cls: type) -> Columns:
+        identity, metrics, timing, outcomes, lower = [], [], [], [], []
+        for f in dataclasses.fields(row_cls):
+            role = f.metadata.get("role")
+            if role == "metric":
+                metrics.append(f.name)
+                if f.metadata.get("timing"):
+                    timing.append(f.name)
+                if f.metadata.get("lower_is_better", True):
+                    lower.append(f.name)
+            elif role == "outcome":
+                outcomes.append(f.name)
+            else:
+                identity.append(f.name)
+        return cls(tuple(identity), tuple(metrics), tuple(timing), tuple(outcomes), tuple(lower))
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What a kind's runner returns: rows (frozen dataclasses), a summary, extra files."""
+
+    rows: Sequence[Any]
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
+    table_columns: Sequence[str] | None = None
+    notes: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The content of ``results.json``."""
+
+    kind: str
+    name: str
+    columns: Columns
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    table_columns: list[str] | None = None
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def from_output(
+        cls, kind: str, name: str, output: RunOutput, row_cls: type | None = None
+    ) -> RunRecord:
+        rows = list(output.rows)
+        if row_cls is None and rows:
+            row_cls = type(rows[0])
+        columns = Columns.of(row_cls) if row_cls is not None else Columns((), (), (), ())
+        return cls(
+            kind=kind,
+            name=name,
+            columns=columns,
+            rows=[to_dict(r) for r in rows],
+            summary=to_dict(dict(output.summary)),
+            table_columns=list(output.table_columns) if output.table_columns else None,
+            notes=list(output.notes),
+        )
+
+    def to_json(self) -> str:
+        doc = {
+            "schema_version": self.schema_version,
+            "kind": self.kind,
+            "name": self.name,
+            "columns": to_dict(self.columns),
+            "table_columns": self.table_columns,
+            "notes": self.notes,
+            "summary": self.summary,
+            "rows": self.rows,
+        }
+        return json.dumps(finite_json(doc), indent=1, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "results.json") -> RunRecord:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{source}:{err.lineno}: not valid JSON ({err.msg})") from None
+        if not isinstance(doc, dict) or "schema_version" not in doc:
+            raise InputError(f"{source}: not a cpkv results file (no schema_version)")
+        version = doc["schema_version"]
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            allowed = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+            raise InputError(
+                f"{source}: schema_version {version!r} is not supported by cpkv (supported: {allowed})"
+            )
+        try:
+            cols = doc["columns"]
+            return cls(
+                kind=str(doc["kind"]),
+                name=str(doc["name"]),
+                columns=Columns(**{k: tuple(v) for k, v in cols.items()}),
+                rows=list(doc["rows"]),
+                summary=dict(doc["summary"]),
+                table_columns=doc.get("table_columns"),
+                notes=list(doc.get("notes") or []),
+                schema_version=version,
+            )
+        except (KeyError, TypeError) as err:
+            raise InputError(f"{source}: malformed cpkv results file ({err})") from None
+
+
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN/inf (not valid JSON) replaced by None, in nested dicts and lists."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj

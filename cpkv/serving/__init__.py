@@ -1,0 +1,13 @@
+"""``admit.mode: serving``: time, arrivals, decode and KV growth around an admission policy.
+
+Holds: ``loop`` (the iteration loop), ``kv_pool`` (blocks, the running set, growth and
+preemption), ``adder`` (one PrefillAdder pass inside the loop), ``block_policies`` (seed 004's
+policies as continuous policies), ``decode_stretch`` (decode-only stretches in one step),
+``hits`` (prefix hits, fixed or from the live prefix cache), ``workload`` (requests and their
+arrival times), ``metrics`` (the summary row, ``requests.jsonl``, ``timeline.jsonl``),
+``schema`` (arrivals, SLOs, loop options), ``run`` (the serving run's output), ``cost/`` (the
+iteration-time models and their fitting).
+
+May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``,
+``cpkv.admission``, ``cpkv.policies``.
+"""

@@ -1,0 +1,93 @@
+"""The iteration-time cost model of the serving simulation (``admit.cost``).
+
+One iteration (one forward pass: every running request decodes a token, plus this
+iteration's prefill chunks) takes
+
+    time_us = fixed_us
+            + prefill_token_us  * prefill_tokens     (prompt tokens computed)
+            + decode_request_us * decode_requests    (running requests that decode a token)
+            + context_token_us  * context_tokens     (KV tokens the attention reads)
+            + loaded_tokens * kv_bytes_per_token / (l2_load_gb_per_s * 1e3)   (L2 -> L1 load-back)
+
+``context_tokens`` is, for each decoding request, its whole context (prompt, cached prefix
+included, plus generated tokens) and, for each prefill chunk, the tokens before the chunk
+plus the chunk. ``loaded_tokens`` are the L2 hits loaded back by the requests admitted in
+the iteration; the copy is not overlapped with compute (an upper bound).
+``l2_load_gb_per_s: null`` makes load-back free.
+
+The defaults are illustrative, not measured: rough numbers for an 8B dense model in BF16
+on one H100-class GPU (16 GB of weights read per step ~ 5 ms; ~16 GFLOP per token at
+~550 TFLOP/s ~ 30 us; Llama-3-8B KV: 32 layers x 8 KV heads x 128 dims x 2 x 2 bytes =
+128 KiB per token, read at ~3.3 TB/s ~ 0.04 us; PCIe 5.0 x16 host-to-device ~ 50 GB/s).
+Fit them to a real engine with ``admit.cost.fit_points`` or ``cpkv fit-cost``
+(:mod:`cpkv.serving.cost.fit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpkv.core.schema import non_negative, positive
+
+FEATURES = ("prefill_tokens", "decode_requests", "context_tokens", "loaded_tokens")
+"""The per-iteration quantities the model charges for, besides the fixed cost."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """``admit.cost``: coefficients of the iteration-time model (see the module docstring)."""
+
+    fixed_us: float = 5000.0
+    prefill_token_us: float = 30.0
+    decode_request_us: float = 30.0
+    context_token_us: float = 0.04
+    kv_bytes_per_token: int = 131072
+    l2_load_gb_per_s: float | None = 50.0
+    fit_points: str | None = None  # JSONL of measured iterations: fit the coefficients to it
+
+    def validate(self) -> None:
+        for key in ("fixed_us", "prefill_token_us", "decode_request_us", "context_token_us"):
+            non_negative(key, getattr(self, key))
+        positive("kv_bytes_per_token", self.kv_bytes_per_token)
+        positive("l2_load_gb_per_s", self.l2_load_gb_per_s, allow_none=True)
+
+    @property
+    def load_token_us(self) -> float:
+        """Microseconds to load one KV token from L2 (0 when load-back is free)."""
+        if self.l2_load_gb_per_s is None:
+            return 0.0
+        return self.kv_bytes_per_token / (self.l2_load_gb_per_s * 1e3)
+
+    def coefficients(self) -> tuple[float, float, float, float, float]:
+        """``(fixed, prefill, decode, context, load)`` in microseconds per unit of FEATURES."""
+        return (
+            self.fixed_us,
+            self.prefill_token_us,
+            self.decode_request_us,
+            self.context_token_us,
+            self.load_token_us,
+        )
+
+    def iteration_us(
+        self, prefill_tokens: int, decode_requests: int, context_tokens: int, loaded_tokens: int
+    ) -> float:
+        """Time of one iteration, in microseconds."""
+        fixed, pre, dec, ctx, load = self.coefficients()
+        return (
+            fixed
+            + pre * prefill_tokens
+            + dec * decode_requests
+            + ctx * context_tokens
+            + load * loaded_tokens
+        )
+
+    def describe(self) -> dict[str, float | int | None]:
+        """The coefficients as a plain dict (for summaries and notes)."""
+        return {
+            "fixed_us": self.fixed_us,
+            "prefill_token_us": self.prefill_token_us,
+            "decode_request_us": self.decode_request_us,
+            "context_token_us": self.context_token_us,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "l2_load_gb_per_s": self.l2_load_gb_per_s,
+        }

@@ -1,0 +1,176 @@
+"""``cpkv admit`` with ``admit.mode: serving``: read, fit, simulate, write.
+
+``results.json`` holds one :class:`~cpkv.serving.metrics.ServingRow` (the headline
+metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric);
+``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation over time;
+``plots/`` the KV timeline and the TTFT/TPOT CDFs when matplotlib is importable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from cpkv.admission.token_ratio import NewTokenRatio
+from cpkv.core.kinds import RunContext
+from cpkv.core.schema import to_dict
+from cpkv.runs.results import RunOutput
+from cpkv.serving.adder import AdderBudgets
+from cpkv.serving.cost.fit import fit_cost, read_points
+from cpkv.serving.loop import SimSettings, simulate
+from cpkv.serving.metrics import (
+    TABLE_COLUMNS,
+    request_lines,
+    summary_row,
+    timeline,
+)
+from cpkv.serving.workload import load_serving_workload, with_arrivals
+
+
+def settings_from(block: Any, cost: Any) -> SimSettings:
+    """The loop's settings from the ``admit`` block (``cost``: possibly fitted)."""
+    kv, cp = block.kv, block.cp
+    limits = (
+        (cp.max_batch_requests, cp.max_total_extend_tokens, cp.max_total_cached_tokens)
+        if cp.active
+        else (None, None, None)
+    )
+    adder = AdderBudgets(
+        kv.block_size,
+        block.max_prefill_tokens,
+        block.chunk_tokens,
+        block.max_running_requests,
+        block.prefill_max_requests,
+        block.load_back_threshold,
+        *limits,
+    )
+    ratio = NewTokenRatio.from_settings(
+        init_ratio=block.new_token_ratio,
+        min_factor=block.serving.ratio_min_factor,
+        decay_steps=block.serving.ratio_decay_steps,
+    )
+    return SimSettings(
+        policy=block.policy,
+        block_size=kv.block_size,
+        capacity_blocks=kv.capacity_blocks,
+        scan=kv.scan or "first_fit",
+        victim=kv.victim,
+        on_preempt=block.serving.on_preempt,
+        budget_tokens=block.iteration.budget_tokens,
+        chunk_tokens=block.iteration.chunk_tokens,
+        adder=adder,
+        ratio=ratio,
+        cost=cost,
+        stall_iterations=block.serving.stall_iterations,
+    )
+
+
+def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
+    """Read the workload and the cost points (user errors surface here), then simulate."""
+    block = cfg.admit
+    workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
+    requests = with_arrivals(workload.requests, block.arrivals, cfg.seed)
+    fit = None
+    cost = block.cost
+    if cost.fit_points is not None:
+        fit = fit_cost(read_points(cost.fit_points), cost)
+        cost = fit.model
+    settings = settings_from(block, cost)
+
+    def execute(ctx: RunContext) -> RunOutput:
+        ctx.report(0, 1, f"serving {len(requests)} requests, policy {block.policy}")
+        res = simulate(requests, settings, workload.new_cache())
+        ctx.report(1, 1, "done")
+        cap = settings.capacity_blocks
+        row = summary_row(res, block.slo, cap)
+        points = timeline(res, cap, block.serving.timeline_points)
+        extras = {
+            "requests.jsonl": request_lines(res),
+            "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in points),
+        }
+        notes = _notes(block, settings, fit)
+        too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
+        if too_big:
+            notes.append(
+                f"{too_big} of {len(requests)} requests could never fit the KV pool even alone "
+                f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
+                "raise admit.kv.capacity_blocks or admit.kv.block_size"
+            )
+        return RunOutput(
+            rows=[row],
+            summary={**_summary(block, settings, res, fit), "headline": _headline(row)},
+            extras=extras,
+            table_columns=TABLE_COLUMNS,
+            notes=notes,
+        )
+
+    return execute
+
+
+def _headline(row: Any) -> dict[str, float]:
+    """What sweeps and `cpkv ls` show for a serving run."""
+    return {
+        k: getattr(row, k)
+        for k in ("goodput_requests_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
+    }
+
+
+def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
+    c = res.counters
+    out = {
+        "mode": "serving",
+        "policy": block.policy,
+        "workload": block.workload.source,
+        "arrivals": to_dict(block.arrivals),
+        "kv_block_size": s.block_size,
+        "kv_capacity_blocks": s.capacity_blocks,
+        "kv_capacity_tokens": s.capacity_blocks * s.block_size,
+        "rejected_by_reason": dict(sorted(c["rejects"].items())),
+        "preemptions_by_reason": dict(sorted(c["preemptions"].items())),
+        "admission_stops": c["admission_stops"],
+        "admissions": c["admissions"],
+        "prefill_tokens_computed": c["prefill_tokens"],
+        "decode_tokens": c["decode_tokens"],
+        "l1_hit_tokens": c["l1_hit_tokens"],
+        "l2_loaded_tokens": c["loaded_tokens"],
+        "recompute_bytes": sum(r.recomputed for r in res.requests) * s.cost.kv_bytes_per_token,
+        "cost_model": s.cost.describe(),
+        "slo": to_dict(block.slo),
+    }
+    if block.policy == "prefill_adder":
+        out["final_new_token_ratio"] = c["final_new_token_ratio"]
+    if fit is not None:
+        out["cost_fit"] = fit.describe()
+    return out
+
+
+def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
+    mapping = {
+        "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
+        "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
+        "optimistic": f"admit on prompt blocks ({s.scan}), preempt on growth; prefill by admit.iteration's token budget",
+        "iteration": "admit FCFS when admit.iteration's token budget can start the prompt; preempt on growth",
+    }
+    notes = [
+        f"serving simulation, policy {block.policy}: {mapping[block.policy]}",
+        f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
+        f"growth preempts by victim order {s.victim}, victims {'re-queue (recompute)' if s.on_preempt == 'requeue' else 'are aborted'}",
+    ]
+    if block.policy == "prefill_adder" and s.adder.cp_on:
+        notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")
+    coef = s.cost.describe()
+    shown = ", ".join(f"{k}={v}" for k, v in coef.items())
+    if fit is None:
+        notes.append(f"cost model (illustrative defaults unless set): {shown}")
+    else:
+        notes.append(
+            f"cost model fitted to {fit.points} points of {block.cost.fit_points}: {shown}; rms error "
+            f"{fit.rms_error_us:.1f} us, mean relative error {fit.mean_rel_error_pct:.2f}%, r2 {fit.r2:.4f}"
+        )
+    notes.append(
+        "admit.available_tokens, evictable_tokens, page_size, running and release_each_tick describe the "
+        "passes mode's snapshot and are not read here (the pool and its page are admit.kv)"
+    )
+    notes.append("requests.jsonl: one line per request; timeline.jsonl: KV utilisation over time")
+    return notes

@@ -1,0 +1,84 @@
+"""Config blocks of ``admit.mode: serving``: arrivals, SLOs and the serving loop's options.
+
+The iteration-time model is :class:`cpkv.serving.cost.model.CostModel` (``admit.cost``); the KV
+pool is ``admit.kv`` (``block_size`` tokens per block, ``capacity_blocks`` blocks, ``scan``,
+``victim``) for every policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from cpkv.core.schema import non_negative, positive, require
+
+
+@dataclass(frozen=True)
+class ArrivalsSpec:
+    """``admit.arrivals``: when requests arrive.
+
+    * ``trace``: each request's own time (trace ``timestamp``, JSONL ``arrival_ms``; 0 for
+      sources without times), divided by ``speedup`` (2 = twice the load);
+    * ``poisson``: a Poisson process of ``rate_rps`` requests per second, in queue order,
+      drawn from ``random.Random(seed)`` (the experiment's top-level ``seed``);
+    * ``zero``: every request at time 0.
+    """
+
+    process: Literal["trace", "poisson", "zero"] = "trace"
+    rate_rps: float = 1.0
+    speedup: float = 1.0
+
+    def validate(self) -> None:
+        positive("rate_rps", self.rate_rps)
+        positive("speedup", self.speedup)
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """``admit.slo``: a request meets the SLO when its TTFT and its TPOT are within these
+    (``null``: no limit). Requests with one output token have no TPOT and meet that part."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    def validate(self) -> None:
+        positive("ttft_ms", self.ttft_ms, allow_none=True)
+        positive("tpot_ms", self.tpot_ms, allow_none=True)
+
+    def met(self, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+        """Whether a finished request with these latencies meets the SLO."""
+        if self.ttft_ms is not None and (ttft_ms is None or ttft_ms > self.ttft_ms):
+            return False
+        return self.tpot_ms is None or tpot_ms is None or tpot_ms <= self.tpot_ms
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """``admit.serving``: options of the serving loop.
+
+    * ``on_preempt``: ``requeue`` (recompute: the victim frees its KV and waits again at the
+      back of the queue, its prompt now holding the tokens it generated) or ``abort`` (the
+      victim ends, rejected with reason ``preempted``);
+    * ``stall_iterations``: a run ends with an error once this many iterations preempted
+      or did no work at all since the last generated token (a recompute livelock: every
+      prefill preempted before its first token);
+    * ``timeline_points``: buckets of the KV-utilisation timeline (``timeline.jsonl``);
+    * ``ratio_min_factor``, ``ratio_decay_steps``: SGLang's adaptive ``new_token_ratio``
+      (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``).
+    """
+
+    on_preempt: Literal["requeue", "abort"] = "requeue"
+    stall_iterations: int = 1000
+    timeline_points: int = 200
+    ratio_min_factor: float = 0.14
+    ratio_decay_steps: int = 600
+
+    def validate(self) -> None:
+        positive("stall_iterations", self.stall_iterations)
+        positive("timeline_points", self.timeline_points)
+        non_negative("ratio_min_factor", self.ratio_min_factor)
+        require(
+            self.ratio_decay_steps >= 1,
+            "ratio_decay_steps",
+            f"must be >= 1, got {self.ratio_decay_steps}",
+        )

@@ -1,0 +1,123 @@
+"""Requests of the serving simulation and their arrival times.
+
+Every ``admit.workload`` source can feed the serving loop:
+
+* ``trace``: each trace request keeps its prefix blocks (``hash_ids``); its L1/L2 hits are
+  looked up in a cold tiered cache (``workload.cache``) when it is admitted, and its blocks
+  are inserted when it finishes. ``rid`` is ``r<index>``, the arrival its ``timestamp``;
+* ``jsonl`` with prefill-model lines (``l1_cached_tokens``, ``l2_cached_tokens``,
+  ``extend_tokens``, ``arrival_ms``...): the prompt is ``l1 + l2 + extend`` and the hits are
+  fixed (no cache);
+* ``jsonl`` with block lines (``prompt_tokens``, ``max_new_tokens``): no hits, arrival 0;
+* ``grid`` and any other source: as their requests say (no hits beyond theirs).
+
+A request without ``max_new_tokens`` takes ``admit.max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cpkv.core.errors import ConfigError, InputError
+from cpkv.serving.schema import ArrivalsSpec
+from cpkv.trace.prefix_cache import TieredPrefixCache
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRequest:
+    """One request of the serving loop.
+
+    ``l1_cached_tokens`` / ``l2_cached_tokens`` are fixed hits, used when there is no cache;
+    ``hash_ids`` (trace requests) are looked up in the cache instead.
+    """
+
+    rid: str
+    arrival_ms: float
+    prompt_tokens: int
+    max_new_tokens: int
+    l1_cached_tokens: int = 0
+    l2_cached_tokens: int = 0
+    hash_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ServingWorkload:
+    """The requests in queue order, and the prefix cache they share (trace source only)."""
+
+    requests: tuple[ServingRequest, ...]
+    cache_block_size: int | None = None
+    cache_config: Any = None
+
+    def new_cache(self) -> TieredPrefixCache | None:
+        """A cold cache for one run (``None`` without a trace)."""
+        if self.cache_block_size is None:
+            return None
+        return TieredPrefixCache(self.cache_block_size, self.cache_config)
+
+
+def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0) -> ServingWorkload:
+    """The requests of ``admit.workload`` (user errors raise ConfigError / InputError);
+    ``seed`` (the experiment's) seeds the ``synthetic`` source when it names none."""
+    if spec.source == "trace":
+        return _trace_workload(spec)
+    from cpkv.workload.sources import load_workload
+
+    try:
+        requests = load_workload(spec, seed=seed)
+    except InputError:
+        if spec.source != "jsonl":
+            raise
+        from cpkv.policies.requests import load_block_requests
+
+        blocks = load_block_requests(spec, default_max_new_tokens)
+        return ServingWorkload(
+            tuple(ServingRequest(b.rid, 0.0, b.prompt_tokens, b.max_new_tokens) for b in blocks)
+        )
+    out = []
+    for r in requests:
+        mx = default_max_new_tokens if r.max_new_tokens is None else r.max_new_tokens
+        out.append(
+            ServingRequest(
+                r.rid, r.arrival_ms, r.fill_tokens, mx, r.l1_cached_tokens, r.l2_cached_tokens
+            )
+        )
+    return ServingWorkload(tuple(out))
+
+
+def _trace_workload(spec: Any) -> ServingWorkload:
+    from cpkv.workload.trace import check_trace_spec, read_workload_trace
+
+    check_trace_spec(spec)
+    try:
+        spec.cache.capacities()
+    except ConfigError as err:
+        raise ConfigError(f"admit.workload.cache.{err}") from None
+    trace = read_workload_trace(spec)
+    requests = tuple(
+        ServingRequest(
+            f"r{t.index}", float(t.arrival_ms), t.input_length, t.output_length, hash_ids=t.hash_ids
+        )
+        for t in trace.requests
+    )
+    return ServingWorkload(requests, trace.block_size, spec.cache)
+
+
+def with_arrivals(
+    requests: Sequence[ServingRequest], arrivals: ArrivalsSpec, seed: int
+) -> tuple[ServingRequest, ...]:
+    """The requests with the arrival times of ``arrivals`` (queue order kept)."""
+    if arrivals.process == "zero":
+        return tuple(replace(r, arrival_ms=0.0) for r in requests)
+    if arrivals.process == "trace":
+        if arrivals.speedup == 1.0:
+            return tuple(requests)
+        return tuple(replace(r, arrival_ms=r.arrival_ms / arrivals.speedup) for r in requests)
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for r in requests:
+        t += rng.expovariate(arrivals.rate_rps) * 1000.0
+        out.append(replace(r, arrival_ms=t))
+    return tuple(out)

@@ -1,0 +1,149 @@
+"""Reading experiments back: a run-or-sweep target, and the listing of ``cpkv ls``.
+
+A target is a finished run directory or a sweep directory (``sweep.yaml``); the listing shows
+runs and sweeps under a root with their status and headline metric
+(:func:`cpkv.runs.headline.headline`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cpkv.core.errors import InputError
+from cpkv.runs.headline import headline
+from cpkv.runs.rundir import (
+    STATUS_INCOMPLETE,
+    LoadedRun,
+    find_runs,
+    is_run_dir,
+    load_run,
+    run_status,
+)
+from cpkv.sweep.plan import SweepPlan
+from cpkv.sweep.store import SWEEP_FILE, is_sweep_dir, read_plan, read_summary
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """A sweep directory read back: its plan, its summary, and where each point lives."""
+
+    path: Path
+    plan: SweepPlan
+    doc: dict[str, Any]
+    summary: dict[str, Any]
+
+    def point_dir(self, name: str) -> Path:
+        return self.path / name
+
+
+def open_target(path: str | Path) -> LoadedRun | SweepView:
+    """A run directory (finished) or a sweep directory; InputError for anything else."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such directory")
+    if is_sweep_dir(p):
+        plan, doc = read_plan(p)
+        return SweepView(p, plan, doc, read_summary(p))
+    if is_run_dir(p):
+        return load_run(p)
+    raise InputError(
+        f"{path}: neither a run directory (meta.json, config.yaml) nor a sweep directory ({SWEEP_FILE})"
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of ``cpkv ls``."""
+
+    time: str
+    type: str
+    name: str
+    kind: str
+    status: str
+    headline: str
+    path: str
+
+
+def list_entries(root: str | Path, *, points: bool = False, kind: str | None = None) -> list[Entry]:
+    """Runs and sweeps under ``root``, oldest first (sweep points only with ``points=True``)."""
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError(f"{root}: no such directory")
+    sweeps = sorted(p.parent for p in base.rglob(SWEEP_FILE))
+    entries = []
+    for sweep in sweeps:
+        entries.append(_sweep_entry(sweep))
+    for run in find_runs(base):
+        inside = any(s in run.parents for s in sweeps)
+        if not inside or points:
+            entries.append(_run_entry(run, "point" if inside else "run"))
+    if kind is not None:
+        entries = [e for e in entries if kind in e.kind.split(",")]
+    return sorted(entries, key=lambda e: (e.time, e.path))
+
+
+def _run_entry(path: Path, kind_of_entry: str) -> Entry:
+    meta = _json(path / "meta.json")
+    status = run_status(path)
+    shown = ""
+    if status == "complete":
+        try:
+            shown = _headline_text(headline(load_run(path).record))
+        except InputError as err:
+            status, shown = "unreadable", str(err).split(": ", 1)[-1]
+    elif meta.get("error"):
+        shown = str(meta["error"])[:60]
+    return Entry(_local(meta.get("start_utc")), kind_of_entry, str(meta.get("name", path.name)),
+                 str(meta.get("kind", "?")), status, shown, str(path))  # fmt: skip
+
+
+def _sweep_entry(path: Path) -> Entry:
+    try:
+        plan, doc = read_plan(path)
+    except InputError as err:
+        return Entry(
+            "", "sweep", path.name, "?", "unreadable", str(err).split(": ", 1)[-1], str(path)
+        )
+    summary = read_summary(path)
+    counts = summary.get("counts") or {}
+    kinds = ",".join(dict.fromkeys(p.kind for p in plan.points))
+    shown = f"{len(plan.points)} points: {counts.get('complete', 0)} complete, {counts.get('failed', 0)} failed"
+    status = summary.get("status", STATUS_INCOMPLETE)
+    if status == "complete" and (path / "INCOMPLETE").exists():
+        status = STATUS_INCOMPLETE
+    return Entry(
+        _local(doc.get("created_utc")), "sweep", plan.name, kinds, status, shown, str(path)
+    )
+
+
+def _headline_text(values: Mapping[str, float]) -> str:
+    if not values:
+        return ""
+    name, value = next(iter(values.items()))
+    return f"{name}={value:.4g}"
+
+
+def _local(utc: Any) -> str:
+    if not isinstance(utc, str):
+        return ""
+    try:
+        return (
+            datetime.fromisoformat(utc.replace("Z", "+00:00"))
+            .astimezone()
+            .strftime("%Y-%m-%d %H:%M:%S")
+        )
+    except ValueError:
+        return utc
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,153 @@
+"""Request traces: one reader per trace format, registered by format name.
+
+A trace is read into `TraceRequest` records that keep each request's order index (its position
+among the trace's requests, counted from 0 over the whole file) and its arrival time, so the
+serving simulation can replay arrivals. Prompts are described by prefix-block hashes: block `i`
+of a request covers tokens `[i * block_size, min((i + 1) * block_size, input_length))`, so every
+block is full except possibly the last, which covers `input_length - (n - 1) * block_size`
+tokens (see `TraceRequest.block_tokens`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cpkv.core.errors import ConfigError, InputError
+from cpkv.core.jsonl import require_file
+from cpkv.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace.
+
+    `index` is the request's order in the trace file (0-based, blank lines not counted);
+    `hash_ids[i]` names the content of prefix block `i` (equal hashes mean equal tokens).
+    """
+
+    index: int
+    arrival_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+    def block_tokens(self, i: int, block_size: int) -> int:
+        """Tokens covered by block `i` of this request: `block_size`, except the last block."""
+        return min(block_size, self.input_length - i * block_size)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The requests read from one trace file, in file order."""
+
+    path: str
+    format: str
+    block_size: int
+    requests: tuple[TraceRequest, ...]
+
+
+Reader = Callable[[Path, int, int, "int | None"], Iterator[TraceRequest]]
+TRACE_FORMATS: Registry[Reader] = Registry("trace format")
+"""Trace readers by format name: `(path, block_size, start, limit) -> iterator of TraceRequest`."""
+
+
+def read_trace(
+    path: str | Path,
+    format: str = "mooncake",
+    block_size: int = 512,
+    start: int = 0,
+    limit: int | None = None,
+    path_key: str = "trace.path",
+) -> Trace:
+    """Read requests `start .. start + limit - 1` (by order index) of a trace file; ``path_key``
+    names the config key of ``path`` in the error for a missing file.
+
+    Raises `ConfigError` for a bad format name or argument and `InputError` for a missing file
+    or a malformed line (naming the file, the line number, the field and what is allowed).
+    """
+    reader = TRACE_FORMATS.get(format)
+    for key, value, low in (("block_size", block_size, 1), ("start", start, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"trace {key}={value!r} is not allowed; use an integer >= {low}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError(f"trace limit={limit!r} is not allowed; use null or an integer >= 0")
+    file = Path(path)
+    require_file(file, path_key, "trace file")
+    requests = tuple(reader(file, block_size, start, limit))
+    return Trace(str(file), TRACE_FORMATS.canonical(format), block_size, requests)
+
+
+def _bad(file: Path, lineno: int, field: str, allowed: str, value: object) -> InputError:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return InputError(f"{file}:{lineno}: field {field!r} {allowed}, got {shown}")
+
+
+def _int_field(file: Path, lineno: int, row: dict, field: str, low: int) -> int:
+    if field not in row:
+        raise InputError(f"{file}:{lineno}: field {field!r} is missing (an integer >= {low})")
+    value = row[field]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _bad(file, lineno, field, f"must be an integer >= {low}", value)
+    return value
+
+
+@TRACE_FORMATS.register("mooncake")
+def read_mooncake(
+    file: Path, block_size: int, start: int, limit: int | None
+) -> Iterator[TraceRequest]:
+    """Mooncake FAST'25 JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+
+    `hash_ids` must hold exactly `ceil(input_length / block_size)` integers; other keys are
+    ignored. Lines before `start` are counted but not parsed.
+    """
+    stop = None if limit is None else start + limit
+    index = 0
+    with file.open(encoding="utf-8") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            if stop is not None and index >= stop:
+                return
+            if index >= start:
+                yield _parse_mooncake(file, lineno, line, index, block_size)
+            index += 1
+
+
+def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: int):
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{file}:{lineno}: not valid JSON ({exc.msg}); expected one object"
+        ) from None
+    if not isinstance(row, dict):
+        raise InputError(f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}")
+    if "timestamp" not in row:
+        raise InputError(f"{file}:{lineno}: field 'timestamp' is missing (milliseconds >= 0)")
+    stamp = row["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < math.inf:
+        raise _bad(file, lineno, "timestamp", "must be a finite number of milliseconds >= 0", stamp)
+    input_length = _int_field(file, lineno, row, "input_length", 1)
+    output_length = _int_field(file, lineno, row, "output_length", 0)
+    if "hash_ids" not in row:
+        raise InputError(f"{file}:{lineno}: field 'hash_ids' is missing (a list of integers)")
+    hashes = row["hash_ids"]
+    if not isinstance(hashes, list):
+        raise _bad(file, lineno, "hash_ids", "must be a list of integers", hashes)
+    blocks = -(-input_length // block_size)
+    if len(hashes) != blocks:
+        raise InputError(
+            f"{file}:{lineno}: field 'hash_ids' has {len(hashes)} entries; it must have"
+            f" ceil(input_length / block_size) = ceil({input_length} / {block_size}) = {blocks}"
+            " (is block_size right?)"
+        )
+    for value in hashes:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(file, lineno, "hash_ids", "must hold integers only", value)
+    return TraceRequest(index, stamp, input_length, output_length, tuple(hashes))

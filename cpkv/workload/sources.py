@@ -1,0 +1,244 @@
+"""Where the waiting requests come from: a registry of workload sources (``admit.workload``).
+
+* ``grid``: the cartesian product of ``l1_cached_tokens`` x ``l2_cached_tokens`` x
+  ``extend_tokens`` (x ``max_new_tokens`` when given), in that nesting order (the last list
+  varies fastest). Request ``k`` is named ``g{k}_{l1}_{l2}_{extend}`` (``_{max_new}`` added
+  when that list is given).
+* ``jsonl``: one JSON object per line with ``rid`` and ``extend_tokens`` (>= 1), optional
+  ``l1_cached_tokens``, ``l2_cached_tokens`` (default 0), ``max_new_tokens`` (default: the
+  budget's), ``priority`` (0) and ``arrival_ms`` (0). Blank lines are skipped; unknown fields,
+  wrong types and repeated rids are errors naming the file, line and field.
+* ``synthetic``: ``synthetic.count`` seeded random requests (:mod:`cpkv.workload.synthetic`).
+
+Other sources (traces) register themselves in :data:`SOURCES`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cpkv.core.errors import ConfigError, InputError
+from cpkv.core.jsonl import check_fields, parse_object, read_text, require_file
+from cpkv.core.registry import Registry
+from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
+from cpkv.workload.request import Request, new_request
+from cpkv.workload.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """The synthetic grid (defaults: the seed benchmark's example)."""
+
+    l1_cached_tokens: tuple[int, ...] = (0, 4096)
+    l2_cached_tokens: tuple[int, ...] = (0, 4096)
+    extend_tokens: tuple[int, ...] = (128, 2048)
+    max_new_tokens: tuple[int, ...] | None = None
+
+    def validate(self) -> None:
+        for key in ("l1_cached_tokens", "l2_cached_tokens", "extend_tokens"):
+            values = getattr(self, key)
+            require(len(values) > 0, key, "needs at least one value")
+            for v in values:
+                non_negative(key, v)
+        for v in self.extend_tokens:
+            require(
+                v >= 1,
+                "extend_tokens",
+                f"every value must be >= 1 (SGLang always computes a token), got {v}",
+            )
+        for v in self.max_new_tokens or ():
+            non_negative("max_new_tokens", v)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """``admit.workload``: the source name and what each source reads."""
+
+    source: str = "grid"
+    path: str | None = None
+    format: str = "mooncake"
+    block_size: int = 512
+    grid: GridSpec = GridSpec()
+    start: int = 0  # trace: first request (by order in the file) and how many (null: all)
+    limit: int | None = None
+    cache: CacheConfig = DEFAULT_CACHE  # trace: L1/L2 capacities of the prefix-cache replay
+    synthetic: SyntheticSpec = DEFAULT_SYNTHETIC  # synthetic: count, seed, distributions
+
+    def validate(self) -> None:
+        if self.source not in SOURCES:
+            raise FieldError(
+                "source",
+                f"unknown workload source {self.source!r} (allowed: {', '.join(SOURCES.names())})",
+            )
+        require(self.block_size > 0, "block_size", f"must be > 0, got {self.block_size}")
+        non_negative("start", self.start)
+        non_negative("limit", self.limit, allow_none=True)
+
+
+WorkloadSource = Callable[[WorkloadSpec], tuple[Request, ...]]
+SOURCES: Registry[WorkloadSource] = Registry("workload source")
+
+
+def load_workload(spec: WorkloadSpec, seed: int = 0) -> tuple[Request, ...]:
+    """The requests ``spec`` describes, in queue order; ``seed`` (the experiment's) seeds the
+    synthetic source when ``synthetic.seed`` is null."""
+    if spec.synthetic.seed is None:
+        spec = replace(spec, synthetic=replace(spec.synthetic, seed=seed))
+    requests = SOURCES.get(spec.source)(spec)
+    if not requests:
+        what = {
+            "jsonl": f"{spec.path} holds no request",
+            "trace": f"admit.workload.start/limit select no request of {spec.path}",
+        }.get(spec.source, f"the {spec.source} source gives no request")
+        raise InputError(f"admit.workload: {what}; a run needs at least one request")
+    return requests
+
+
+@SOURCES.register("grid", help="cartesian product of l1 x l2 x extend token lists")
+def grid_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
+    """The grid's requests, last list varying fastest."""
+    g = spec.grid
+    lists = [g.l1_cached_tokens, g.l2_cached_tokens, g.extend_tokens]
+    if g.max_new_tokens is not None:
+        lists.append(g.max_new_tokens)
+    out = []
+    for k, combo in enumerate(itertools.product(*lists)):
+        mx = combo[3] if len(combo) > 3 else None
+        out.append(Request(f"g{k}_" + "_".join(map(str, combo)), combo[0], combo[1], combo[2], mx))
+    return tuple(out)
+
+
+_INT_FIELDS = {
+    "l1_cached_tokens": (0, "an integer >= 0"),
+    "l2_cached_tokens": (0, "an integer >= 0"),
+    "extend_tokens": (1, "an integer >= 1 (SGLang always computes at least one token)"),
+    "max_new_tokens": (0, "an integer >= 0"),
+}
+_INF = float("inf")
+_ALLOWED = (
+    "rid",
+    "l1_cached_tokens",
+    "l2_cached_tokens",
+    "extend_tokens",
+    "max_new_tokens",
+    "priority",
+    "arrival_ms",
+)
+_ALLOWED_SET = frozenset(_ALLOWED)
+
+
+SOURCES.register(
+    "trace",
+    "cpkv.workload.trace:trace_requests",
+    help="a request trace (path, format, block_size, start, limit) replayed through the L1/L2 cache model",
+)
+
+
+@SOURCES.register(
+    "jsonl", help="one request per line: rid, l1/l2_cached_tokens, extend_tokens, ..."
+)
+def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
+    """Parse ``spec.path``; any bad line is an InputError naming file, line and field."""
+    path, text = jsonl_text(spec)
+    out: list[Request] = []
+    seen: set[str] = set()
+    loads, allowed, new = json.loads, _ALLOWED_SET, new_request
+    for lineno, line in enumerate(text.splitlines(), 1):
+        req = None
+        try:  # fast path for well-formed lines; anything odd is re-parsed below for the error
+            obj = loads(line)
+            if type(obj) is dict and obj.keys() <= allowed:
+                g = obj.get
+                rid, ext, l1, l2 = (
+                    g("rid"),
+                    g("extend_tokens"),
+                    g("l1_cached_tokens", 0),
+                    g("l2_cached_tokens", 0),
+                )
+                mx, prio, arr = g("max_new_tokens"), g("priority", 0), g("arrival_ms", 0.0)
+                if (
+                    type(rid) is str and rid and type(ext) is int and ext >= 1
+                    and type(l1) is int and l1 >= 0 and type(l2) is int and l2 >= 0
+                    and (mx is None or (type(mx) is int and mx >= 0)) and type(prio) is int
+                    and (type(arr) is float or type(arr) is int) and 0 <= arr < _INF
+                ):  # fmt: skip
+                    req = new(rid, l1, l2, ext, mx, prio, float(arr))
+        except ValueError:
+            pass
+        if req is None:
+            if not line.strip():
+                continue
+            req = parse_request_line(line, f"{path}:{lineno}")
+        check_new_rid(req.rid, seen, f"{path}:{lineno}")
+        out.append(req)
+    return tuple(out)
+
+
+def jsonl_text(spec: WorkloadSpec) -> tuple[Path, str]:
+    """The path and text of the ``jsonl`` source's file (ConfigError without a path)."""
+    if spec.path is None:
+        raise ConfigError("admit.workload.path: the jsonl source needs a file path")
+    path = Path(spec.path)
+    require_file(path, "admit.workload.path")
+    return path, read_text(path, "the requests file")
+
+
+def request_id(obj: dict, where: str) -> str:
+    """The line's ``rid``: InputError unless it is a non-empty string."""
+    rid = obj.get("rid")
+    if not isinstance(rid, str) or not rid:
+        raise InputError(f"{where}: field 'rid' must be a non-empty string, got {rid!r}")
+    return rid
+
+
+def check_new_rid(rid: str, seen: set[str], where: str) -> None:
+    """InputError if ``rid`` is in ``seen`` (an earlier line's); else add it."""
+    if rid in seen:
+        raise InputError(f"{where}: field 'rid': {rid!r} repeats an earlier request's rid")
+    seen.add(rid)
+
+
+def parse_request_line(line: str, where: str) -> Request:
+    """One JSONL line as a :class:`Request`; ``where`` is ``file:line`` for errors."""
+    obj = parse_object(line, where)
+    check_fields(obj, _ALLOWED, where)
+    rid = request_id(obj, where)
+    if "extend_tokens" not in obj:
+        raise InputError(f"{where}: field 'extend_tokens' is missing (an integer >= 1)")
+    ints = {}
+    for key, (low, what) in _INT_FIELDS.items():
+        v = obj.get(key)
+        if v is None and key != "extend_tokens":
+            continue
+        if type(v) is not int or v < low:
+            raise InputError(f"{where}: field {key!r} must be {what}, got {v!r}")
+        ints[key] = v
+    priority = obj.get("priority", 0)
+    if type(priority) is not int:
+        raise InputError(f"{where}: field 'priority' must be an integer, got {priority!r}")
+    arrival = obj.get("arrival_ms", 0.0)
+    if type(arrival) not in (int, float) or not 0 <= arrival < _INF:  # NaN fails both
+        raise InputError(
+            f"{where}: field 'arrival_ms' must be a finite number >= 0, got {arrival!r}"
+        )
+    return Request(
+        rid,
+        ints.get("l1_cached_tokens", 0),
+        ints.get("l2_cached_tokens", 0),
+        ints["extend_tokens"],
+        ints.get("max_new_tokens"),
+        priority,
+        float(arrival),
+    )
+
+
+SOURCES.register(
+    "synthetic",
+    "cpkv.workload.synthetic:synthetic_requests",
+    help="count seeded random requests (synthetic: count, seed, l1/l2/extend/max_new distributions)",
+)

@@ -1,0 +1,131 @@
+"""The ``synthetic`` workload source: ``count`` seeded random requests, no file needed.
+
+``admit.workload.synthetic`` holds ``count``, ``seed`` and one :class:`TokenDist` per token
+count. A distribution draws, for each request:
+
+* ``0`` with probability ``zero_fraction`` (one ``rng.random()`` draw, made only when
+  ``zero_fraction > 0``); otherwise
+* one of ``choices`` (uniformly, ``rng.choice``) when ``choices`` is given, else a uniform
+  integer in ``[low, high]`` (``rng.randint``).
+
+Requests are drawn in queue order from one ``random.Random(seed)``; for each request the
+fields are drawn in the order ``l1_cached_tokens``, ``l2_cached_tokens``, ``extend_tokens``,
+``max_new_tokens`` (that last one only when its distribution is given; ``null`` takes the
+budget's ``max_new_tokens``). Request ``k`` is named ``s{k}``. ``seed: null`` (the default)
+takes the experiment's top-level ``seed``. The same spec and seed give the same requests on
+every machine and Python version (``random.Random`` with integer seeds is stable).
+
+The defaults draw requests shaped like the seed benchmark's JSONL example: an L1 hit on 60%
+of the requests (1..40320 tokens), an L2 hit on half (1..32768), 1..4096 new tokens.
+
+``cpkv admit --write-workload PATH`` (:mod:`cpkv.workload.jsonl_writer`) writes any workload,
+this one included, as a file for the ``jsonl`` source.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from cpkv.core.schema import FieldError, require
+from cpkv.workload.request import Request, new_request
+
+
+@dataclass(frozen=True)
+class TokenDist:
+    """A token count: 0 with probability ``zero_fraction``, else ``choices`` or ``[low, high]``."""
+
+    low: int = 0
+    high: int = 0
+    choices: tuple[int, ...] | None = None
+    zero_fraction: float = 0.0
+
+    def validate(self) -> None:
+        require(
+            0.0 <= self.zero_fraction <= 1.0,
+            "zero_fraction",
+            f"must be between 0 and 1, got {self.zero_fraction}",
+        )
+        if self.choices is not None:
+            require(len(self.choices) > 0, "choices", "needs at least one value (or null)")
+            for v in self.choices:
+                require(v >= 0, "choices", f"every value must be >= 0, got {v}")
+            return
+        require(self.low >= 0, "low", f"must be >= 0, got {self.low}")
+        require(self.high >= self.low, "high", f"must be >= low ({self.low}), got {self.high}")
+
+    def smallest(self) -> int:
+        """The smallest value this distribution can draw."""
+        if self.zero_fraction > 0:
+            return 0
+        return min(self.choices) if self.choices is not None else self.low
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """``admit.workload.synthetic``: how many requests, the seed, one distribution per field."""
+
+    count: int = 1000
+    seed: int | None = None
+    l1_cached_tokens: TokenDist = TokenDist(low=1, high=40320, zero_fraction=0.4)
+    l2_cached_tokens: TokenDist = TokenDist(low=1, high=32768, zero_fraction=0.5)
+    extend_tokens: TokenDist = TokenDist(low=1, high=4096)
+    max_new_tokens: TokenDist | None = None
+
+    def validate(self) -> None:
+        require(self.count >= 1, "count", f"must be >= 1, got {self.count}")
+        ext = self.extend_tokens
+        if ext.smallest() < 1:
+            key = (
+                "extend_tokens.zero_fraction"
+                if ext.zero_fraction > 0
+                else "extend_tokens.choices"
+                if ext.choices is not None
+                else "extend_tokens.low"
+            )
+            raise FieldError(
+                key, "extend_tokens must never draw 0 (SGLang always computes a token): "
+                "use zero_fraction 0 and values >= 1"
+            )  # fmt: skip
+
+
+DEFAULT_SYNTHETIC = SyntheticSpec()
+
+
+def _sampler(dist: TokenDist, rng: random.Random):
+    """A no-argument function drawing one value of ``dist`` from ``rng``."""
+    draw_zero, zero = rng.random, dist.zero_fraction
+    if dist.choices is not None:
+        pick, values = rng.choice, dist.choices
+
+        def value() -> int:
+            return pick(values)
+    else:
+        randint, low, high = rng.randint, dist.low, dist.high
+
+        def value() -> int:
+            return randint(low, high)
+
+    if zero <= 0:
+        return value
+
+    def maybe_zero() -> int:
+        return 0 if draw_zero() < zero else value()
+
+    return maybe_zero
+
+
+def synthetic_requests(spec) -> tuple[Request, ...]:  # spec: WorkloadSpec
+    """``admit.workload`` (source ``synthetic``): ``spec.synthetic.count`` seeded requests."""
+    syn: SyntheticSpec = spec.synthetic
+    rng = random.Random(0 if syn.seed is None else syn.seed)
+    l1 = _sampler(syn.l1_cached_tokens, rng)
+    l2 = _sampler(syn.l2_cached_tokens, rng)
+    ext = _sampler(syn.extend_tokens, rng)
+    mx = _sampler(syn.max_new_tokens, rng) if syn.max_new_tokens is not None else None
+    new = new_request
+    out = []
+    for k in range(syn.count):
+        a, b, e = l1(), l2(), ext()
+        out.append(new(f"s{k}", a, b, e, mx() if mx is not None else None, 0, 0.0))
+    return tuple(out)

@@ -1,0 +1,1 @@
+"""Shared test helpers: independent models, fixtures and paths."""

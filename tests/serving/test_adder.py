@@ -1,0 +1,136 @@
+"""The serving loop's PrefillAdder pass against cpkv's tick model (PrefillAdderModel), pass for
+pass, on random queues: the serving pass restates the same sglang 0.5.23 arithmetic for a
+pool without evictable cache, which is the tick model with no L1 hits and no evictable
+tokens. Also the mixed-chunk budgets by hand."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cpkv.admission.adder import PrefillAdderModel
+from cpkv.admission.budgets import AdmitBudgets, CpBudgets
+from cpkv.serving.adder import AdderBudgets, Candidate, adder_pass
+from cpkv.workload.request import Request, RunningDecode
+
+CLIP = 4096
+
+
+@st.composite
+def scenarios(draw):
+    page = draw(st.sampled_from([1, 4, 16]))
+    reqs = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 1000),
+                st.integers(1, 1500),
+                st.one_of(st.integers(0, 300), st.integers(0, 5000)),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    running = draw(
+        st.lists(
+            st.tuples(
+                st.one_of(st.integers(0, 300), st.integers(0, 5000)), st.integers(0, 200)
+            ).map(lambda t: RunningDecode(t[0] + t[1], t[1])),
+            max_size=4,
+        )
+    )
+    cp_limits = draw(
+        st.tuples(
+            st.one_of(st.none(), st.integers(1, 4)),
+            st.one_of(st.none(), st.integers(64, 3000)),
+            st.one_of(st.none(), st.integers(64, 3000)),
+        )
+    )
+    budgets = AdmitBudgets(
+        available_tokens=draw(st.integers(0, 30000)),
+        max_prefill_tokens=draw(st.integers(16, 4096)),
+        chunked_prefill_size=draw(st.one_of(st.none(), st.integers(16, 2048))),
+        page_size=page,
+        new_token_ratio=draw(st.sampled_from([0.0, 0.098, 0.35, 0.7, 1.0])),
+        max_running_requests=draw(st.one_of(st.none(), st.integers(len(running) + 1, 12))),
+        prefill_max_requests=draw(st.one_of(st.none(), st.integers(1, 6))),
+        load_back_threshold=draw(st.integers(0, 64)),
+        running=tuple(running),
+        cp=CpBudgets(True, cp_limits[1], cp_limits[2], cp_limits[0]),
+    )
+    requests = [Request(f"r{k}", 0, l2, e, mx) for k, (l2, e, mx) in enumerate(reqs)]
+    return budgets, requests
+
+
+def serving_budgets(b: AdmitBudgets) -> AdderBudgets:
+    cp = b.cp
+    return AdderBudgets(
+        b.page_size,
+        b.max_prefill_tokens,
+        b.chunk_tokens,
+        b.max_running_requests,
+        b.prefill_max_requests,
+        b.load_back_threshold,
+        cp.max_batch_requests,
+        cp.max_total_extend_tokens,
+        cp.max_total_cached_tokens,
+    )
+
+
+def candidates(requests, page):
+    for r in requests:
+        h = r.l2_cached_tokens // page * page
+        yield Candidate(
+            r.fill_tokens, 0, h, min(r.max_new_tokens, CLIP), min(r.max_new_tokens, CLIP)
+        )
+
+
+@settings(max_examples=400, deadline=None)
+@given(scenarios())
+def test_two_passes_agree_with_the_tick_model(scenario) -> None:
+    budgets, requests = scenario
+    model = PrefillAdderModel(requests, budgets)
+    b = serving_budgets(budgets)
+    headroom = budgets.running_offset()
+    avail = budgets.allocator_tokens()
+    queue = list(requests)
+    chunk = None
+    for tick in range(2):
+        record = model.run_pass(tick)
+        got = adder_pass(
+            avail, 0, headroom, len(budgets.running), b, chunk, candidates(queue, budgets.page_size)
+        )
+        accepted = list(record.accepted)
+        if chunk is not None:
+            cont = accepted.pop(0) if accepted and accepted[0].continuation else None
+            assert got.chunk_tokens == (cont.extend_tokens if cont else 0)
+            assert got.chunk_done == (cont is not None and not cont.chunked)
+        want = [(a.extend_tokens, a.loaded_tokens, a.chunked) for a in accepted]
+        assert got.admitted == want
+        assert got.stop == record.stopped_budget
+        # the next pass: what the model left, the request it cut, the rest of the queue
+        admitted = queue[: len(want)]
+        queue = queue[len(want) :]
+        avail = record.allocator_available_after_tick
+        cut = [(r, a) for r, a in zip(admitted, accepted, strict=True) if a.chunked]
+        if cut:
+            r, a = cut[0]
+            done = a.prefix_tokens + a.extend_tokens
+            chunk = (r.fill_tokens - done, min(r.max_new_tokens, CLIP), done)
+        elif chunk is not None and got.chunk_done:
+            chunk = None
+        elif chunk is not None:
+            left, mx, done = chunk
+            chunk = (left - got.chunk_tokens, mx, done + got.chunk_tokens)
+
+
+def test_mixed_decode_tokens_come_off_every_budget() -> None:
+    b = AdderBudgets(page=1, max_prefill_tokens=100, chunk_tokens=60)
+    # 10 running decodes: chunk budget 50, memory 1000 - 10 - headroom 40
+    q = [Candidate(200, 0, 0, 20, 20)]
+    got = adder_pass(1000, 10, 40.0, 10, b, None, iter(q))
+    assert got.admitted == [(50, 0, True)] and got.stop == "rem_chunk_tokens"
+    # the memory check: 200 + 20 + 1 < 1000 - 10 - 40 holds; with 270 free it does not
+    assert adder_pass(270, 10, 40.0, 10, b, None, iter(q)).stop == "rem_total_tokens"
+    # decodes that fill the chunk budget leave no prefill at all
+    got = adder_pass(1000, 60, 0.0, 60, b, (30, 5, 100), iter(q))
+    assert got.chunk_tokens == 0 and got.admitted == [] and got.stop == "rem_chunk_tokens"
