@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import time
 
+from cpkv.admission.budgets import cp_limit_broken
 from cpkv.admission.records import (
     BATCH_FULL,
     NO_TOKEN,
@@ -57,6 +58,7 @@ from cpkv.admission.records import (
     new_tick,
 )
 from cpkv.admission.state import AdmissionState
+from cpkv.workload.request import ceil_page, floor_page
 
 
 class PrefillAdderModel(AdmissionState):
@@ -69,154 +71,188 @@ class PrefillAdderModel(AdmissionState):
         """One scheduling pass. The hot path keeps every budget in a local int and leaves
         only the rare cases (eviction, declined load-back, CP limits hit) to methods.
 
-        Running sums: ``cp_ext`` (page-aligned extend tokens, continuing chunk included),
-        ``cur_off``, ``total_off``, ``cp_cached``, ``log_in``. SGLang's ``rem_input_tokens``
-        is ``max_prefill - cp_ext``, ``rem_chunk_tokens`` is ``chunk_size - cp_ext`` and
-        ``log_hit`` is ``cp_cached`` less the continuing chunk's prefix: they are derived,
-        not tracked. So is ``decisions`` (the scanned requests, plus the chunk and a
-        refused candidate)."""
-        t0 = time.perf_counter_ns()
-        page = self.page
-        fill, dev, host, mxl, rids = self.fill, self.dev, self.host, self.max_new, self.rids
-        total_off = self.running_offset
-        max_prefill, chunk_size = self.max_prefill, self.chunk_size
-        chunking = chunk_size is not None
+        ``room`` is SGLang's ``available_size() + evictable_size()``; SGLang's budgets are
+        ``rem_total = room - total_offset`` and ``cur_rem = room - current_offset``.
+        Running sums: ``extend_paged_sum`` (page-aligned extend tokens, continuing chunk
+        included), ``current_offset``, ``total_offset``, ``cached_paged_sum`` (page-aligned
+        prefix tokens), ``log_input_tokens``. SGLang's ``rem_input_tokens`` is
+        ``max_prefill_tokens - extend_paged_sum``, ``rem_chunk_tokens`` is ``chunk_tokens -
+        extend_paged_sum`` and ``log_hit_tokens`` is ``cached_paged_sum`` less the continuing
+        chunk's prefix: they are derived, not tracked. So is ``decisions`` (the scanned
+        requests, plus the chunk and a refused candidate).
+
+        Page rounding is :func:`~cpkv.workload.request.ceil_page`, written inline
+        (``-(-x // page) * page``) only where it runs once per candidate: a call there costs
+        about 5 % of the pass on the admission benchmark.
+
+        The serving loop's pass (:func:`cpkv.serving.adder.adder_pass`) applies the same
+        rules but cannot share this loop: it has no evictable cache (waiting prefixes, LRU
+        eviction on load-back), starts from a mixed batch's decode offsets, pulls candidates
+        lazily from the live prefix cache and records no per-tick events; both are hot loops
+        where a shared per-candidate call would cost what it saves. The rare CP check is
+        shared (:func:`cpkv.admission.budgets.cp_limit_broken`)."""
+        start_ns = time.perf_counter_ns()
+        page = self.page_size
+        fill_tokens, device_prefix, host_hit = self.fill_tokens, self.device_prefix, self.host_hit
+        max_new_tokens, rids = self.max_new_tokens, self.rids
+        total_offset = self.running_offset
+        max_prefill, chunk_tokens = self.max_prefill_tokens, self.chunk_tokens
+        chunking = chunk_tokens is not None
         accepted: list[AcceptedRequest] = []
         self.events = events = []
         self.finished = finished = []
-        n_run = log_in = cp_ext = cp_cached = cur_off = chunk_cached = chunk_decision = 0
-        base = self.base
-        if self.chunk_idx >= 0:  # add_chunked_req (chunking is on)
+        batch_requests = log_input_tokens = extend_paged_sum = cached_paged_sum = 0
+        current_offset = chunk_cached_paged = chunk_decision = 0
+        room = self.room
+        if self.chunk_index >= 0:  # add_chunked_req (chunking is on)
             chunk_decision = 1
             self.n_continuations += 1
-            i, prefix = self.chunk_idx, self.chunk_prefix
-            lim = min(chunk_size, int(base - total_off))
-            if lim <= 0:
-                lim = chunk_size
-            c = fill[i] - prefix
-            trunc = c > lim
-            e = lim if trunc else c
-            ep = -(-e // page) * page
-            total_off += ep + page + (0 if trunc else mxl[i])
-            cur_off = ep + page
-            log_in = e
-            cp_ext = ep
-            cp_cached = chunk_cached = -(-prefix // page) * page
-            n_run = 1
-            accepted.append(new_accepted(rids[i], prefix, e, trunc, True, 0, 0))
-            if trunc:
-                self.chunk_prefix = prefix + e
+            index, prefix = self.chunk_index, self.chunk_prefix
+            chunk_limit = min(chunk_tokens, int(room - total_offset))
+            if chunk_limit <= 0:
+                chunk_limit = chunk_tokens
+            tokens_left = fill_tokens[index] - prefix
+            cut = tokens_left > chunk_limit
+            extend = chunk_limit if cut else tokens_left
+            extend_paged = ceil_page(extend, page)
+            total_offset += extend_paged + page + (0 if cut else max_new_tokens[index])
+            current_offset = extend_paged + page
+            log_input_tokens = extend
+            extend_paged_sum = extend_paged
+            cached_paged_sum = chunk_cached_paged = ceil_page(prefix, page)
+            batch_requests = 1
+            accepted.append(new_accepted(rids[index], prefix, extend, cut, True, 0, 0))
+            if cut:
+                self.chunk_prefix = prefix + extend
             else:
-                self.chunk_idx = -1
-                if self.release:
-                    finished.append((i, *self.admitted.pop(i)))
-        q0 = q = self.head
-        n = self.n
+                self.chunk_index = -1
+                if self.release_each_tick:
+                    finished.append((index, *self.admitted.pop(index)))
+        first = pos = self.head
+        end = self.n_requests
         # a refusal sets `where` to its result (NO_TOKEN / OTHER); mapped to "refused" below
         where, budget = QUEUE_EXHAUSTED, None
-        if q < n and base - total_off > 0 and base - cur_off > 0:  # budget_state() at the top
-            if cp_ext >= max_prefill:
+        if pos < end and room - total_offset > 0 and room - current_offset > 0:
+            # budget_state() at the top of the scan
+            if extend_paged_sum >= max_prefill:
                 where, budget = "scan_top", "rem_input_tokens"
-            elif chunking and cp_ext >= chunk_size:
+            elif chunking and extend_paged_sum >= chunk_tokens:
                 where, budget = "scan_top", "rem_chunk_tokens"
-        cap, pmr = self.cap, self.pmr
-        cap_pmr = min(cap, pmr)
-        input_stop = min(max_prefill, chunk_size) if chunking else max_prefill
-        cp_on, cp_batch, cp_ext_max, cp_cached_max = (
-            self.cp_on,
-            self.cp_batch,
-            self.cp_ext_max,
-            self.cp_cached_max,
-        )
-        thr, quota, release, avail = self.threshold, self.quota, self.release, self.avail
-        stamp0 = self.evals + chunk_decision + 1 - q0  # request q is evaluation stamp0 + q
+        max_running, prefill_max_requests = self.max_running, self.prefill_max_requests
+        batch_limit = min(max_running, prefill_max_requests)
+        input_stop = min(max_prefill, chunk_tokens) if chunking else max_prefill
+        cp_on, cp_max_requests = self.cp_on, self.cp_max_requests
+        cp_max_extend, cp_max_cached = self.cp_max_extend_tokens, self.cp_max_cached_tokens
+        load_threshold, load_quota = self.load_back_threshold, self.load_back_quota
+        release, free_slots = self.release_each_tick, self.free_slots
+        stamp0 = self.evaluations + chunk_decision + 1 - first  # request i's stamp: stamp0 + i
         quick_loads = quick_loaded = 0  # load-backs that needed no eviction (counted below)
-        while budget is None and q < n:
-            if n_run >= cap_pmr:
-                if n_run >= cap:
+        while budget is None and pos < end:
+            if batch_requests >= batch_limit:
+                if batch_requests >= max_running:
                     where, budget = BATCH_FULL, "max_running_requests"
                 else:
                     where, budget = OTHER, "prefill_max_requests"
                 break
-            d = dev[q]
-            ln = fill[q]
-            mx = mxl[q]
-            if not ln - d + mx + page < base - d - total_off:
+            device = device_prefix[pos]
+            fill = fill_tokens[pos]
+            max_new = max_new_tokens[pos]
+            # memory: (L - D) + min(max_new, 4096) + page < rem_total, own prefix locked
+            if not fill - device + max_new + page < room - device - total_offset:
                 where, budget = NO_TOKEN, "rem_total_tokens"
                 break
-            h = host[q]
-            p = d + h  # page aligned: both come from whole-page radix matches
-            e = ln - p
-            ep = -(-e // page) * page
-            chunked = False
+            host = host_hit[pos]
+            prefix = device + host  # page aligned: both come from whole-page radix matches
+            extend = fill - prefix
+            extend_paged = -(-extend // page) * page
+            cut = False
             if not chunking:
-                if n_run and cp_ext + ep >= max_prefill:
+                if batch_requests and extend_paged_sum + extend_paged >= max_prefill:
                     where, budget = OTHER, "rem_input_tokens"
                     break
-            elif cp_ext + ep > chunk_size:
-                ep = e = (chunk_size - cp_ext) // page * page
-                if e <= 0:
+            elif extend_paged_sum + extend_paged > chunk_tokens:
+                extend_paged = extend = (chunk_tokens - extend_paged_sum) // page * page
+                if extend <= 0:
                     where, budget = OTHER, "rem_chunk_tokens"
                     break
-                chunked = True
+                cut = True
             if (
                 cp_on
-                and n_run
-                and (n_run >= cp_batch or cp_ext + ep > cp_ext_max or cp_cached + p > cp_cached_max)
+                and batch_requests
+                and (
+                    batch_requests >= cp_max_requests
+                    or extend_paged_sum + extend_paged > cp_max_extend
+                    or cached_paged_sum + prefix > cp_max_cached
+                )
             ):
-                where, budget = OTHER, self._cp_stop(n_run, cp_ext, cp_cached, p, e)
+                where, budget = (
+                    OTHER,
+                    self._cp_stop(
+                        batch_requests, extend_paged_sum, cached_paged_sum, prefix, extend
+                    ),
+                )
                 break
             loaded = 0
-            if h:
-                if h >= thr and quota is None and avail >= h:  # loads without eviction
+            if host:
+                if host >= load_threshold and load_quota is None and free_slots >= host:
+                    # loads without eviction
                     events.append(
-                        new_load_back_event(rids[q], h, h, h, None, avail, avail - h, 0, "loaded")
-                    )
-                    avail -= h
-                    base -= h
-                    loaded = h
+                        new_load_back_event(
+                            rids[pos], host, host, host, None, free_slots, free_slots - host,
+                            0, "loaded",
+                        )
+                    )  # fmt: skip
+                    free_slots -= host
+                    room -= host
+                    loaded = host
                     quick_loads += 1
-                    quick_loaded += h
+                    quick_loaded += host
                 else:
-                    loaded, avail = self._load_back(q, h, avail)
+                    loaded, free_slots = self._load_back(pos, host, free_slots)
                     if loaded:
-                        base -= loaded
+                        room -= loaded
                     else:  # declined: select again with no host hit
-                        p, e, chunked, where, budget = self._reselect(
-                            q, n_run, max_prefill - cp_ext,
-                            chunk_size - cp_ext if chunking else None,
-                            base - d - total_off, cp_ext, cp_cached,
+                        prefix, extend, cut, where, budget = self._reselect(
+                            pos, batch_requests, max_prefill - extend_paged_sum,
+                            chunk_tokens - extend_paged_sum if chunking else None,
+                            room - device - total_offset, extend_paged_sum, cached_paged_sum,
                         )  # fmt: skip
                         if budget is not None:
                             break
-                        ep = -(-e // page) * page
+                        extend_paged = ceil_page(extend, page)
             # commit: lock the prefix, reserve, count
-            base -= d
-            total_off += ep + page if chunked else ep + page + mx
-            cur_off += ep + page
-            log_in += e
-            cp_ext += ep
-            cp_cached += p
-            n_run += 1
-            accepted.append(new_accepted(rids[q], p, e, chunked, False, h, loaded))
-            if chunked:
-                self.chunk_idx, self.chunk_prefix = q, p + e
+            room -= device
+            total_offset += extend_paged + page if cut else extend_paged + page + max_new
+            current_offset += extend_paged + page
+            log_input_tokens += extend
+            extend_paged_sum += extend_paged
+            cached_paged_sum += prefix
+            batch_requests += 1
+            accepted.append(new_accepted(rids[pos], prefix, extend, cut, False, host, loaded))
+            if cut:
+                self.chunk_index, self.chunk_prefix = pos, prefix + extend
                 if release:
-                    self.admitted[q] = (stamp0 + q, d, loaded)
+                    self.admitted[pos] = (stamp0 + pos, device, loaded)
             elif release:
-                finished.append((q, stamp0 + q, d, loaded))
-            q += 1
+                finished.append((pos, stamp0 + pos, device, loaded))
+            pos += 1
             # budget_state(): stops the scan, the request stays admitted
-            if base - total_off <= 0 or base - cur_off <= 0 or cp_ext >= input_stop:
+            if (
+                room - total_offset <= 0
+                or room - current_offset <= 0
+                or extend_paged_sum >= input_stop
+            ):
                 where = "after_admit"
-                if base - total_off <= 0:
+                if room - total_offset <= 0:
                     budget = "rem_total_tokens"
-                elif base - cur_off <= 0:
+                elif room - current_offset <= 0:
                     budget = "cur_rem_tokens"
+                elif extend_paged_sum >= max_prefill:
+                    budget = "rem_input_tokens"
                 else:
-                    budget = "rem_input_tokens" if cp_ext >= max_prefill else "rem_chunk_tokens"
-        self.head, self.base, self.avail = q, base, avail
-        decisions = chunk_decision + q - q0
+                    budget = "rem_chunk_tokens"
+        self.head, self.room, self.free_slots = pos, room, free_slots
+        decisions = chunk_decision + pos - first
         if where == "after_admit":
             result = NO_TOKEN if budget in ("rem_total_tokens", "cur_rem_tokens") else OTHER
         elif where == "scan_top":
@@ -226,51 +262,57 @@ class PrefillAdderModel(AdmissionState):
             if where in (NO_TOKEN, OTHER):
                 where = "refused"
                 decisions += 1
-        self.evals += decisions
+        self.evaluations += decisions
         if quick_loads:
             self.n_loads += quick_loads
             self.n_loaded += quick_loaded
         return new_tick(
-            tick, tuple(accepted), rids[q] if q < n else None, result, budget, where,
-            cp_cached - chunk_cached, log_in, cp_ext, cp_cached, n_run, avail, base - avail,
-            tuple(events), base - total_off, base - cur_off, max_prefill - cp_ext,
-            chunk_size - cp_ext if chunking else None, decisions,
-            (time.perf_counter_ns() - t0) / 1000.0,
+            tick, tuple(accepted), rids[pos] if pos < end else None, result, budget, where,
+            cached_paged_sum - chunk_cached_paged, log_input_tokens, extend_paged_sum,
+            cached_paged_sum, batch_requests, free_slots, room - free_slots, tuple(events),
+            room - total_offset, room - current_offset, max_prefill - extend_paged_sum,
+            chunk_tokens - extend_paged_sum if chunking else None, decisions,
+            (time.perf_counter_ns() - start_ns) / 1000.0,
         )  # fmt: skip
 
-    # -- rare paths ----------------------------------------------------------------------
-    def _cp_stop(self, n_run: int, cp_ext: int, cp_cached: int, p: int, e: int) -> str | None:
-        """The CP limit that admitting ``(p, e)`` would break, if any."""
-        page = self.page
-        if n_run + 1 > self.cp_batch:
-            return "cp_max_batch_requests"
-        if cp_ext + -(-e // page) * page > self.cp_ext_max:
-            return "cp_max_total_extend_tokens"
-        if cp_cached + -(-p // page) * page > self.cp_cached_max:
-            return "cp_max_total_cached_tokens"
-        return None
+    # -- rare paths ------------------------------------------------------------------------
+    def _cp_stop(
+        self, batch_requests: int, extend_paged_sum: int, cached_paged_sum: int,
+        prefix: int, extend: int,
+    ) -> str | None:  # fmt: skip
+        """The CP limit that admitting ``(prefix, extend)`` would break, if any."""
+        page = self.page_size
+        return cp_limit_broken(
+            batch_requests + 1,
+            extend_paged_sum + ceil_page(extend, page),
+            cached_paged_sum + ceil_page(prefix, page),
+            self.cp_max_requests,
+            self.cp_max_extend_tokens,
+            self.cp_max_cached_tokens,
+        )
 
     def _reselect(
-        self, i: int, n_run: int, rem_input: int, rem_chunk: int | None,
-        rem_total: float, cp_ext: int, cp_cached: int,
+        self, index: int, batch_requests: int, rem_input: int, rem_chunk: int | None,
+        rem_total: float, extend_paged_sum: int, cached_paged_sum: int,
     ) -> tuple[int, int, bool, str, str | None]:  # fmt: skip
         """SGLang's ``_select_prefill_admission(h=0)`` after a declined load-back, plus CP."""
-        page, d = self.page, self.dev[i]
-        p, e = d, self.fill[i] - d
-        if not (e + self.max_new[i] + page < rem_total):
-            return p, e, False, NO_TOKEN, "rem_total_tokens"
-        ein = -(-e // page) * page
-        chunked = False
+        page, prefix = self.page_size, self.device_prefix[index]
+        extend = self.fill_tokens[index] - prefix
+        if not (extend + self.max_new_tokens[index] + page < rem_total):
+            return prefix, extend, False, NO_TOKEN, "rem_total_tokens"
+        cut = False
         if rem_chunk is None:
-            if n_run and ein >= rem_input:
-                return p, e, False, OTHER, "rem_input_tokens"
-        elif ein > rem_chunk:
-            e = (p + rem_chunk // page * page) // page * page - p
-            if e <= 0:
-                return p, e, False, OTHER, "rem_chunk_tokens"
-            chunked = True
-        if self.cp_on and n_run:
-            budget = self._cp_stop(n_run, cp_ext, cp_cached, p, e)
+            if batch_requests and ceil_page(extend, page) >= rem_input:
+                return prefix, extend, False, OTHER, "rem_input_tokens"
+        elif ceil_page(extend, page) > rem_chunk:
+            extend = floor_page(prefix + floor_page(rem_chunk, page), page) - prefix
+            if extend <= 0:
+                return prefix, extend, False, OTHER, "rem_chunk_tokens"
+            cut = True
+        if self.cp_on and batch_requests:
+            budget = self._cp_stop(
+                batch_requests, extend_paged_sum, cached_paged_sum, prefix, extend
+            )
             if budget is not None:
-                return p, e, chunked, OTHER, budget
-        return p, e, chunked, QUEUE_EXHAUSTED, None
+                return prefix, extend, cut, OTHER, budget
+        return prefix, extend, cut, QUEUE_EXHAUSTED, None

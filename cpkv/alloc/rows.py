@@ -1,10 +1,10 @@
 """Row fields shared by the allocator benchmarks (``cpkv alloc l1``, ``cpkv alloc host``).
 
-A benchmark row is the case's identity fields (in a dataclass of the benchmark's own),
-then the timing fields of :class:`TimedFields`, then anything the benchmark adds::
+A benchmark row is the case's identity fields (:class:`BenchIdentity`, which a benchmark may
+extend), then the timing fields of :class:`TimedFields`, then anything the benchmark adds::
 
     @dataclass(frozen=True)
-    class MyRow(TimedFields, MyCase):  # fields: MyCase's, TimedFields', then MyRow's
+    class MyRow(TimedFields, BenchIdentity):  # fields: BenchIdentity's, TimedFields', MyRow's
         vs_reference: float | None = metric(unit="x", timing=True, default=None)
 
 (dataclass fields follow the reversed method resolution order, so the base listed last
@@ -24,6 +24,23 @@ TABLE_COLUMNS = (
     "p50_us", "p95_us", "p99_us", "mean_us", "contiguous_ratio",
 )  # fmt: skip
 """The columns of the benchmarks' results tables (a benchmark may append its own)."""
+
+
+@dataclass(frozen=True)
+class BenchIdentity:
+    """What an allocator bench row measured: the identity fields ``cpkv diff`` matches rows
+    on, shared by both benches (the L1 bench adds its own after these)."""
+
+    bench: str
+    impl: str
+    method: str
+    op: str
+    protocol: str
+    pattern: str
+    device: str
+    total_pages: int
+    request_pages: int
+    page_size: int
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def admit(
     (configs/admit/serving_mooncake.yaml).
 
     Names: admit.workload.source grid, jsonl, trace, synthetic; admit.workload.format
-    mooncake; admit.backend model, sglang; admit.policy prefill_adder, iteration,
+    mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
     conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
     admit.arrivals.process trace, poisson, zero.

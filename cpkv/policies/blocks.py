@@ -24,6 +24,7 @@ from typing import Literal
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, non_negative, positive, require
+from cpkv.policies.victims import VICTIMS
 from cpkv.runs.results import metric, outcome
 
 Scan = Callable[[Sequence[int], int], tuple[str, ...]]
@@ -40,7 +41,7 @@ class KvBlocks:
 
     ``scan`` null means the seed's choice for the policy (conservative ``first_fit``,
     optimistic ``all_or_error``). ``victim`` picks whom optimistic growth preempts
-    (``cpkv.policies.growth.VICTIMS``). ``on_finish``: ``keep`` (the seed: a finished
+    (:data:`cpkv.policies.victims.VICTIMS`). ``on_finish``: ``keep`` (the seed: a finished
     request keeps its blocks) or ``free`` (its blocks return, with a ``finished`` event).
     """
 
@@ -52,8 +53,6 @@ class KvBlocks:
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
-        from cpkv.policies.growth import VICTIMS
-
         positive("block_size", self.block_size)
         non_negative("capacity_blocks", self.capacity_blocks)
         if self.scan is not None:

@@ -17,19 +17,14 @@ The growth loop reproduces the seed's toy model:
   (the seed adds the block, sees ``used > capacity`` and subtracts the victim's blocks
   including the new one: the same numbers).
 
-Victim orders (``VICTIMS``), all choosing among the active requests, grower included:
-``scan_order`` (the seed), ``newest_first`` (last admitted), ``largest_first`` (most
-blocks, newest on ties), ``least_progress`` (fewest generated tokens, then longest prompt,
-then newest: the order of SGLang's ``retract_decode``).
+Victims are chosen by :data:`cpkv.policies.victims.VICTIMS` (``admit.kv.victim``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from cpkv.core.registry import Registry
 from cpkv.policies.blocks import (
     DEFAULT_KV,
     SEED_SCANS,
@@ -41,53 +36,7 @@ from cpkv.policies.blocks import (
     check_requests,
     checked_kv,
 )
-
-
-@dataclass(eq=False)
-class Holder:
-    """An admitted request's live state during growth (internal, mutable)."""
-
-    order: int
-    request: BlockRequest
-    length_tokens: int
-    blocks: int
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.length_tokens - self.request.prompt_tokens
-
-
-Victim = Callable[[Sequence[Holder], Holder], Holder]
-VICTIMS: Registry[Victim] = Registry("victim order")
-
-
-@VICTIMS.register("scan_order", help="the request whose growth does not fit (seed 004)")
-def scan_order(active: Sequence[Holder], grower: Holder) -> Holder:
-    """The request that just grew past the capacity."""
-    return grower
-
-
-@VICTIMS.register("newest_first", help="the most recently admitted active request")
-def newest_first(active: Sequence[Holder], grower: Holder) -> Holder:
-    """The active request admitted last."""
-    return max(active, key=lambda h: h.order)
-
-
-@VICTIMS.register(
-    "largest_first", help="the active request holding the most blocks (newest on ties)"
-)
-def largest_first(active: Sequence[Holder], grower: Holder) -> Holder:
-    """The active request holding the most blocks; the newest among equals."""
-    return max(active, key=lambda h: (h.blocks, h.order))
-
-
-@VICTIMS.register(
-    "least_progress",
-    help="fewest generated tokens, then longest prompt, then newest (SGLang retract order)",
-)
-def least_progress(active: Sequence[Holder], grower: Holder) -> Holder:
-    """Fewest generated tokens, then the longest prompt, then the newest."""
-    return min(active, key=lambda h: (h.generated_tokens, -h.request.prompt_tokens, -h.order))
+from cpkv.policies.victims import VICTIMS, Holder
 
 
 def optimistic(requests: Sequence[BlockRequest], kv: KvBlocks = DEFAULT_KV) -> BlockOutcome:

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
+from cpkv.admission.budgets import cp_limit_broken
+from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_page
 
 NO_CAP = 1 << 62
 
@@ -54,14 +55,14 @@ class AdderBudgets:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A waiting request as the pass sees it: fill length ``L``, device prefix ``d``, host
-    hit ``h`` (both page aligned), ``max_new`` left and ``max_new`` as first asked."""
+    """A waiting request as the pass sees it: fill length ``L``, device prefix and host hit
+    (both page aligned), ``max_new`` left and ``max_new`` as first asked (both clipped)."""
 
-    fill: int
-    d: int
-    h: int
+    fill_tokens: int
+    device_prefix: int
+    host_hit: int
     max_new_left: int
-    max_new: int
+    max_new_tokens: int
 
 
 @dataclass
@@ -81,52 +82,67 @@ class PassResult:
 
 
 def adder_pass(
-    avail: int,
-    mixed: int,
+    free_tokens: int,
+    mixed_tokens: int,
     headroom: float,
     running: int,
-    b: AdderBudgets,
+    budgets: AdderBudgets,
     chunk: tuple[int, int, int] | None,
     queue: Iterator[Candidate],
 ) -> PassResult:
-    """One scheduling pass; ``chunk`` is ``(tokens left, max_new, tokens before the chunk)``
-    of the request being chunked, ``headroom`` the running requests'
-    ``sum(min(max_new left, 4096)) * ratio``; ``max_new`` values arrive clipped to 4096."""
-    page = b.page
-    base = avail
-    total_off = mixed + headroom
-    cur_off = mixed
-    rem_input = b.max_prefill_tokens - mixed
-    rem_chunk = None if b.chunk_tokens is None else b.chunk_tokens - mixed
+    """One scheduling pass over the waiting queue.
+
+    ``free_tokens`` are the pool's free token slots, ``mixed_tokens`` the running decodes'
+    tokens of this mixed batch, ``headroom`` the running requests'
+    ``sum(min(max_new left, 4096)) * ratio``; ``chunk`` is ``(tokens left, max_new, tokens
+    before the chunk)`` of the request being chunked; ``max_new`` values arrive clipped to
+    4096.
+
+    The rules are those of :meth:`cpkv.admission.adder.PrefillAdderModel.run_pass`, which
+    says why the two loops are not one; the CP check is the shared
+    :func:`cpkv.admission.budgets.cp_limit_broken`. Page rounding is
+    :func:`~cpkv.workload.request.ceil_page`, inline (``-(-x // page) * page``) where it runs
+    once per candidate."""
+    page = budgets.page
+    room = free_tokens
+    total_offset = mixed_tokens + headroom
+    current_offset = mixed_tokens
+    rem_input = budgets.max_prefill_tokens - mixed_tokens
+    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
     out = PassResult(admitted=[])
-    n_batch = 0
-    cp_on = b.cp_on
-    cp_ext = cp_cached = 0
+    batch_requests = 0
+    cp_on = budgets.cp_on
+    extend_paged_sum = cached_paged_sum = 0
     if chunk is not None and rem_chunk is not None:  # add_chunked_req
-        left, mx, prefix = chunk
-        lim = min(rem_chunk, int(base - total_off))
-        if lim <= 0:
-            lim = rem_chunk
-        if lim > 0:
-            trunc = left > lim
-            e = lim if trunc else left
-            ep = -(-e // page) * page
-            total_off += ep + page + (0 if trunc else mx)
-            cur_off += ep + page
-            rem_input -= ep
-            rem_chunk -= ep
-            out.chunk_tokens, out.chunk_done = e, not trunc
-            cp_ext, cp_cached = ep, -(-prefix // page) * page
-            n_batch = 1
-    cap = NO_CAP if b.max_running_requests is None else b.max_running_requests - running
-    pmr = NO_CAP if b.prefill_max_requests is None else b.prefill_max_requests
-    thr = max(1, b.load_back_threshold)
+        tokens_left, max_new, prefix = chunk
+        chunk_limit = min(rem_chunk, int(room - total_offset))
+        if chunk_limit <= 0:
+            chunk_limit = rem_chunk
+        if chunk_limit > 0:
+            cut = tokens_left > chunk_limit
+            extend = chunk_limit if cut else tokens_left
+            extend_paged = ceil_page(extend, page)
+            total_offset += extend_paged + page + (0 if cut else max_new)
+            current_offset += extend_paged + page
+            rem_input -= extend_paged
+            rem_chunk -= extend_paged
+            out.chunk_tokens, out.chunk_done = extend, not cut
+            extend_paged_sum, cached_paged_sum = extend_paged, ceil_page(prefix, page)
+            batch_requests = 1
+    max_running = (
+        NO_CAP if budgets.max_running_requests is None else budgets.max_running_requests - running
+    )
+    prefill_max_requests = (
+        NO_CAP if budgets.prefill_max_requests is None else budgets.prefill_max_requests
+    )
+    load_threshold = max(1, budgets.load_back_threshold)
     first = True
     while out.stop is None:
-        c = next(queue, None)
-        if c is None:
+        candidate = next(queue, None)
+        if candidate is None:
             break
-        if first and base - total_off > 0 and base - cur_off > 0:  # budget_state() on top
+        if first and room - total_offset > 0 and room - current_offset > 0:
+            # budget_state() at the top of the scan
             if rem_input <= 0:
                 out.stop = "rem_input_tokens"
             elif rem_chunk is not None and rem_chunk <= 0:
@@ -134,50 +150,60 @@ def adder_pass(
             if out.stop is not None:
                 break
         first = False
-        if n_batch >= cap:
+        if batch_requests >= max_running:
             out.stop = "max_running_requests"
             break
-        if n_batch >= pmr:
+        if batch_requests >= prefill_max_requests:
             out.stop = "prefill_max_requests"
             break
-        if not c.fill - c.d + c.max_new_left + page < base - total_off:
+        device, host = candidate.device_prefix, candidate.host_hit
+        # memory: (L - D) + min(max_new left, 4096) + page < rem_total
+        if not candidate.fill_tokens - device + candidate.max_new_left + page < room - total_offset:
             out.stop = "rem_total_tokens"
             break
         # select with the host hit; a hit below the threshold is declined: select again without
-        for loaded in (c.h, 0) if 0 < c.h < thr else (c.h,):
-            p = c.d + loaded
-            e = c.fill - p
-            ep = -(-e // page) * page
+        for loaded in (host, 0) if 0 < host < load_threshold else (host,):
+            prefix = device + loaded
+            extend = candidate.fill_tokens - prefix
+            extend_paged = -(-extend // page) * page
             cut = False
             if rem_chunk is None:
-                if n_batch and ep >= rem_input:
+                if batch_requests and extend_paged >= rem_input:
                     out.stop = "rem_input_tokens"
                     break
-            elif ep > rem_chunk:
-                ep = e = rem_chunk // page * page
-                if e <= 0:
+            elif extend_paged > rem_chunk:
+                extend_paged = extend = rem_chunk // page * page
+                if extend <= 0:
                     out.stop = "rem_chunk_tokens"
                     break
                 cut = True
-            if cp_on and n_batch:
-                out.stop = _cp_stop(b, n_batch, cp_ext + ep, cp_cached + p)
+            if cp_on and batch_requests:
+                out.stop = cp_limit_broken(
+                    batch_requests + 1,
+                    extend_paged_sum + extend_paged,
+                    cached_paged_sum + prefix,
+                    budgets.cp_max_batch_requests,
+                    budgets.cp_max_total_extend_tokens,
+                    budgets.cp_max_total_cached_tokens,
+                )
                 if out.stop is not None:
                     break
         if out.stop is not None:
             break
-        base -= loaded
-        total_off += ep + page + (0 if cut else c.max_new)
-        cur_off += ep + page
-        rem_input -= ep
+        room -= loaded
+        total_offset += extend_paged + page + (0 if cut else candidate.max_new_tokens)
+        current_offset += extend_paged + page
+        rem_input -= extend_paged
         if rem_chunk is not None:
-            rem_chunk -= ep
-        cp_ext += ep
-        cp_cached += p
-        n_batch += 1
-        out.admitted.append((e, loaded, cut))
-        if base - total_off <= 0:
+            rem_chunk -= extend_paged
+        extend_paged_sum += extend_paged
+        cached_paged_sum += prefix
+        batch_requests += 1
+        out.admitted.append((extend, loaded, cut))
+        # budget_state(): stops the scan, the request stays admitted
+        if room - total_offset <= 0:
             out.stop = "rem_total_tokens"
-        elif base - cur_off <= 0:
+        elif room - current_offset <= 0:
             out.stop = "cur_rem_tokens"
         elif rem_input <= 0:
             out.stop = "rem_input_tokens"
@@ -186,47 +212,42 @@ def adder_pass(
     return out
 
 
-def _cp_stop(b: AdderBudgets, n_batch: int, ext: int, cached: int) -> str | None:
-    """The CP limit a batch of ``n_batch + 1`` requests with these page-aligned sums breaks."""
-    if b.cp_max_batch_requests is not None and n_batch + 1 > b.cp_max_batch_requests:
-        return "cp_max_batch_requests"
-    if b.cp_max_total_extend_tokens is not None and ext > b.cp_max_total_extend_tokens:
-        return "cp_max_total_extend_tokens"
-    if b.cp_max_total_cached_tokens is not None and cached > b.cp_max_total_cached_tokens:
-        return "cp_max_total_cached_tokens"
-    return None
-
-
-def adder_step(sim: Any, n_decode: int) -> None:
+def adder_step(sim: Any, decoded: int) -> None:
     """Admission and prefill of one iteration for policy ``prefill_adder`` (on a
     :class:`~cpkv.serving.loop.Sim`): one pass, then its decisions applied."""
     pool, chunked = sim.pool, sim.chunked
     chunk = None
     if chunked is not None:
-        mx = min(chunked.max_new, CLIP_MAX_NEW_TOKENS)
-        chunk = (chunked.P - chunked.done, mx, chunked.done)
+        max_new = min(chunked.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        chunk = (chunked.fill_tokens - chunked.filled_tokens, max_new, chunked.filled_tokens)
     headroom = pool.headroom_tokens() * sim.ratio.current
     res = adder_pass(
-        pool.free * sim.B, n_decode, headroom, pool.n_run, sim.s.adder, chunk, _candidates(sim)
+        pool.free_blocks * sim.block_size,
+        decoded,
+        headroom,
+        pool.n_running,
+        sim.settings.adder,
+        chunk,
+        _candidates(sim),
     )
     if res.chunk_tokens:
-        e = res.chunk_tokens
-        sim.prefill_tokens += e
-        sim.prefill_context += chunked.done + e
-        chunked.done += e
-        chunked.prefilled += e
+        extend = res.chunk_tokens
+        sim.prefill_tokens += extend
+        sim.prefill_context += chunked.filled_tokens + extend
+        chunked.filled_tokens += extend
+        chunked.prefilled += extend
         if res.chunk_done:
             sim.completed.append(chunked)
             sim.chunked = None
     waiting = sim.waiting
-    for k, (e, _loaded, cut) in enumerate(res.admitted):
+    for k, (extend, _loaded, cut) in enumerate(res.admitted):
         r = waiting[k]
-        d, h = sim.hit(r)
-        sim.admit(r, d, h, None)
-        sim.prefill_tokens += e
-        sim.prefill_context += r.done + e
-        r.done += e
-        r.prefilled += e
+        device, host = sim.hit(r)
+        sim.admit(r, device, host, None)
+        sim.prefill_tokens += extend
+        sim.prefill_context += r.filled_tokens + extend
+        r.filled_tokens += extend
+        r.prefilled += extend
         if cut:
             sim.chunked = r
         else:
@@ -238,6 +259,8 @@ def adder_step(sim: Any, n_decode: int) -> None:
 
 def _candidates(sim: Any) -> Iterator[Candidate]:
     for r in sim.waiting:
-        d, h = sim.hit(r)
-        left = min(r.max_new - r.gen, CLIP_MAX_NEW_TOKENS)
-        yield Candidate(r.P, d, h, left, min(r.max_new, CLIP_MAX_NEW_TOKENS))
+        device, host = sim.hit(r)
+        left = min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS)
+        yield Candidate(
+            r.fill_tokens, device, host, left, min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        )

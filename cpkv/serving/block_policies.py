@@ -27,42 +27,43 @@ from typing import Any
 from cpkv.serving.kv_pool import PREFILL, Req
 
 
-def block_step(sim: Any, n_decode: int) -> None:
+def block_step(sim: Any, decoded: int) -> None:
     """Admission and prefill of one iteration for ``conservative``/``optimistic``/``iteration``."""
-    budget = sim.budget_tokens - n_decode
+    budget = sim.budget_tokens - decoded
     if sim.policy != "iteration":
         _scan(sim)
     keep = []
     for r in sim.prefilling:
         if budget > 0:
             budget -= _chunk(sim, r, budget)
-        (sim.completed if r.done >= r.P else keep).append(r)
+        (sim.completed if r.filled_tokens >= r.fill_tokens else keep).append(r)
     sim.prefilling = keep
     if sim.policy == "iteration":
         waiting = sim.waiting
         taken = 0
         while budget > 0 and taken < len(waiting):
             r = waiting[taken]
-            d, h = sim.hit(r)
-            if not sim.pool.fits(r.P - d, None):
+            device, host = sim.hit(r)
+            if not sim.pool.fits(r.fill_tokens - device, None):
                 sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
                 break
             taken += 1
-            sim.admit(r, d, h, None)
+            sim.admit(r, device, host, None)
             budget -= _chunk(sim, r, budget)
-            (sim.completed if r.done >= r.P else sim.prefilling).append(r)
+            (sim.completed if r.filled_tokens >= r.fill_tokens else sim.prefilling).append(r)
         del waiting[:taken]
 
 
-def _reserve(sim: Any, r: Req, d: int) -> int | None:
+def _reserve(sim: Any, r: Req, device: int) -> int | None:
+    """Tokens ``conservative`` reserves: the prompt to fill plus every token left to generate."""
     if sim.policy != "conservative":
         return None
-    return r.P - d + r.max_new - r.gen
+    return r.fill_tokens - device + r.max_new_tokens - r.generated
 
 
 def _scan(sim: Any) -> None:
     pool, waiting, hits = sim.pool, sim.waiting, sim.hits
-    full = pool.free > sim.scan_free or hits.version != sim.scan_version
+    full = pool.free_blocks > sim.scan_free or hits.version != sim.scan_version
     start = 0 if full else sim.scan_seen
     if start >= len(waiting) or (start and sim.scan == "fcfs_stop"):
         return
@@ -70,15 +71,15 @@ def _scan(sim: Any) -> None:
     for k in range(start, len(waiting)):
         r = waiting[k]
         fits = True
-        d = hits.l1_upper(r)  # the need with the largest hit it can have: no lookup
-        if d is not None:
-            fits = pool.fits(r.P - d, _reserve(sim, r, d))
+        device = hits.l1_upper(r)  # the need with the largest hit it can have: no lookup
+        if device is not None:
+            fits = pool.fits(r.fill_tokens - device, _reserve(sim, r, device))
         if fits:
-            d, h = hits.hit(r)
-            reserve = _reserve(sim, r, d)
-            fits = pool.fits(r.P - d, reserve)
+            device, host = hits.hit(r)
+            reserve = _reserve(sim, r, device)
+            fits = pool.fits(r.fill_tokens - device, reserve)
         if fits:
-            sim.admit(r, d, h, reserve)
+            sim.admit(r, device, host, reserve)
             sim.prefilling.append(r)
             continue
         sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
@@ -88,16 +89,16 @@ def _scan(sim: Any) -> None:
             break
     waiting[start:] = kept
     sim.scan_seen = len(waiting)
-    sim.scan_free = pool.free
+    sim.scan_free = pool.free_blocks
     sim.scan_version = hits.version
 
 
 def _chunk(sim: Any, r: Req, budget: int) -> int:
     """Compute up to ``chunk_tokens`` of ``r``'s prompt within ``budget``; returns the tokens."""
     assert r.state == PREFILL
-    e = min(r.P - r.done, sim.chunk_tokens, budget)
-    sim.prefill_tokens += e
-    sim.prefill_context += r.done + e
-    r.done += e
-    r.prefilled += e
-    return e
+    extend = min(r.fill_tokens - r.filled_tokens, sim.chunk_tokens, budget)
+    sim.prefill_tokens += extend
+    sim.prefill_context += r.filled_tokens + extend
+    r.filled_tokens += extend
+    r.prefilled += extend
+    return extend

@@ -46,7 +46,7 @@ from cpkv.serving.decode_stretch import decode_stretch
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
 from cpkv.serving.workload import ServingRequest
-from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
+from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
 
 COUNTERS = (
     "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
@@ -93,12 +93,13 @@ class Sim:
     """One run of the serving loop; :func:`simulate` is the entry point."""
 
     def __init__(
-        self, requests: Sequence[ServingRequest], s: SimSettings, cache: Any, events: bool
+        self, requests: Sequence[ServingRequest], settings: SimSettings, cache: Any, events: bool
     ) -> None:
-        self.s, self.policy, self.cache = s, s.policy, cache
-        self.B = s.block_size
+        s = settings
+        self.settings, self.policy, self.cache = s, s.policy, cache
+        self.block_size = s.block_size
         self.reqs = [Req(i, r, r.arrival_ms * 1000.0) for i, r in enumerate(requests)]
-        self.order = sorted(self.reqs, key=lambda r: (r.arrival, r.i))
+        self.order = sorted(self.reqs, key=lambda r: (r.arrival_us, r.index))
         self.pool = KvPool(s.block_size, s.capacity_blocks, s.victim)
         self.log: list[tuple[int, int, int, int]] | None = [] if events else None
         if events:
@@ -114,26 +115,28 @@ class Sim:
         self.hit = self.hits.hit
         self.scan_version, self.scan_free, self.scan_seen = -1, -1, 0
         self.stop_counts: dict[str, int] = {}
-        self.c: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-        self.c["preemptions"] = {}
-        self.c["rejects"] = {}
-        self.tl = ([], [], [], [], [], [])
+        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+        self.counters["preemptions"] = {}
+        self.counters["rejects"] = {}
+        self.timeline = ([], [], [], [], [], [])
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.stalled = 0
 
-    def admit(self, r: Req, d: int, h: int, reserve: int | None) -> None:
-        """``r`` leaves the queue: blocks for its prompt minus ``d``, load-back of ``h``."""
+    def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
+        """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back
+        of its ``host`` hit (when at least ``load_back_threshold`` tokens)."""
         self.hits.touch(r)
-        loaded = h if h >= max(1, self.s.adder.load_back_threshold) else 0
-        r.state, r.d, r.h, r.done = PREFILL, d, loaded, d + loaded
+        loaded = host if host >= max(1, self.settings.adder.load_back_threshold) else 0
+        r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
+        r.filled_tokens = device + loaded
         self.stamp += 1
         r.stamp = self.stamp
-        self.pool.take(r, r.P - d, reserve)
-        if r.admitted_at is None:
-            r.admitted_at = self.now
-            r.l1_hit, r.l2_hit = d, loaded
+        self.pool.take(r, r.fill_tokens - device, reserve)
+        if r.admitted_us is None:
+            r.admitted_us = self.now
+            r.l1_hit, r.l2_hit = device, loaded
         self.loaded += loaded
-        self.c["l1_hit_tokens"] += d
+        self.counters["l1_hit_tokens"] += device
         self.admitted += 1
 
     # -- the loop -------------------------------------------------------------------------------
@@ -141,103 +144,107 @@ class Sim:
         order, pool = self.order, self.pool
         while True:
             self._arrive()
-            if not (pool.n_run or self.prefilling or self.waiting or self.chunked):
+            if not (pool.n_running or self.prefilling or self.waiting or self.chunked):
                 if self.next_arrival >= len(order):
                     break
-                self.now = max(self.now, order[self.next_arrival].arrival)
+                self.now = max(self.now, order[self.next_arrival].arrival_us)
                 self.ratio = self.ratio.reset()
                 continue
             quiet = not (self.waiting or self.prefilling or self.chunked)
-            if quiet and pool.n_run and pool.events is None and decode_stretch(self):
+            if quiet and pool.n_running and pool.events is None and decode_stretch(self):
                 continue  # decode-only iterations ran up to the next event
             self._iteration()
-        c = self.c
-        c["admission_stops"] = dict(sorted(self.stop_counts.items()))
-        c["final_used_blocks"], c["final_free_blocks"] = pool.used, pool.free
-        c["final_new_token_ratio"] = self.ratio.current
-        return SimResult(self.reqs, self.now, self.iterations, self.tl, c, pool.events, self.log)
+        counters = self.counters
+        counters["admission_stops"] = dict(sorted(self.stop_counts.items()))
+        counters["final_used_blocks"] = pool.used_blocks
+        counters["final_free_blocks"] = pool.free_blocks
+        counters["final_new_token_ratio"] = self.ratio.current
+        return SimResult(
+            self.reqs, self.now, self.iterations, self.timeline, counters, pool.events, self.log
+        )
 
     def _arrive(self) -> None:
-        order, s = self.order, self.s
-        cap_tokens = s.capacity_blocks * self.B
-        while self.next_arrival < len(order) and order[self.next_arrival].arrival <= self.now:
+        order, settings = self.order, self.settings
+        pool_tokens = settings.capacity_blocks * self.block_size
+        while self.next_arrival < len(order) and order[self.next_arrival].arrival_us <= self.now:
             r = order[self.next_arrival]
             self.next_arrival += 1
-            total = r.prompt0 + r.max_new
-            never = -(-total // self.B) > s.capacity_blocks or (
+            total = r.prompt_tokens + r.max_new_tokens
+            never = ceil_div(total, self.block_size) > settings.capacity_blocks or (
                 self.policy == "prefill_adder"
-                and r.prompt0 + min(r.max_new, CLIP_MAX_NEW_TOKENS) + self.B >= cap_tokens
+                and r.prompt_tokens + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) + self.block_size
+                >= pool_tokens
             )
             if never:
                 self._reject(r, "exceeds_kv_capacity")
                 continue
-            r.state, r.P = WAITING, r.prompt0
+            r.state, r.fill_tokens = WAITING, r.prompt_tokens
             self.waiting.append(r)
 
     def _reject(self, r: Req, reason: str) -> None:
-        r.state, r.reason, r.finish_at = REJECTED, reason, self.now
-        rejects = self.c["rejects"]
+        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
+        rejects = self.counters["rejects"]
         rejects[reason] = rejects.get(reason, 0) + 1
 
     def _iteration(self) -> None:
-        pool, s = self.pool, self.s
-        pool.step = self.iterations
-        idle = not (pool.n_run or self.prefilling or self.chunked)
+        pool, settings = self.pool, self.settings
+        pool.event_iteration = self.iterations
+        idle = not (pool.n_running or self.prefilling or self.chunked)
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.completed = []
-        n_dec, ctx, finishing = pool.decode() if pool.n_run else (0, 0, [])
-        if n_dec or pool.preempted:
+        decoded, decode_context, finishing = pool.decode() if pool.n_running else (0, 0, [])
+        if decoded or pool.preempted:
             self._update_ratio()
         if self.policy == "prefill_adder":
-            adder_step(self, n_dec)
+            adder_step(self, decoded)
         else:
-            block_step(self, n_dec)
+            block_step(self, decoded)
         firsts, completed = [], self.completed
         for k, r in enumerate(completed):
             if r.state != PREFILL:
                 continue  # preempted by an earlier first token of this iteration
-            if r.gen >= r.max_new:  # max_new_tokens 0: done without a token
+            if r.generated >= r.max_new_tokens:  # max_new_tokens 0: done without a token
                 r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
                 finishing.append(r)
                 continue
             if pool.grow_first_token(r, completed[k + 1 :]):
                 firsts.append(r)
-                pool.join(r, r.kv)
-                if r.gen >= r.max_new:
+                pool.join(r, r.kv_tokens)
+                if r.generated >= r.max_new_tokens:
                     finishing.append(r)
-        dt = s.cost.iteration_us(
-            self.prefill_tokens, n_dec, ctx + self.prefill_context, self.loaded
+        duration = settings.cost.iteration_us(
+            self.prefill_tokens, decoded, decode_context + self.prefill_context, self.loaded
         )
-        t0 = self.now
-        self.now = now = t0 + dt
-        tl = self.tl  # the iteration's state: after its allocations, before its finishes
-        tl[0].append(t0)
-        tl[1].append(dt)
-        tl[2].append(pool.used)
-        tl[3].append(s.capacity_blocks - pool.free)
-        tl[4].append(pool.n_run)
-        tl[5].append(len(self.waiting))
+        start = self.now
+        self.now = now = start + duration
+        timeline = self.timeline  # the iteration's state: after its allocations, before finishes
+        timeline[0].append(start)
+        timeline[1].append(duration)
+        timeline[2].append(pool.used_blocks)
+        timeline[3].append(settings.capacity_blocks - pool.free_blocks)
+        timeline[4].append(pool.n_running)
+        timeline[5].append(len(self.waiting))
         preempted = bool(pool.preempted)
-        self._end(now, n_dec, firsts, finishing)
+        self._end(now, decoded, firsts, finishing)
         if self.log is not None:
-            self.log.append((self.iterations, n_dec, self.prefill_tokens, len(firsts)))
+            self.log.append((self.iterations, decoded, self.prefill_tokens, len(firsts)))
         self.iterations += 1
-        if n_dec or firsts:
+        if decoded or firsts:
             self.stalled = 0
         elif preempted or not (self.prefill_tokens or self.admitted):
             self.stalled += 1
         self._check_progress(idle)
 
-    def _end(self, now: float, n_dec: int, firsts: list[Req], finishing: list[Req]) -> None:
-        pool, c = self.pool, self.c
-        c["decode_tokens"] += n_dec
-        c["first_tokens"] += len(firsts)
-        c["prefill_tokens"] += self.prefill_tokens
-        c["loaded_tokens"] += self.loaded
-        c["admissions"] += self.admitted
+    def _end(self, now: float, decoded: int, firsts: list[Req], finishing: list[Req]) -> None:
+        pool, counters = self.pool, self.counters
+        counters["decode_tokens"] += decoded
+        counters["first_tokens"] += len(firsts)
+        counters["prefill_tokens"] += self.prefill_tokens
+        counters["loaded_tokens"] += self.loaded
+        counters["admissions"] += self.admitted
         for r in firsts:  # the token was emitted, even when a later grower preempted r
-            if r.first_at is None:  # (then r keeps it and recomputes prompt + token later)
-                r.first_at = now
+            if r.first_token_us is None:  # (then r keeps it and recomputes prompt + token later)
+                r.first_token_us = now
         for r in finishing:
             if r.state == WAITING:
                 continue  # preempted after its last token
@@ -246,19 +253,19 @@ class Sim:
                 r.state = FINISHED
             else:  # max_new_tokens 0: finished without a token, never running
                 pool.release_prefill(r)
-            r.finish_at = now
+            r.finished_us = now
             self.hits.insert(r)
         preempted = pool.preempted
         if preempted:
-            counts = c["preemptions"]
+            counts = counters["preemptions"]
             for r, phase in preempted:
                 key = f"kv_growth_{phase}"
                 counts[key] = counts.get(key, 0) + 1
-                if self.s.on_preempt == "abort":
+                if self.settings.on_preempt == "abort":
                     self._reject(r, "preempted")
                 else:
-                    r.P = r.prompt0 + r.gen
-                    r.done = r.d = r.h = r.kv = 0
+                    r.fill_tokens = r.prompt_tokens + r.generated
+                    r.filled_tokens = r.device_prefix = r.host_hit = r.kv_tokens = 0
                     self.waiting.append(r)
             pool.preempted = []
 
@@ -267,7 +274,7 @@ class Sim:
         kept, with the tokens they had before the step), else one decay step."""
         pool, ratio = self.pool, self.ratio
         if pool.preempted:
-            kept = [(pool.gen_now(r) - 1, r.max_new) for r in pool.running_reqs()]
+            kept = [(pool.gen_now(r) - 1, r.max_new_tokens) for r in pool.running_reqs()]
             self.ratio = ratio.retracted(kept)
         elif ratio.current > ratio.min_ratio:
             self.ratio = ratio.decayed()
@@ -277,17 +284,17 @@ class Sim:
             r = self.waiting[0]
             raise SimulationStalled(
                 f"admit.mode=serving: no progress at t={self.now / 1000:.3f} ms (iteration "
-                f"{self.iterations}): request {r.rid} (prompt {r.P}, max_new {r.max_new}) cannot be "
-                f"admitted even into an idle KV pool of {self.s.capacity_blocks} blocks x {self.B} "
+                f"{self.iterations}): request {r.rid} (prompt {r.fill_tokens}, max_new {r.max_new_tokens}) cannot be "
+                f"admitted even into an idle KV pool of {self.settings.capacity_blocks} blocks x {self.block_size} "
                 f"tokens by policy {self.policy}; {len(self.waiting)} requests waiting"
             )
-        if self.stalled >= self.s.stall_iterations:
+        if self.stalled >= self.settings.stall_iterations:
             raise SimulationStalled(
                 f"admit.mode=serving: {self.stalled} iterations without a generated token preempted "
                 f"or did nothing (a recompute livelock; t={self.now / 1000:.3f} ms; "
-                f"{len(self.waiting)} waiting, {self.pool.n_run} running, {self.pool.free} of "
-                f"{self.s.capacity_blocks} blocks free; policy {self.policy}, victim order "
-                f"{self.s.victim}): try another admit.kv.victim, policy conservative or more KV "
+                f"{len(self.waiting)} waiting, {self.pool.n_running} running, {self.pool.free_blocks} of "
+                f"{self.settings.capacity_blocks} blocks free; policy {self.policy}, victim order "
+                f"{self.settings.victim}): try another admit.kv.victim, policy conservative or more KV "
                 f"(admit.serving.stall_iterations sets the limit)"
             )
 

@@ -102,13 +102,13 @@ def latencies(r: Req) -> dict[str, float | None]:
     """``queue``, ``ttft``, ``tpot``, ``e2e`` of one request, in ms (None when undefined)."""
 
     def ms(t: float | None) -> float | None:
-        return None if t is None else (t - r.arrival) / 1000.0
+        return None if t is None else (t - r.arrival_us) / 1000.0
 
     tpot = None
-    if r.state == FINISHED and r.first_at is not None and r.gen >= 2:
-        tpot = (r.finish_at - r.first_at) / 1000.0 / (r.gen - 1)
-    e2e = ms(r.finish_at) if r.state == FINISHED else None
-    return {"queue": ms(r.admitted_at), "ttft": ms(r.first_at), "tpot": tpot, "e2e": e2e}
+    if r.state == FINISHED and r.first_token_us is not None and r.generated >= 2:
+        tpot = (r.finished_us - r.first_token_us) / 1000.0 / (r.generated - 1)
+    e2e = ms(r.finished_us) if r.state == FINISHED else None
+    return {"queue": ms(r.admitted_us), "ttft": ms(r.first_token_us), "tpot": tpot, "e2e": e2e}
 
 
 def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
@@ -137,11 +137,11 @@ def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRo
         requests=len(reqs),
         finished=len(finished),
         rejected=sum(r.state == REJECTED for r in reqs),
-        admission_rate_pct=100.0 * sum(r.admitted_at is not None for r in reqs) / max(1, len(reqs)),
+        admission_rate_pct=100.0 * sum(r.admitted_us is not None for r in reqs) / max(1, len(reqs)),
         preemptions=sum(r.preemptions for r in reqs),
         recomputed_tokens=sum(r.recomputed for r in reqs),
         **stats,
-        throughput_tokens_per_s=per_s(sum(r.gen for r in finished)),
+        throughput_tokens_per_s=per_s(sum(r.generated for r in finished)),
         throughput_requests_per_s=per_s(len(finished)),
         goodput_requests_per_s=per_s(good),
         slo_attainment_pct=100.0 * good / max(1, len(reqs)),
@@ -176,18 +176,18 @@ def request_lines(res: SimResult) -> str:
             {
                 "rid": r.rid,
                 "status": "finished" if r.state == FINISHED else "rejected",
-                "reason": r.reason,
-                "arrival_ms": _round(r.arrival / 1000.0),
-                "admitted_ms": _t(r.admitted_at),
-                "first_token_ms": _t(r.first_at),
-                "finish_ms": _t(r.finish_at),
+                "reason": r.reject_reason,
+                "arrival_ms": _round(r.arrival_us / 1000.0),
+                "admitted_ms": _t(r.admitted_us),
+                "first_token_ms": _t(r.first_token_us),
+                "finish_ms": _t(r.finished_us),
                 "queue_ms": _round(lat["queue"]),
                 "ttft_ms": _round(lat["ttft"]),
                 "tpot_ms": _round(lat["tpot"]),
                 "e2e_ms": _round(lat["e2e"]),
-                "prompt_tokens": r.prompt0,
-                "max_new_tokens": r.max_new,
-                "output_tokens": r.gen,
+                "prompt_tokens": r.prompt_tokens,
+                "max_new_tokens": r.max_new_tokens,
+                "output_tokens": r.generated,
                 "computed_prompt_tokens": r.prefilled,
                 "preemptions": r.preemptions,
                 "recomputed_tokens": r.recomputed,

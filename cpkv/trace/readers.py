@@ -151,3 +151,97 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(file, lineno, "hash_ids", "must hold integers only", value)
     return TraceRequest(index, stamp, input_length, output_length, tuple(hashes))
+
+
+AZURE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+AZURE_HASH_BASE = -(1 << 40)
+"""Azure requests carry no prefix information: each gets block hashes of its own, negative
+(Mooncake's are not) and distinct per request, so no two requests share a prefix block."""
+
+
+@TRACE_FORMATS.register(
+    "azure_csv", help="Azure LLM inference trace 2023 CSV (arrived_at s, prefill/decode tokens)"
+)
+def read_azure_csv(
+    file: Path, block_size: int, start: int, limit: int | None
+) -> Iterator[TraceRequest]:
+    """The Azure LLM inference traces of 2023 as Vidur ships them: a CSV with a header holding
+    ``arrived_at`` (seconds from the start), ``num_prefill_tokens`` (>= 1) and
+    ``num_decode_tokens`` (>= 0); other columns are ignored.
+
+    The traces hold no prefix information: every request gets hashes no other request has
+    (no prefix sharing, so a prefix cache never hits). Rows before ``start`` are counted but
+    not parsed.
+    """
+    import csv
+
+    stop = None if limit is None else start + limit
+    with file.open(encoding="utf-8", newline="") as handle:
+        rows = csv.reader(handle)
+        header = next(rows, None)
+        if header is None:
+            raise InputError(
+                f"{file}:1: empty file; expected a header with {', '.join(AZURE_COLUMNS)}"
+            )
+        names = [name.strip() for name in header]
+        missing = [c for c in AZURE_COLUMNS if c not in names]
+        if missing:
+            raise InputError(
+                f"{file}:1: header lacks column(s) {', '.join(missing)}"
+                f" (an azure_csv trace has {', '.join(AZURE_COLUMNS)})"
+            )
+        at = [names.index(c) for c in AZURE_COLUMNS]
+        index = 0
+        for lineno, row in enumerate(rows, start=2):
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            if stop is not None and index >= stop:
+                return
+            if index >= start:
+                yield _parse_azure(file, lineno, row, at, index, block_size)
+            index += 1
+
+
+def _parse_azure(
+    file: Path, lineno: int, row: list[str], at: list[int], index: int, block_size: int
+) -> TraceRequest:
+    if len(row) <= max(at):
+        raise InputError(
+            f"{file}:{lineno}: {len(row)} columns; the header names {max(at) + 1} or more"
+        )
+    arrived, prefill, decode = (row[i].strip() for i in at)
+    try:
+        seconds = float(arrived)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        raise _bad(file, lineno, "arrived_at", "must be a finite number of seconds >= 0", arrived)
+    input_length = _csv_int(file, lineno, "num_prefill_tokens", prefill, 1)
+    output_length = _csv_int(file, lineno, "num_decode_tokens", decode, 0)
+    blocks = -(-input_length // block_size)
+    first = AZURE_HASH_BASE - index * (1 << 20)
+    if blocks >= 1 << 20:
+        raise _bad(
+            file,
+            lineno,
+            "num_prefill_tokens",
+            f"must need fewer than 2**20 blocks of {block_size}",
+            prefill,
+        )
+    return TraceRequest(
+        index,
+        seconds * 1000.0,
+        input_length,
+        output_length,
+        tuple(range(first, first - blocks, -1)),
+    )
+
+
+def _csv_int(file: Path, lineno: int, field: str, text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise _bad(file, lineno, field, f"must be an integer >= {low}", text) from None
+    if value < low:
+        raise _bad(file, lineno, field, f"must be an integer >= {low}", text)
+    return value

@@ -85,6 +85,11 @@ def ceil_page(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size) * page_size
 
 
+def ceil_div(tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` tokens needed to hold ``tokens``."""
+    return -(-tokens // block_size)
+
+
 def device_and_host_hit(req: Request, page_size: int) -> tuple[int, int]:
     """``(D, H)``: the page-aligned L1 prefix and the L2 hit right after it."""
     d = floor_page(req.l1_cached_tokens, page_size)

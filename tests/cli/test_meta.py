@@ -75,8 +75,8 @@ def test_help_lists_every_registry_name() -> None:
     from cpkv.alloc.l1.layouts import FREE_PATTERNS, OWNER_PATTERNS
     from cpkv.alloc.l1.schema import L1_OPS
     from cpkv.policies.blocks import SCANS
-    from cpkv.policies.growth import VICTIMS
     from cpkv.policies.registry import POLICIES
+    from cpkv.policies.victims import VICTIMS
     from cpkv.trace.readers import TRACE_FORMATS
     from cpkv.workload.sources import SOURCES
 

@@ -10,9 +10,9 @@ import pytest
 from cpkv.core.errors import ConfigError
 from cpkv.core.schema import build
 from cpkv.policies.blocks import SCANS, BlockRequest, KvBlocks
-from cpkv.policies.growth import VICTIMS
 from cpkv.policies.iteration import IterationBudget
 from cpkv.policies.registry import POLICIES, SeedInputs, run_seed_policy, seed_policy_names
+from cpkv.policies.victims import VICTIMS
 
 
 def test_policy_names_and_what_they_read() -> None:

@@ -115,25 +115,28 @@ def test_serving_invariants(case) -> None:
     for r, q in zip(res.requests, reqs, strict=True):
         assert r.state in (FINISHED, REJECTED)
         if r.state == FINISHED:
-            assert r.gen == q.max_new_tokens and r.reason is None
-            assert q.arrival_ms * 1000 <= r.admitted_at <= r.finish_at
+            assert r.generated == q.max_new_tokens and r.reject_reason is None
+            assert q.arrival_ms * 1000 <= r.admitted_us <= r.finished_us
             assert (
-                r.first_at is None
+                r.first_token_us is None
                 if q.max_new_tokens == 0
-                else r.admitted_at <= r.first_at <= r.finish_at
+                else r.admitted_us <= r.first_token_us <= r.finished_us
             )
             if not r.preemptions:  # computed exactly its prompt minus what its cache hits covered
                 assert r.prefilled == q.prompt_tokens - r.l1_hit - r.l2_hit
         else:
-            assert r.reason in ("exceeds_kv_capacity", "preempted") and r.gen <= q.max_new_tokens
+            assert (
+                r.reject_reason in ("exceeds_kv_capacity", "preempted")
+                and r.generated <= q.max_new_tokens
+            )
         assert (r.recomputed > 0) == (r.preemptions > 0)
     assert max(res.timeline[2], default=0) <= cap and max(res.timeline[3], default=0) <= cap
     c = res.counters
     assert (c["final_used_blocks"], c["final_free_blocks"]) == (0, cap)
-    assert c["decode_tokens"] + c["first_tokens"] == sum(r.gen for r in res.requests)
+    assert c["decode_tokens"] + c["first_tokens"] == sum(r.generated for r in res.requests)
     assert c["prefill_tokens"] == sum(r.prefilled for r in res.requests)
     assert sum(c["preemptions"].values()) == sum(r.preemptions for r in res.requests)
-    rejected_preempted = sum(r.reason == "preempted" for r in res.requests)
+    rejected_preempted = sum(r.reject_reason == "preempted" for r in res.requests)
     assert rejected_preempted == (0 if s.on_preempt == "requeue" else rejected_preempted)
 
 
@@ -222,7 +225,7 @@ def test_a_first_token_preempted_in_its_own_iteration_still_counts() -> None:
     reqs = [ServingRequest(f"q{k}", float(a), p, m) for k, (a, p, m) in enumerate(shapes)]
     res = run(s, reqs, None)
     q0 = res.requests[0]
-    assert q0.state == FINISHED and q0.preemptions >= 1 and q0.gen == 1
-    assert q0.first_at is not None and q0.admitted_at <= q0.first_at <= q0.finish_at
+    assert q0.state == FINISHED and q0.preemptions >= 1 and q0.generated == 1
+    assert q0.first_token_us is not None and q0.admitted_us <= q0.first_token_us <= q0.finished_us
     for r, q in zip(res.requests, reqs, strict=True):
-        assert r.state == FINISHED and (r.first_at is None) == (q.max_new_tokens == 0)
+        assert r.state == FINISHED and (r.first_token_us is None) == (q.max_new_tokens == 0)

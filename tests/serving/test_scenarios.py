@@ -50,7 +50,7 @@ def test_one_request_alone_ttft_and_tpot_from_the_cost_model(policy: str) -> Non
     # decode iterations read 101, 102, 103 context tokens: 1000 + 10 + 0.5 * ctx each
     assert lat["tpot"] == pytest.approx((1060.5 + 1061.0 + 1061.5) / 3 / 1000)
     assert lat["e2e"] == pytest.approx(1.25 + (1060.5 + 1061.0 + 1061.5) / 1000)
-    assert lat["queue"] == 0.0 and r.gen == 4 and r.state == FINISHED
+    assert lat["queue"] == 0.0 and r.generated == 4 and r.state == FINISHED
     assert res.iterations == 4
 
 
@@ -63,9 +63,9 @@ def test_two_requests_compete_for_kv_and_growth_preempts() -> None:
     s = settings("optimistic", block_size=4, capacity_blocks=4, victim="scan_order", cost=FIXED_1MS)
     res = simulate([R("A", 0.0, 6, 6), R("B", 0.0, 4, 4)], s)
     a, b = res.requests
-    assert (a.preemptions, a.recomputed, a.gen, a.finish_at) == (2, 16, 6, 8000.0)
-    assert (b.preemptions, b.gen, b.finish_at) == (0, 4, 4000.0)
-    assert a.first_at == b.first_at == 1000.0
+    assert (a.preemptions, a.recomputed, a.generated, a.finished_us) == (2, 16, 6, 8000.0)
+    assert (b.preemptions, b.generated, b.finished_us) == (0, 4, 4000.0)
+    assert a.first_token_us == b.first_token_us == 1000.0
     assert res.counters["preemptions"] == {"kv_growth_decode": 1, "kv_growth_first_token": 1}
     assert a.prefilled == 6 + 8 + 8  # computed three times
     row = summary_row(res, SloSpec(), 4)
@@ -77,9 +77,9 @@ def test_conservative_queues_instead_of_preempting() -> None:
     res = simulate([R("A", 0.0, 6, 6), R("B", 0.0, 4, 4)], s)
     a, b = res.requests
     # A reserves 3 blocks, B (2) waits until A finishes at the end of iteration 5
-    assert (a.admitted_at, a.finish_at, b.admitted_at) == (0.0, 6000.0, 6000.0)
+    assert (a.admitted_us, a.finished_us, b.admitted_us) == (0.0, 6000.0, 6000.0)
     assert a.preemptions == b.preemptions == 0
-    assert latencies(b)["queue"] == 6.0 and b.finish_at == 10000.0
+    assert latencies(b)["queue"] == 6.0 and b.finished_us == 10000.0
     assert max(res.timeline[3]) == 3  # held: the reservation
 
 
@@ -122,14 +122,16 @@ def test_a_request_that_can_never_fit_is_rejected(policy: str) -> None:
     s = settings(policy, block_size=4, capacity_blocks=4, adder=AdderBudgets(4, 1000, None))
     res = simulate([R("big", 0.0, 12, 8), R("ok", 0.0, 4, 2)], s)
     big, ok = res.requests
-    assert (big.state, big.reason) == (REJECTED, "exceeds_kv_capacity")
+    assert (big.state, big.reject_reason) == (REJECTED, "exceeds_kv_capacity")
     assert ok.state == FINISHED and res.counters["rejects"] == {"exceeds_kv_capacity": 1}
 
 
 def test_a_far_too_small_pool_rejects_everything_and_ends() -> None:
     reqs = [R(f"r{k}", float(k), 100 + k, 10) for k in range(20)]
     res = simulate(reqs, settings(block_size=16, capacity_blocks=2))
-    assert all(r.state == REJECTED and r.reason == "exceeds_kv_capacity" for r in res.requests)
+    assert all(
+        r.state == REJECTED and r.reject_reason == "exceeds_kv_capacity" for r in res.requests
+    )
     assert res.iterations == 0
 
 
@@ -161,14 +163,14 @@ def test_the_ratio_decays_before_admission_and_resets_on_retraction() -> None:
     # it2 (t = 3 ms): A holds 7 tokens, 3 generated, ratio after two decays 0.2484:
     # B needs 4 + 5 + 1 = 10 < 19 - 7 - 1 (A's decode) - 4 * 0.2484 = 10.0064: admitted
     # (with the undecayed 0.3 it would not be: 10 < 9.8 fails)
-    assert b.admitted_at == 3000.0
+    assert b.admitted_us == 3000.0
     # it6: A takes the last free token; B (4 generated, fewer than A's 7) is retracted;
     # the ratio becomes min(1, (6 + 20) / (7 + 1)) over A and its 6 tokens before the step
     assert (b.preemptions, b.recomputed, a.preemptions) == (1, 8, 0)
     assert res.counters["preemptions"] == {"kv_growth_decode": 1}
     assert res.counters["final_new_token_ratio"] == 1.0
     # it7: B (prompt 4 + 4 generated) is recomputed and its last token ends it
-    assert (a.finish_at, b.finish_at, b.prefilled) == (8000.0, 9000.0, 4 + 8)
+    assert (a.finished_us, b.finished_us, b.prefilled) == (8000.0, 9000.0, 4 + 8)
 
 
 def test_a_recompute_livelock_ends_with_an_error_naming_it() -> None:
@@ -184,4 +186,4 @@ def test_a_recompute_livelock_ends_with_an_error_naming_it() -> None:
         simulate(reqs, s)
     # a reservation never preempts: the same workload runs to the end
     res = simulate(reqs, replace(s, policy="conservative"))
-    assert [r.gen for r in res.requests] == [3, 0, 0, 0, 0, 12]
+    assert [r.generated for r in res.requests] == [3, 0, 0, 0, 0, 12]

@@ -67,7 +67,7 @@ def test_conservative_first_iteration_is_the_toy_admission(reqs, cap, block) -> 
         [ServingRequest(rid, 0.0, p, m) for rid, p, m in reqs], serving("conservative", block, cap)
     )
     admitted, reserved = toy_conservative(reqs, cap, block)
-    assert [r.rid for r in res.requests if r.admitted_at == 0.0] == admitted
+    assert [r.rid for r in res.requests if r.admitted_us == 0.0] == admitted
     held = res.timeline[3][0] if res.iterations else 0  # blocks held after iteration 0
     assert held == reserved
 

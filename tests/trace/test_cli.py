@@ -112,7 +112,7 @@ def test_print_config_and_yaml_config(cli, trace_file, tmp_path) -> None:
         ([], "trace.path: missing; give the trace file: cpkv trace stats PATH"),
         (
             ["{trace}", "trace.format=sharegpt"],
-            "trace.format: unknown trace format 'sharegpt' (allowed: mooncake)",
+            "trace.format: unknown trace format 'sharegpt' (allowed: mooncake, azure_csv)",
         ),
         (
             ["{trace}", "trace.cache.l1_tokens=100", "trace.cache.l2_tokens=50"],

@@ -30,7 +30,7 @@ from cpkv.alloc.host.impls import HOST_IMPLS
 from cpkv.alloc.host.layouts import free_slots
 from cpkv.alloc.host.mixed import KINDS, Replay, median_replay, workload
 from cpkv.alloc.host.schema import AllocHostBlock, AllocHostConfig
-from cpkv.alloc.rows import TABLE_COLUMNS, TimedFields, round_shares, timed_fields
+from cpkv.alloc.rows import TABLE_COLUMNS, BenchIdentity, TimedFields, round_shares, timed_fields
 from cpkv.core.kinds import RunContext
 from cpkv.core.timing import Stats, sample, summarize, timed
 from cpkv.runs.results import RunOutput, metric
@@ -39,23 +39,7 @@ METHOD_CALLS = {"fifo": "alloc", "contiguous": "alloc_contiguous_preferred"}
 
 
 @dataclass(frozen=True)
-class HostRowIdentity:
-    """What a host bench row measured: the identity fields ``cpkv diff`` matches rows on."""
-
-    bench: str
-    impl: str
-    method: str
-    op: str
-    protocol: str
-    pattern: str
-    device: str
-    total_pages: int
-    request_pages: int
-    page_size: int
-
-
-@dataclass(frozen=True)
-class HostBenchRow(TimedFields, HostRowIdentity):
+class HostBenchRow(TimedFields, BenchIdentity):
     """One op of one case: its identity, its timing (:class:`TimedFields`), its total time
     (``mixed``: the whole replay) and its speed-up over the reference."""
 

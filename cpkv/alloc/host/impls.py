@@ -1,9 +1,7 @@
 """Registry of host allocator implementations (``alloc_host.impls``).
 
-An implementation is built as ``factory(page_size, free_slots)`` from an int64 torch
-tensor of token slots, and offers ``alloc(n)``, ``alloc_contiguous_preferred(n)``,
-``free(slots)``, ``available_size()`` and ``free_slot_list()`` (the logical free list,
-for differential tests). Selections are 1-D int64 tensors of token slots, or None.
+Each entry is a factory ``(page_size, free_slots) -> HostAllocatorImpl``
+(:class:`cpkv.alloc.host.base.HostAllocatorImpl`), imported lazily when used.
 """
 
 from __future__ import annotations

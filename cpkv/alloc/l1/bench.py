@@ -35,26 +35,16 @@ from cpkv.alloc.l1.impls import L1_IMPLS
 from cpkv.alloc.l1.layouts import make_free_pages, make_page_owners
 from cpkv.alloc.l1.reference import is_selection_contiguous, make_l1_allocator, resolve_device
 from cpkv.alloc.l1.schema import AllocL1Block, AllocL1Config
-from cpkv.alloc.rows import TABLE_COLUMNS, TimedFields, round_shares, timed_fields
+from cpkv.alloc.rows import TABLE_COLUMNS, BenchIdentity, TimedFields, round_shares, timed_fields
 from cpkv.core.kinds import RunContext
 from cpkv.core.timing import Stats, cuda_sync, sample, summarize
 from cpkv.runs.results import RunOutput, metric
 
 
 @dataclass(frozen=True)
-class L1RowIdentity:
-    """What an L1 bench row measured: the identity fields ``cpkv diff`` matches rows on."""
+class L1RowIdentity(BenchIdentity):
+    """An L1 bench row's identity: the shared fields, then the pool's CP shape."""
 
-    bench: str
-    impl: str
-    method: str
-    op: str
-    protocol: str
-    pattern: str
-    device: str
-    total_pages: int
-    request_pages: int
-    page_size: int
     cp_size: int
     lane_order: str
 

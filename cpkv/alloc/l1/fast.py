@@ -56,7 +56,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
         self.device = device
         self._from_numpy = torch.from_numpy
         self._init_counts()
-        self._tile = np.empty(0, dtype=np.int64)
+        self._offset_tile = np.empty(0, dtype=np.int64)
         self._templates: dict[int, np.ndarray] = {}
 
     # -- state ----------------------------------------------------------------------------
@@ -95,24 +95,24 @@ class FastL1Allocator(HostCounts, L1Allocator):
         # Free lanes are only ever sliced or replaced, never written in place: sharable.
         # Release buffers take appends in place, so they are always copied.
         share = np.asarray if not copy else np.array
-        self._free = [share(lane, dtype=np.int64) for lane in free]
-        self._fhead = [0] * self.cp_size
-        self._rel = [np.array(lane, dtype=np.int64) for lane in release]
-        self._rhead = [0] * self.cp_size
-        self._rtail = [lane.size for lane in self._rel]
-        self._nfree = [lane.size for lane in self._free]
-        self._nrel = list(self._rtail)
+        self._free_lanes = [share(lane, dtype=np.int64) for lane in free]
+        self._free_heads = [0] * self.cp_size
+        self._release_lanes = [np.array(lane, dtype=np.int64) for lane in release]
+        self._release_heads = [0] * self.cp_size
+        self._release_tails = [lane.size for lane in self._release_lanes]
+        self._free_counts = [lane.size for lane in self._free_lanes]
+        self._release_counts = list(self._release_tails)
         if allocated is None:
             allocated = np.ones(self.logical_pages + 1, dtype=bool)
             allocated[0] = False
             allocated[flat] = False
-        self._alloc = np.array(allocated, dtype=bool)
+        self._allocated = np.array(allocated, dtype=bool)
 
     def _live_free(self, owner: int) -> np.ndarray:
-        return self._free[owner][self._fhead[owner] :]
+        return self._free_lanes[owner][self._free_heads[owner] :]
 
     def _live_release(self, owner: int) -> np.ndarray:
-        return self._rel[owner][self._rhead[owner] : self._rtail[owner]]
+        return self._release_lanes[owner][self._release_heads[owner] : self._release_tails[owner]]
 
     def snapshot(self) -> Any:
         """An opaque copy of the whole state, for :meth:`restore`."""
@@ -120,7 +120,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
         return (
             tuple(self._live_free(o).copy() for o in lanes),
             tuple(self._live_release(o).copy() for o in lanes),
-            self._alloc.copy(),
+            self._allocated.copy(),
         )
 
     def restore(self, snapshot: Any, *, copy: bool = True) -> None:
@@ -153,9 +153,9 @@ class FastL1Allocator(HostCounts, L1Allocator):
                 np.add.at(count, lane, 1)
         if count.max() > 1:
             raise integrity_error("a page is listed twice in the free/release lists")
-        if np.any((count > 0) & self._alloc):
+        if np.any((count > 0) & self._allocated):
             raise integrity_error("a page is both free and allocated")
-        if self._alloc[0] or not np.all(count[1:] + self._alloc[1:] == 1):
+        if self._allocated[0] or not np.all(count[1:] + self._allocated[1:] == 1):
             raise integrity_error("a page is neither free nor allocated")
 
     # -- selection ------------------------------------------------------------------------
@@ -185,35 +185,38 @@ class FastL1Allocator(HostCounts, L1Allocator):
     def _plan(self, owners: Sequence[int]) -> Any:
         counts, key = self._owners.count(owners)
         total = len(key)
-        nfree, free, fhead = self._nfree, self._free, self._fhead
+        free_counts, free_lanes, free_heads = self._free_counts, self._free_lanes, self._free_heads
         fifo = self.selector == "fifo"
         only = key.only if type(key) is OwnerLayout else -1
-        if only >= 0 and total <= nfree[only] and (fifo or total == 1):
-            head = fhead[only]  # one owner, its free pages suffice: the lane's prefix
-            return free[only][head : head + total], [(only, 0, total, 0)]
+        if only >= 0 and total <= free_counts[only] and (fifo or total == 1):
+            head = free_heads[only]  # one owner, its free pages suffice: the lane's prefix
+            return free_lanes[only][head : head + total], [(only, 0, total, 0)]
         picks, pieces = [], []
         for owner, need in enumerate(counts):
             if not need:
                 continue
-            if need <= nfree[owner]:
-                head = fhead[owner]
+            if need <= free_counts[owner]:
+                head = free_heads[owner]
                 if fifo or need == 1:
                     take = 0
-                    pieces.append(free[owner][head : head + need])
+                    pieces.append(free_lanes[owner][head : head + need])
                 else:
-                    live = free[owner][head:]
+                    live = free_lanes[owner][head:]
                     take = self._choose(live, need)
                     pieces.append(live[take : take + need] if type(take) is int else live[take])
                 picks.append((owner, take, need, 0))
                 if need == total:
                     break  # a single-owner request: no other lane has pages to give
                 continue
-            extra = need - nfree[owner]
-            if extra > self._nrel[owner]:
+            extra = need - free_counts[owner]
+            if extra > self._release_counts[owner]:
                 return None
-            rh = self._rhead[owner]
-            pieces += [free[owner][fhead[owner] :], self._rel[owner][rh : rh + extra]]
-            picks.append((owner, 0, nfree[owner], extra))
+            release_head = self._release_heads[owner]
+            pieces += [
+                free_lanes[owner][free_heads[owner] :],
+                self._release_lanes[owner][release_head : release_head + extra],
+            ]
+            picks.append((owner, 0, free_counts[owner], extra))
         if len(pieces) == 1:  # a view of a lane: lanes are never written in place
             return pieces[0], picks
         if len(picks) <= 1:
@@ -230,21 +233,21 @@ class FastL1Allocator(HostCounts, L1Allocator):
     def _consume(self, selected: np.ndarray, picks: list) -> None:
         for owner, take, taken, extra in picks:
             if type(take) is int and take == 0:
-                self._fhead[owner] += taken
+                self._free_heads[owner] += taken
             else:
                 live = self._live_free(owner)
                 if type(take) is int:
-                    self._free[owner] = np.concatenate((live[:take], live[take + taken :]))
+                    self._free_lanes[owner] = np.concatenate((live[:take], live[take + taken :]))
                 else:
                     keep = np.ones(live.size, dtype=bool)
                     keep[take] = False
-                    self._free[owner] = live[keep]
-                self._fhead[owner] = 0
-            self._nfree[owner] -= taken
+                    self._free_lanes[owner] = live[keep]
+                self._free_heads[owner] = 0
+            self._free_counts[owner] -= taken
             if extra:
-                self._rhead[owner] += extra
-                self._nrel[owner] -= extra
-        self._alloc[selected] = True
+                self._release_heads[owner] += extra
+                self._release_counts[owner] -= extra
+        self._allocated[selected] = True
 
     def _tokens(self, pages: np.ndarray, picks: list) -> Any:
         from_numpy, n = self._from_numpy, pages.size
@@ -276,10 +279,10 @@ class FastL1Allocator(HostCounts, L1Allocator):
     def _expand(self, pages: np.ndarray) -> np.ndarray:
         """Token indices ``page * page_size + offset`` of ``pages`` (a new array)."""
         size = pages.size * self.page_size
-        if self._tile.size < size:
-            self._tile = np.tile(np.arange(self.page_size, dtype=np.int64), pages.size)
+        if self._offset_tile.size < size:
+            self._offset_tile = np.tile(np.arange(self.page_size, dtype=np.int64), pages.size)
         tokens = (pages * self.page_size).repeat(self.page_size)
-        tokens += self._tile[:size]
+        tokens += self._offset_tile[:size]
         return tokens
 
     # -- free -----------------------------------------------------------------------------
@@ -300,7 +303,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
             raise ValueError(f"free: pages must be in [1, {self.logical_pages}]")
         if has_repeats(pages, self.logical_pages):
             raise ValueError("free: a page is given more than once")
-        if not self._alloc[pages].all():
+        if not self._allocated[pages].all():
             raise ValueError("free: a page is not allocated")
         return pages
 
@@ -310,7 +313,7 @@ class FastL1Allocator(HostCounts, L1Allocator):
         pages = self._pages_of_tokens(indices)
         if pages.size == 0:
             return
-        self._alloc[pages] = False
+        self._allocated[pages] = False
         for owner, mine in enumerate(self._split(pages)):
             if mine.size:
                 self._append_release(owner, mine)
@@ -319,13 +322,17 @@ class FastL1Allocator(HostCounts, L1Allocator):
         live = self._live_release(owner)
         if self._sorted:
             merged = np.sort(np.concatenate((live, pages)), kind="stable")
-            self._rel[owner], self._rhead[owner], self._rtail[owner] = merged, 0, merged.size
+            self._release_lanes[owner], self._release_heads[owner], self._release_tails[owner] = (
+                merged,
+                0,
+                merged.size,
+            )
         else:
-            buffer, tail = self._rel[owner], self._rtail[owner]
+            buffer, tail = self._release_lanes[owner], self._release_tails[owner]
             if tail + pages.size > buffer.size:
                 buffer = np.empty(2 * (live.size + pages.size), dtype=np.int64)
                 buffer[: live.size] = live
-                self._rel[owner], self._rhead[owner], tail = buffer, 0, live.size
+                self._release_lanes[owner], self._release_heads[owner], tail = buffer, 0, live.size
             buffer[tail : tail + pages.size] = pages
-            self._rtail[owner] = tail + pages.size
-        self._nrel[owner] += pages.size
+            self._release_tails[owner] = tail + pages.size
+        self._release_counts[owner] += pages.size

@@ -39,8 +39,8 @@ class TorchFastL1Allocator(TorchLanes, HostCounts, L1Allocator):
         self._arange = torch.arange(0, dtype=torch.int64, device=self.device)
 
     def _lanes_changed(self) -> None:
-        self._nfree = [int(t.numel()) for t in self._lanes.free]
-        self._nrel = [int(t.numel()) for t in self._lanes.release]
+        self._free_counts = [int(t.numel()) for t in self._lanes.free]
+        self._release_counts = [int(t.numel()) for t in self._lanes.release]
 
     def check_integrity(self) -> None:
         """AssertionError unless free, release and allocated partition all pages by lane."""
@@ -113,7 +113,7 @@ class TorchFastL1Allocator(TorchLanes, HostCounts, L1Allocator):
         for owner, need in enumerate(counts):
             if not need:
                 continue
-            have, live = self._nfree[owner], lanes.free[owner]
+            have, live = self._free_counts[owner], lanes.free[owner]
             if need <= have:
                 contiguous = self.selector == "contiguous" and need > 1
                 take = self._contiguous(live, need) if contiguous else None
@@ -121,7 +121,7 @@ class TorchFastL1Allocator(TorchLanes, HostCounts, L1Allocator):
                 picks.append((owner, take, need, 0))
                 continue
             extra = need - have
-            if extra > self._nrel[owner]:
+            if extra > self._release_counts[owner]:
                 return None
             pieces += [live, lanes.release[owner][:extra]]
             picks.append((owner, None, have, extra))
@@ -137,10 +137,10 @@ class TorchFastL1Allocator(TorchLanes, HostCounts, L1Allocator):
         lanes = self._lanes
         for owner, take, taken, extra in picks:
             lanes.free[owner] = self._rest(lanes.free[owner], taken, take)
-            self._nfree[owner] -= taken
+            self._free_counts[owner] -= taken
             if extra:
                 lanes.release[owner] = lanes.release[owner][extra:]
-                self._nrel[owner] -= extra
+                self._release_counts[owner] -= extra
         lanes.allocated.index_fill_(0, selected, True)
 
     def _tokens(self, selected: Any, picks: list) -> Any:

@@ -111,20 +111,20 @@ class HostCounts:
     def _init_counts(self) -> None:
         """Counters for the pool's shape (set by :class:`cpkv.alloc.l1.base.L1Allocator`)."""
         self._owners = OwnerCounter(self.cp_size)
-        self._nfree = [0] * self.cp_size
-        self._nrel = [0] * self.cp_size
+        self._free_counts = [0] * self.cp_size
+        self._release_counts = [0] * self.cp_size
         self._rooms: dict[tuple[float, float], tuple[int, int]] = {}
 
     def available_per_lane(self) -> list[int]:
         """Free + release pages of each lane."""
-        return list(map(add, self._nfree, self._nrel))
+        return list(map(add, self._free_counts, self._release_counts))
 
     def compute_owner_lane_stats(
         self, owners: Sequence[int]
     ) -> tuple[list[int], list[int], list[int]]:
         """(required, available, deficit) per lane for a request's page compute owners."""
         required = list(self._owners.count(owners)[0])  # a copy: the caller's to keep
-        available = list(map(add, self._nfree, self._nrel))
+        available = list(map(add, self._free_counts, self._release_counts))
         return required, available, [d if d > 0 else 0 for d in map(sub, required, available)]
 
     def compute_owner_lane_free_room_stats(
@@ -132,7 +132,7 @@ class HostCounts:
     ) -> tuple[list[int], list[int], list[int]]:
         """(required, available, free-room deficit) per lane (see ``free_room_deficits``)."""
         required = list(self._owners.count(owners)[0])  # a copy: the caller's to keep
-        available = list(map(add, self._nfree, self._nrel))
+        available = list(map(add, self._free_counts, self._release_counts))
         rooms = self._rooms.get((target_ratio, trigger_ratio))
         if rooms is None:
             capacity = self.physical_pages
@@ -146,7 +146,7 @@ class HostCounts:
         return required, available, deficits
 
     def _check_counts(self, free_sizes: list[int], release_sizes: list[int]) -> None:
-        if free_sizes != self._nfree or release_sizes != self._nrel:
+        if free_sizes != self._free_counts or release_sizes != self._release_counts:
             raise integrity_error("cached lane counts differ from the lanes")
 
 

@@ -1,0 +1,69 @@
+"""Whom KV growth preempts when a new block does not fit: the ``admit.kv.victim`` orders.
+
+Victim orders (``VICTIMS``), all choosing among the active requests, grower included:
+``scan_order`` (the seed), ``newest_first`` (last admitted), ``largest_first`` (most
+blocks, newest on ties), ``least_progress`` (fewest generated tokens, then longest prompt,
+then newest: the order of SGLang's ``retract_decode``).
+
+The optimistic policy (:mod:`cpkv.policies.growth`) and the serving loop's KV pool
+(:mod:`cpkv.serving.kv_pool`) choose with these; :class:`cpkv.policies.blocks.KvBlocks`
+validates the name against the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cpkv.core.registry import Registry
+
+if TYPE_CHECKING:
+    from cpkv.policies.blocks import BlockRequest
+
+
+@dataclass(eq=False)
+class Holder:
+    """An admitted request's live state during growth (internal, mutable)."""
+
+    order: int
+    request: BlockRequest
+    length_tokens: int
+    blocks: int
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.length_tokens - self.request.prompt_tokens
+
+
+Victim = Callable[[Sequence[Holder], Holder], Holder]
+VICTIMS: Registry[Victim] = Registry("victim order")
+
+
+@VICTIMS.register("scan_order", help="the request whose growth does not fit (seed 004)")
+def scan_order(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The request that just grew past the capacity."""
+    return grower
+
+
+@VICTIMS.register("newest_first", help="the most recently admitted active request")
+def newest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The active request admitted last."""
+    return max(active, key=lambda h: h.order)
+
+
+@VICTIMS.register(
+    "largest_first", help="the active request holding the most blocks (newest on ties)"
+)
+def largest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+    """The active request holding the most blocks; the newest among equals."""
+    return max(active, key=lambda h: (h.blocks, h.order))
+
+
+@VICTIMS.register(
+    "least_progress",
+    help="fewest generated tokens, then longest prompt, then newest (SGLang retract order)",
+)
+def least_progress(active: Sequence[Holder], grower: Holder) -> Holder:
+    """Fewest generated tokens, then the longest prompt, then the newest."""
+    return min(active, key=lambda h: (h.generated_tokens, -h.request.prompt_tokens, -h.order))
