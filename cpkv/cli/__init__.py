@@ -78,4 +78,7 @@ app.info.epilog = _epilog()
 
 
 def main() -> None:
+    from cpkv.core import signals
+
+    signals.install()  # SIGTERM / SIGHUP stop a run as Ctrl-C does; SIGXFSZ is an OSError
     app()

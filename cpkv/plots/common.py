@@ -34,14 +34,15 @@ def pyplot() -> Any:
 def save(fig: Any, path: Path) -> Path:
     """Write ``fig`` as a PNG through a temporary name, then close it."""
     plt = pyplot()
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
-        tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
         fig.savefig(tmp, dpi=110)
         tmp.replace(path)
     finally:
         plt.close(fig)
+        tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing
     return path
 
 

@@ -36,8 +36,11 @@ def plot_capacity_curve(points: Sequence[CurvePoint], path: str | Path, title: s
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
         tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-        fig.savefig(tmp)
-        tmp.replace(out)  # never a half-written PNG under the final name
+        try:
+            fig.savefig(tmp)
+            tmp.replace(out)  # never a half-written PNG under the final name
+        finally:
+            tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing
     finally:
         plt.close(fig)
     return out

@@ -1,0 +1,96 @@
+"""Signals: SIGTERM and SIGHUP stop cpkv the way Ctrl-C does, and a file-size limit is an error.
+
+``timeout``, ``kill``, batch schedulers, Ray and a closed terminal stop a process with SIGTERM
+or SIGHUP, whose default action ends Python at once: a run directory would keep
+``"status": "running"`` forever. :func:`install` turns them into :class:`Interrupted` (a
+``KeyboardInterrupt``), so every ``except KeyboardInterrupt`` that marks a run or a sweep
+incomplete handles them too, and the process exits with ``128 + signal`` (Ctrl-C: 130).
+
+SIGXFSZ (a write past ``ulimit -f``) is ignored, so that the write fails with ``OSError``
+(``File too large``) and is reported like a full disk instead of killing the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived (SIGINT, SIGTERM or SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_name(err: BaseException) -> str:
+    """``SIGTERM`` for an :class:`Interrupted`, ``SIGINT`` for a plain ``KeyboardInterrupt``."""
+    if isinstance(err, Interrupted):
+        return signal.Signals(err.signum).name
+    return "SIGINT"
+
+
+def exit_code(err: BaseException) -> int:
+    """``128 + signal``: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + (err.signum if isinstance(err, Interrupted) else int(signal.SIGINT))
+
+
+def reason(err: BaseException) -> str:
+    """What ``meta.json`` and the summary say about an interrupted run: ``interrupted (SIGTERM)``."""
+    return f"interrupted ({signal_name(err)})"
+
+
+_raised = False
+_worker = False  # in a sweep's worker process
+_busy = False  # a worker is running a point
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    """Raise :class:`Interrupted` once; later signals are ignored while cpkv cleans up (it
+    marks the run incomplete and exits within moments; SIGKILL still ends it at once). An idle
+    worker process has nothing to clean up: it exits at once."""
+    global _raised
+    if _worker and not _busy:
+        os._exit(128 + signum)
+    if _raised:
+        return
+    _raised = True
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def busy() -> Iterator[None]:
+    """In a worker: a point runs inside (a stop signal interrupts it; outside, the worker exits)."""
+    global _busy
+    _busy = True
+    try:
+        yield
+    finally:
+        _busy = False
+
+
+def install() -> None:
+    """Handle the stop signals in this process (the ``cpkv`` command calls it first)."""
+    global _raised
+    _raised = False
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _raise)
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def worker_install() -> None:
+    """In a sweep's worker process: SIGINT is ignored (a terminal's Ctrl-C reaches the whole
+    process group; the sweep's driver decides and stops the workers with SIGTERM), SIGTERM and
+    SIGHUP interrupt the point being run (see :func:`busy`) or end an idle worker."""
+    global _worker
+    install()
+    _worker = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
