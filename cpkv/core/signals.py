@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -89,8 +91,22 @@ def install() -> None:
 def worker_install() -> None:
     """In a sweep's worker process: SIGINT is ignored (a terminal's Ctrl-C reaches the whole
     process group; the sweep's driver decides and stops the workers with SIGTERM), SIGTERM and
-    SIGHUP interrupt the point being run (see :func:`busy`) or end an idle worker."""
+    SIGHUP interrupt the point being run (see :func:`busy`) or end an idle worker.
+
+    A worker whose driver died without stopping it (SIGKILL) stops itself as on SIGTERM: an
+    orphaned worker would otherwise wait for work forever (it holds its own end of the task
+    queue, so it never sees the driver go), keeping the driver's terminal pipes open."""
     global _worker
     install()
     _worker = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+
+
+PARENT_POLL_S = 0.25
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -333,7 +333,7 @@ def _ray_installed() -> bool:
 
 REACH_TIMEOUT_S = 3.0
 """How long :func:`check_ray_address` waits for a TCP connection to the cluster."""
-GCS_TIMEOUT_S = 5.0
+GCS_TIMEOUT_S = 3.0
 """How long :func:`check_ray_address` waits for the cluster to answer as a Ray cluster."""
 
 
