@@ -46,7 +46,9 @@ def write_jsonl(requests: Iterable[Request], path: str | Path) -> int:
     except OSError as err:
         raise InputError(f"{path}: cannot write the workload ({reason(err)})") from None
     if path.is_dir():
-        raise InputError(f"{path}: is a directory; allowed: a file path for the workload")
+        raise InputError(
+            f"{path}: cannot write the workload (is a directory; allowed: a file path)"
+        )
     try:
         write_atomic(path, text)  # a failed write (a full disk) leaves no temporary file
     except OutputError as err:

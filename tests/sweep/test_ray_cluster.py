@@ -25,6 +25,14 @@ from tests.hostile import faults as F
 pytestmark = pytest.mark.ray
 
 CONFIG = "configs/admit/seed_jsonl.yaml"  # names its workload by a path relative to the repo
+NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
+"""Without it Ray 2.5x+ turns token authentication on for a new local cluster and writes a
+token into ~/.ray, which then changes every later Ray cluster of this user."""
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_auth(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # F.env() copies os.environ
 
 
 def free_port() -> int:
@@ -41,7 +49,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip("the ray command is not on PATH")
     port = free_port()
     elsewhere = tmp_path_factory.mktemp("ray-head")
-    env = {**F.env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**F.env(), "RAY_USAGE_STATS_ENABLED": "0", **NO_AUTH}
     head = subprocess.Popen(
         ["ray", "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
          "--include-dashboard=false", "--disable-usage-stats"],
