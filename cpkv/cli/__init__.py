@@ -81,4 +81,7 @@ def main() -> None:
     from cpkv.core import signals
 
     signals.install()  # SIGTERM / SIGHUP stop a run as Ctrl-C does; SIGXFSZ is an OSError
-    app()
+    try:
+        app()
+    finally:
+        signals.ignore_late()

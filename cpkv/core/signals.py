@@ -31,16 +31,23 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def signal_name(err: BaseException) -> str:
-    """``SIGTERM`` for an :class:`Interrupted`, ``SIGINT`` for a plain ``KeyboardInterrupt``."""
+def signum_of(err: BaseException) -> int:
+    """The signal behind ``err``: an :class:`Interrupted`'s, else the one :func:`install`'s
+    handler saw last (a library may turn the exception into a plain ``KeyboardInterrupt``, as
+    Ray's ``ray.wait`` does), else SIGINT (Python's own Ctrl-C)."""
     if isinstance(err, Interrupted):
-        return signal.Signals(err.signum).name
-    return "SIGINT"
+        return err.signum
+    return _last if _last is not None else int(signal.SIGINT)
+
+
+def signal_name(err: BaseException) -> str:
+    """``SIGTERM``, ``SIGHUP`` or ``SIGINT``: see :func:`signum_of`."""
+    return signal.Signals(signum_of(err)).name
 
 
 def exit_code(err: BaseException) -> int:
     """``128 + signal``: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP."""
-    return 128 + (err.signum if isinstance(err, Interrupted) else int(signal.SIGINT))
+    return 128 + signum_of(err)
 
 
 def reason(err: BaseException) -> str:
@@ -49,6 +56,7 @@ def reason(err: BaseException) -> str:
 
 
 _raised = False
+_last: int | None = None  # the stop signal the handler saw
 _worker = False  # in a sweep's worker process
 _busy = False  # a worker is running a point
 
@@ -57,12 +65,12 @@ def _raise(signum: int, frame: FrameType | None) -> None:
     """Raise :class:`Interrupted` once; later signals are ignored while cpkv cleans up (it
     marks the run incomplete and exits within moments; SIGKILL still ends it at once). An idle
     worker process has nothing to clean up: it exits at once."""
-    global _raised
+    global _raised, _last
     if _worker and not _busy:
         os._exit(128 + signum)
     if _raised:
         return
-    _raised = True
+    _raised, _last = True, signum
     raise Interrupted(signum)
 
 
@@ -79,13 +87,23 @@ def busy() -> Iterator[None]:
 
 def install() -> None:
     """Handle the stop signals in this process (the ``cpkv`` command calls it first)."""
-    global _raised
-    _raised = False
+    global _raised, _last
+    _raised, _last = False, None
     for name in STOP_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _raise)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def ignore_late() -> None:
+    """The command has ended (its exit status is decided): a stop signal now changes nothing,
+    so it is ignored rather than killing the interpreter while it exits (Python re-raises an
+    uncaught KeyboardInterrupt as a death by SIGINT)."""
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 def worker_install() -> None:
@@ -110,3 +128,23 @@ def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(PARENT_POLL_S)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def snapshot() -> dict[int, object]:
+    """The Python handlers of the stop signals (and SIGXFSZ) now, for :func:`restore`."""
+    names = (*STOP_SIGNALS, "SIGXFSZ")
+    return {
+        int(getattr(signal, n)): signal.getsignal(getattr(signal, n))
+        for n in names
+        if hasattr(signal, n)
+    }
+
+
+def restore(saved: dict[int, object]) -> None:
+    """Put back handlers a library replaced (``ray.init`` installs its own SIGTERM handler,
+    which exits with status 1 and a stack dump instead of marking the sweep's points)."""
+    for signum, handler in saved.items():
+        if handler is None:  # not installed from Python: leave it
+            continue
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to restore
+            signal.signal(signum, handler)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cpkv.core import signals
 from cpkv.core.errors import ConfigError, CpkvError, UnsupportedError
 from cpkv.core.files import write_atomic
 from cpkv.core.registry import Registry
@@ -105,8 +106,6 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    from cpkv.core import signals
-
     jobs = min(phase.jobs or os.cpu_count() or 1, len(phase.tasks))
     pool = ProcessPoolExecutor(
         max_workers=jobs,
@@ -133,8 +132,6 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
 def run_point_in_worker(task: Task) -> PointResult:
     """:func:`run_point` in a pool's worker: SIGTERM from the driver marks the point incomplete
     (the runner does), then ends the worker."""
-    from cpkv.core import signals
-
     try:
         with signals.busy():
             return run_point(task)
@@ -184,6 +181,7 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
         target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
         most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
         kwargs = {"num_cpus": most} if target == "local" and most else {}
+        handlers = signals.snapshot()
         try:
             ray.init(
                 address=target,
@@ -198,6 +196,8 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
             where = f" at {address}" if address else ""
             lines = str(err).strip().splitlines() or [type(err).__name__]
             raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
+        finally:
+            signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
         for phase in phases:
