@@ -103,7 +103,9 @@ def _run_entry(path: Path, kind_of_entry: str) -> Entry:
         except InputError as err:
             status, shown = STATUS_CORRUPT, _why(err, path)
     elif meta.get("error"):
-        shown = str(meta["error"])[:60]
+        error = str(meta["error"])
+        mark = f"{path.name}/"  # a file of this run: name it without the run's own path
+        shown = (error.split(mark, 1)[1] if mark in error else error)[:60]
     return Entry(_local(meta.get("start_utc")), kind_of_entry, str(meta.get("name", path.name)),
                  str(meta.get("kind", "?")), status, shown, str(path))  # fmt: skip
 

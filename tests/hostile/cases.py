@@ -282,13 +282,44 @@ def fit_overflow_cases() -> list[Case]:
 # -- saved runs and sweeps: show, diff, ls, plot, resume ------------------------------------
 
 
-def make_run(folder: Path, name: str = "good", overrides: tuple[str, ...] = ()) -> Path:
-    """A finished admit run under ``folder/runs`` (through the Python API: no CLI)."""
-    from cpkv.core.config import load_config
-    from cpkv.runs.runner import run_experiment
+_TEMPLATES: dict[tuple, Path] = {}
 
-    loaded = load_config("admit", None, [f"name={name}", *overrides])
-    return run_experiment(loaded, folder / "runs", argv=["cpkv"], plots=False).path
+
+def _template(key: tuple, make: Callable[[Path], Path]) -> Path:
+    """A run or sweep made once per process (in a temporary folder removed at exit), copied
+    into each case that needs one: cases stay independent and cheap."""
+    if key not in _TEMPLATES:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="cpkv-hostile-template-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _TEMPLATES[key] = make(folder)
+    return _TEMPLATES[key]
+
+
+def _copy(template: Path, target: Path) -> Path:
+    import shutil
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(template, target)
+    return target
+
+
+def make_run(folder: Path, name: str = "good", overrides: tuple[str, ...] = ()) -> Path:
+    """A finished admit run under ``folder/runs/<day>/`` (made through the Python API once,
+    then copied)."""
+
+    def make(where: Path) -> Path:
+        from cpkv.core.config import load_config
+        from cpkv.runs.runner import run_experiment
+
+        loaded = load_config("admit", None, [f"name={name}", *overrides])
+        return run_experiment(loaded, where / "runs", argv=["cpkv"], plots=False).path
+
+    template = _template(("run", name, overrides), make)
+    return _copy(template, folder / "runs" / template.parent.name / template.name)
 
 
 def damaged(what: str, text: str | bytes) -> Callable[[Path], None]:
@@ -320,13 +351,14 @@ def serving_pair(folder: Path) -> None:
 
 def sweep_dir(folder: Path) -> None:
     """A finished 2-point sweep at ``folder/sw``."""
-    import shutil
 
-    from cpkv.sweep import run_sweep
+    def make(where: Path) -> Path:
+        from cpkv.sweep import run_sweep
 
-    (folder / "s.yaml").write_text("kind: admit\nname: s\nsweep:\n  admit.page_size: [1, 16]\n")
-    result = run_sweep([str(folder / "s.yaml")], root=folder / "runs", argv=["cpkv"])
-    shutil.move(str(result.path), folder / "sw")
+        (where / "s.yaml").write_text("kind: admit\nname: s\nsweep:\n  admit.page_size: [1, 16]\n")
+        return run_sweep([str(where / "s.yaml")], root=where / "runs", argv=["cpkv"]).path
+
+    _copy(_template(("sweep",), make), folder / "sw")
 
 
 def held_sweep(folder: Path) -> None:

@@ -358,7 +358,7 @@ def check_sweep_signal(
 def check_second_sweep(folder: Path) -> list[str]:
     """A ``--resume`` while the sweep runs is refused in one line naming the holder; the first
     sweep is not disturbed."""
-    (folder / "s.yaml").write_text(SWEEP_CONFIG.replace("count: 6000", "count: 30000"))
+    (folder / "s.yaml").write_text(SWEEP_CONFIG.replace("count: 6000", "count: 15000"))
     first = start(["sweep", "s.yaml", "-o", "out"], folder)
     if not wait_for(lambda: sweep_of(folder / "out") is not None):
         first.kill()
