@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpkv.core.errors import UnsupportedError
+from cpkv.core.errors import OutputError, UnsupportedError
+from cpkv.core.files import reason
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
@@ -40,6 +41,8 @@ def save(fig: Any, path: Path) -> Path:
         fig.tight_layout()
         fig.savefig(tmp, dpi=110)
         tmp.replace(path)
+    except OSError as err:  # a full disk, a read-only folder: one line naming the file
+        raise OutputError(f"{path}: cannot write ({reason(err)})") from None
     finally:
         plt.close(fig)
         tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing

@@ -167,6 +167,7 @@ class FullDisk:
     fails: str  # the file named in the error line
     marks_run: bool  # a run directory exists and meta.json says failed
     files: tuple[tuple[str, str], ...] = ()
+    before: tuple[str, ...] = ()  # a command run first, without the limit ("{run}": its run)
 
 
 FULL_DISK = (
@@ -213,8 +214,15 @@ FULL_DISK = (
 def check_full_disk(folder: Path, case: FullDisk) -> list[str]:
     for name, text in case.files:
         (folder / name).write_text(text)
-    before = {p.name for p in folder.iterdir()}
-    out = run(case.args, folder, file_limit=case.limit)
+    args = case.args
+    if case.before:
+        first = run(case.before, folder)
+        if first.code != 0:
+            return [f"the command before failed: {first.stderr[-300:]!r}"]
+        (run_dir,) = run_dirs(folder / "out")
+        args = tuple(a.replace("{run}", str(run_dir.relative_to(folder))) for a in args)
+    before = {str(p.relative_to(folder)) for p in folder.rglob("*")}
+    out = run(args, folder, file_limit=case.limit)
     problems = []
     line = one_line(out.stderr)
     if "Traceback" in out.stderr + out.stdout:
@@ -223,7 +231,7 @@ def check_full_disk(folder: Path, case: FullDisk) -> list[str]:
         problems.append(f"exit {out.code}, expected 2")
     if line is None or f"{case.fails}: cannot write (file too large)" not in line:
         problems.append(f"stderr is not one line naming {case.fails}: {out.stderr[-300:]!r}")
-    runs = run_dirs(folder / "out") if (folder / "out").exists() else []
+    runs = run_dirs(folder / "out") if (folder / "out").exists() and not case.before else []
     if case.marks_run:
         if len(runs) != 1:
             problems.append(f"{len(runs)} run directories, expected 1 marked failed")
@@ -233,8 +241,11 @@ def check_full_disk(folder: Path, case: FullDisk) -> list[str]:
                 problems.append(f"meta.json says {m.get('status')!r} / {m.get('error')!r}")
             if (runs[0] / "results.json").exists():
                 problems.append("results.json written")
-    elif {p.name for p in folder.iterdir()} != before:
-        problems.append(f"left behind: {sorted({p.name for p in folder.iterdir()} - before)}")
+    else:
+        left = sorted({str(p.relative_to(folder)) for p in folder.rglob("*")} - before)
+        left = [p for p in left if not p.endswith("/plots")]  # an empty plots/ folder may stay
+        if left:
+            problems.append(f"left behind: {left}")
     if temp_files(folder):
         problems.append(f"temporary files: {temp_files(folder)}")
     return problems
