@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core import signals
-from cpkv.core.errors import ConfigError, CpkvError, UnsupportedError
-from cpkv.core.files import write_atomic
+from cpkv.core.errors import ConfigError, CpkvError, OutputError, UnsupportedError
+from cpkv.core.files import reason, write_atomic
 from cpkv.core.registry import Registry
 from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.sweep.plan import Point
@@ -289,13 +289,16 @@ def run_point_packed(task: Task) -> tuple[PointResult, dict[str, bytes]]:
 def write_files(path: Path, files: dict[str, bytes]) -> None:
     """Write a packed run directory: meta.json first (so the point is visible at once),
     results.json last, each file atomically, the INCOMPLETE marker kept until the end."""
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{path}: cannot create ({reason(err)})") from None
     write_atomic(path / MARKER, "being written by the sweep driver\n", fsync=False)
     order = sorted(files, key=lambda name: (name != "meta.json", name == "results.json", name))
     for name in order:
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, files[name], fsync=False)
+        write_atomic(path / name, files[name], fsync=False)
     if MARKER not in files:
         (path / MARKER).unlink(missing_ok=True)
 

@@ -230,6 +230,8 @@ def point_status(path: Path) -> str:
 
 
 def mark_incomplete(path: Path) -> None:
-    (path / MARKER).write_text(
-        "this sweep has not finished (running, interrupted, or points left to run)\n"
+    write_atomic(
+        path / MARKER,
+        "this sweep has not finished (running, interrupted, or points left to run)\n",
+        fsync=False,
     )

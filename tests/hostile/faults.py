@@ -208,6 +208,15 @@ FULL_DISK = (
         "w.jsonl",
         False,
     ),  # fmt: skip
+    # a serving run's KV-utilisation PNG: tens of kB (`cpkv plot RUN` on a full disk)
+    FullDisk(
+        "plot",
+        ("plot", "{run}"),
+        4096,
+        "kv_utilization.png",
+        False,
+        before=("admit", "admit.mode=serving", "--no-plots", "-o", "out"),
+    ),  # fmt: skip
 )
 
 
