@@ -175,6 +175,30 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
         return
     ray = _import_ray()
     started = not ray.is_initialized()
+    with _no_ray_failure_handler():
+        _ray_run(ray, started, phases, address, on_result)
+
+
+NO_FAILURE_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+@contextlib.contextmanager
+def _no_ray_failure_handler() -> Any:
+    """Ray's C++ failure-signal handler (a stack dump, exit 1) can take SIGTERM/SIGHUP from
+    cpkv's handlers after ``ray.init``, from a thread of Ray's; it is off while cpkv drives Ray
+    (and in the Ray processes a local instance starts), unless the user set it."""
+    saved = os.environ.get(NO_FAILURE_HANDLER)
+    os.environ.setdefault(NO_FAILURE_HANDLER, "1")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(NO_FAILURE_HANDLER, None)
+
+
+def _ray_run(
+    ray: Any, started: bool, phases: Sequence[Phase], address: str | None, on_result: OnResult
+) -> None:
     if started:
         # no address: a fresh local instance ("local"), even when a cluster already runs on
         # this machine (ray.init() would join it), unless RAY_ADDRESS names one

@@ -101,6 +101,16 @@ def temp_files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if ".tmp" in p.name)
 
 
+def stray_temp_files(folder: Path, sig: int) -> list[str]:
+    """Temporary files that must not be there. A SIGKILLed process cannot remove the one it
+    was writing: that one may stay inside its run directory while the run is incomplete (it
+    is hidden, no reader takes it for a result; ``--resume`` removes the point)."""
+    left = temp_files(folder)
+    if sig != signal.SIGKILL:
+        return left
+    return [t for t in left if complete((folder / t).parent)]
+
+
 def one_line(stderr: str) -> str | None:
     """The single non-empty stderr line, or None (zero or several lines, or a traceback)."""
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -293,8 +303,8 @@ def check_run_signal(folder: Path, sig: int, delay: float) -> list[str]:
             problems.append(f"meta.json says {m.get('status')!r} / {m.get('error')!r}")
     if (run_dir / "results.json").exists() or not (run_dir / "INCOMPLETE").exists():
         problems.append("an interrupted run has results.json or lost its INCOMPLETE marker")
-    if temp_files(folder):
-        problems.append(f"temporary files: {temp_files(folder)}")
+    if stray_temp_files(folder, sig):
+        problems.append(f"temporary files: {stray_temp_files(folder, sig)}")
     return problems
 
 
@@ -347,11 +357,11 @@ def check_sweep_signal(
         for point in point_dirs(sweep):
             if not complete(point) and meta(point).get("status") not in ("incomplete", "failed"):
                 problems.append(f"{point.name}: meta.json says {meta(point).get('status')!r}")
-    for point in point_dirs(sweep):
-        if not (point / "meta.json").exists():
+    for point in point_dirs(sweep):  # (SIGKILL between mkdir and meta.json: --resume redoes it)
+        if not (point / "meta.json").exists() and sig != signal.SIGKILL:
             problems.append(f"{point.name}: no meta.json (invisible to ls and --resume)")
-    if temp_files(folder):
-        problems.append(f"temporary files: {temp_files(folder)}")
+    if stray_temp_files(folder, sig):
+        problems.append(f"temporary files: {stray_temp_files(folder, sig)}")
     listing = run(["ls", "out", "--points"], folder)
     if listing.code != 0 or "Traceback" in listing.stderr:
         problems.append(f"ls failed: {listing.stderr[-300:]!r}")
