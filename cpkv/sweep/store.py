@@ -3,6 +3,7 @@
 ``<root>/<YYYY-MM-DD>/<HH-MM-SS-ffffff>_<name>/``::
 
     sweep.yaml        the plan: configs, overrides, and every point (resolved config included)
+    sweep.lock        held (flock) by the cpkv process running the sweep (cpkv.sweep.lock)
     INCOMPLETE        until every point has been attempted
     000_<name>_.../   one ordinary run directory per point
     summary.json      one entry per point: swept values, status, error, headline metrics
