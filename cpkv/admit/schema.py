@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cpkv.admission.budgets import AdmitBudgets
+from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.iteration import IterationBudget
@@ -86,3 +87,33 @@ class AdmitConfig:
     name: str = "seed-grid"
     seed: int = 0
     admit: AdmitBlock = field(default_factory=AdmitBlock)
+
+
+BYTES_PER_REQUEST = 1024  # a request, its records and its result lines (an estimate)
+BYTES_PER_INPUT_BYTE = 3  # a requests file read whole, then parsed into requests
+
+
+def memory_need(cfg: AdmitConfig) -> MemoryNeed | None:
+    """A lower bound of the memory the run's requests take: from the grid's size, the synthetic
+    count or the size of the requests / trace file."""
+    from math import prod
+
+    from cpkv.core.memory import file_bytes
+
+    w = cfg.admit.workload
+    if w.source == "grid":
+        g = w.grid
+        lists = [g.l1_cached_tokens, g.l2_cached_tokens, g.extend_tokens, g.max_new_tokens or (0,)]
+        count = prod(len(v) for v in lists)
+        return MemoryNeed(count * BYTES_PER_REQUEST, f"admit.workload.grid: {count:,} requests")
+    if w.source == "synthetic":
+        count = w.synthetic.count
+        return MemoryNeed(
+            count * BYTES_PER_REQUEST, f"admit.workload.synthetic.count: {count:,} requests"
+        )
+    if w.source in ("jsonl", "trace") and w.limit is None:
+        size = file_bytes(w.path)
+        return MemoryNeed(
+            size * BYTES_PER_INPUT_BYTE, f"admit.workload.path: {w.path} ({size:,} bytes)"
+        )
+    return None

@@ -78,4 +78,10 @@ app.info.epilog = _epilog()
 
 
 def main() -> None:
-    app()
+    from cpkv.core import signals
+
+    signals.install()  # SIGTERM / SIGHUP stop a run as Ctrl-C does; SIGXFSZ is an OSError
+    try:
+        app()
+    finally:
+        signals.ignore_late()

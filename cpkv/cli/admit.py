@@ -71,7 +71,9 @@ def _write_workload(args: list[str] | None, path: Path) -> None:
     from cpkv.workload.jsonl_writer import export_workload
 
     config, overrides = split_args(args)
-    cfg = load_config("admit", config, overrides, command="cpkv admit").experiment
+    loaded = load_config("admit", config, overrides, command="cpkv admit")
+    loaded.spec.check_memory(loaded.experiment)
+    cfg = loaded.experiment
     count = export_workload(cfg.admit.workload, cfg.seed, path)
     typer.echo(f"wrote {count} requests ({cfg.admit.workload.source} workload) to {path}")
 
@@ -113,7 +115,9 @@ def fit_cost(
 
     if kv_bytes_per_token <= 0:
         raise ConfigError(f"--kv-bytes-per-token: must be > 0, got {kv_bytes_per_token}")
-    result = fit(read_points(points), CostModel(kv_bytes_per_token=kv_bytes_per_token))
+    result = fit(
+        read_points(points), CostModel(kv_bytes_per_token=kv_bytes_per_token), source=str(points)
+    )
     lines = [
         f"# fitted to {result.points} points of {points}: rms error {result.rms_error_us:.6g} us, "
         f"max {result.max_abs_error_us:.6g} us, mean relative error {result.mean_rel_error_pct:.4g}%, "

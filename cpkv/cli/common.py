@@ -45,7 +45,8 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def user_errors(fn: F) -> F:
-    """Turn user errors into one line on stderr and exit code 2 (Ctrl-C: 130)."""
+    """Turn user errors into one line on stderr and exit code 2; Ctrl-C, SIGTERM and SIGHUP
+    into one line and exit code 128 + signal (130, 143, 129)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -53,17 +54,40 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except CpkvError as err:
             raise fail(str(err)) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as err:
+            raise interrupted(err) from None
 
     return wrapper  # type: ignore[return-value]
 
 
+def interrupted(err: BaseException, then: str = "", *, run: bool = True) -> typer.Exit:
+    """``cpkv: interrupted (SIGTERM); RUN is marked incomplete`` (``run``: name the run
+    directory) and ``then`` on stderr, exit 128 + signal."""
+    from cpkv.core import signals
+
+    where = getattr(err, "run_dir", None) if run else None
+    line = f"cpkv: {signals.reason(err)}"
+    if where is not None:
+        line += f"; {where} is marked incomplete"
+    typer.echo(line + then, err=True)
+    return typer.Exit(signals.exit_code(err))
+
+
+def is_path_arg(item: str) -> bool:
+    """An argument that names an existing file or folder is a path, even with ``=`` in its
+    name (a sweep point's ``RUN/config.yaml``); anything else holding ``=`` is KEY=VALUE."""
+    try:
+        return Path(item).exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a path
+        return False
+
+
 def split_args(args: Sequence[str] | None) -> tuple[str | None, list[str]]:
-    """``[CONFIG.yaml] [KEY=VALUE]...`` -> (config path or None, overrides)."""
+    """``[CONFIG.yaml] [KEY=VALUE]...`` -> (config path or None, overrides); see
+    :func:`is_path_arg` for an argument holding ``=``."""
     config, overrides = None, []
     for item in args or ():
-        if "=" in item:
+        if "=" in item and not is_path_arg(item):
             overrides.append(item)
         elif config is None:
             config = item

@@ -127,7 +127,10 @@ def show(
     loaded = open_target(target)
     if isinstance(loaded, SweepView):
         if not loaded.summary:
-            raise ConfigError(f"{target}: the sweep has no summary.json yet")
+            raise ConfigError(
+                f"{target}: the sweep has no readable summary.json (missing or corrupt; "
+                f"`cpkv sweep --resume {target}` writes it again)"
+            )
         import json
 
         typer.echo(

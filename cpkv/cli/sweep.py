@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cpkv.cli.common import OutputDirOpt, user_errors
+from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, interrupted, is_path_arg, user_errors
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
 
@@ -80,6 +80,7 @@ def sweep(
     name: Annotated[
         str | None, typer.Option("--name", help="Sweep name (default: the configs' names).")
     ] = None,
+    no_plots: NoPlotsOpt = False,
 ) -> None:
     """Run every config and every point of its grid into one sweep directory.
 
@@ -95,7 +96,9 @@ def sweep(
     Each point is an ordinary run directory inside the sweep directory, beside
     sweep.yaml (the plan) and summary.json / summary.txt (one row per point: swept
     values, status, headline metrics). A failing point does not stop the others.
-    Exit code: 0 when every point completed, 1 when one failed, 2 for bad input.
+    Exit code: 0 when every point completed, 1 when one failed, 2 for bad input
+    (or a sweep directory another cpkv sweep holds); 130 / 143 / 129 when stopped by
+    Ctrl-C / SIGTERM / SIGHUP (finish it with --resume).
 
     \b
     Example: cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
@@ -126,13 +129,14 @@ def sweep(
         ray_address,
         allow_parallel_timing,
         resume,
+        no_plots,
     )
 
 
 def _split(args: list[str] | None) -> tuple[list[str], list[str]]:
     configs, overrides = [], []
     for item in args or ():
-        (overrides if "=" in item else configs).append(item)
+        (overrides if "=" in item and not is_path_arg(item) else configs).append(item)
     return configs, overrides
 
 
@@ -166,7 +170,17 @@ def _print_points(points: Any, done: set[int]) -> None:
 
 
 def _run(
-    configs, overrides, zips, name, output_dir, jobs, executor, address, allow_timing, resume
+    configs,
+    overrides,
+    zips,
+    name,
+    output_dir,
+    jobs,
+    executor,
+    address,
+    allow_timing,
+    resume,
+    no_plots,
 ) -> None:  # noqa: ANN001
     from cpkv.sweep import resume_sweep, run_sweep
 
@@ -179,20 +193,19 @@ def _run(
         "argv": sys.argv,
         "on_start": progress.start,
         "on_result": progress.point,
+        "plots": False if no_plots else None,
     }
     try:
         if resume is not None:
             result = resume_sweep(resume, **common)
         else:
             result = run_sweep(configs, overrides, zips=zips, name=name, root=output_dir, **common)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         progress.stop()
+        then = ""
         if progress.sweep_dir is not None:
-            typer.echo(
-                f"cpkv: interrupted; finish with: cpkv sweep --resume {progress.sweep_dir}",
-                err=True,
-            )
-        raise
+            then = f"; finish with: cpkv sweep --resume {progress.sweep_dir}"
+        raise interrupted(err, then, run=False) from None
     finally:
         progress.stop()
     typer.echo(result.summary_text, nl=False)

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from cpkv.cli.common import (
+    NoPlotsOpt,
+    OutputDirOpt,
+    PrintConfigOpt,
+    is_path_arg,
+    run_kind,
+    user_errors,
+)
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
 
@@ -35,7 +42,8 @@ def with_trace_path(args: Sequence[str] | None) -> list[str]:
     the trace becoming the override ``trace.path=<absolute path>``."""
     out, trace = [], None
     for item in args or ():
-        if "=" in item or item.endswith((".yaml", ".yml")):
+        is_config = item.endswith((".yaml", ".yml"))
+        if is_config or ("=" in item and not is_path_arg(item)):
             out.append(item)
         elif trace is None:
             trace = item

@@ -6,6 +6,7 @@ the key is in the file) or the override it came from, the key, and what is allow
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ import yaml
 from cpkv.core.errors import ConfigError
 from cpkv.core.kinds import KINDS, KindSpec
 from cpkv.core.schema import FieldError, build, to_dict
+from cpkv.core.yaml_input import CONFIG_LIMITS, check_yaml_bounds, read_yaml_file
 
 # Top-level keys that configure sweeps rather than a single run (read by cpkv sweep).
 SWEEP_KEYS = ("sweep",)
@@ -45,49 +47,70 @@ def dump_yaml(data: Any) -> str:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a config file into a plain dict (ConfigError with file:line on bad YAML)."""
+    """Read a config file into a plain dict: one line naming the file (and line) for a missing,
+    unreadable, too large, non-UTF-8 or invalid file, a repeated key, deep nesting or aliases
+    that expand too far (:mod:`cpkv.core.yaml_input`)."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{path}: config file not found")
-    if p.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read ({err})") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{where}: invalid YAML ({problem})") from None
-    docs = [d for d in docs if d is not None]
-    if len(docs) > 1:
-        raise ConfigError(f"{path}: holds {len(docs)} YAML documents; one config per file")
-    data = docs[0] if docs else {}
+    if p.is_dir() and (p / "config.yaml").is_file():
+        raise ConfigError(f"{path}: is a run directory; re-run its config with {p / 'config.yaml'}")
+    data = read_yaml_file(path, ConfigError, CONFIG_LIMITS, what="config file")
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
     return data
 
 
+_KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\[\d+\])*")
+_INTERPOLATION = re.compile(r"\$\{(?P<key>[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*)\}")
+
+
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """OmegaConf dotlist (``a.b=1``, ``a.l=[1,2]``) -> nested plain dict."""
+    """OmegaConf dotlist (``a.b=1``, ``a.l=[1,2]``) -> nested plain dict.
+
+    Every error quotes the override as typed: no ``=``, a malformed key (``a..b``), a value
+    that is not valid YAML or exceeds the bounds of a config file (nesting, aliases)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    merged: dict[str, Any] = {}
     for item in overrides:
-        key, eq, _ = item.partition("=")
+        key, eq, value = item.partition("=")
+        shown = _quote(item)
         if not eq or not key.strip():
             raise ConfigError(
-                f"override {item!r}: expected KEY=VALUE (for example alloc_host.page_size=16)"
+                f"override {shown}: expected KEY=VALUE (for example alloc_host.page_size=16)"
             )
-    try:
-        conf = OmegaConf.from_dotlist(list(overrides))
-        return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
-    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as err:
-        problem = getattr(err, "problem", None) or _first_line(err)  # YAML errors: the problem
-        raise ConfigError(f"overrides {' '.join(overrides)}: {problem}") from None
+        if not all(_KEY_PART.fullmatch(part) for part in key.strip().split(".")):
+            raise ConfigError(
+                f"override {shown}: malformed key {key.strip()!r}; allowed: dotted names such "
+                "as admit.page_size (letters, digits, _ and -, no empty part)"
+            )
+        check_yaml_bounds(value, f"override {shown}")
+        try:
+            conf = OmegaConf.from_dotlist([item])
+            part = OmegaConf.to_container(conf, resolve=False)
+        except (OmegaConfBaseException, ValueError, yaml.YAMLError) as err:
+            problem = getattr(err, "problem", None) or _first_line(err)  # YAML errors: the problem
+            raise ConfigError(f"override {shown}: {problem}") from None
+        merged = _merge_plain(merged, part)  # type: ignore[arg-type]
+    return merged
+
+
+def _quote(item: str, limit: int = 120) -> str:
+    """``item`` quoted as in an error message, cut to ``limit`` characters."""
+    return repr(item) if len(item) <= limit else repr(item[: limit - 3] + "...")
+
+
+def _merge_plain(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` merged into ``base`` recursively (mappings merged, anything else replaced)."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge_plain(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def load_config(
@@ -123,6 +146,12 @@ def load_config(
             f"{source}: kind is {file_kind!r}, but `{runner}` runs kind {kind!r}{other}"
         )
     sweep = {k: file_data.pop(k) for k in SWEEP_KEYS if k in file_data}
+    if sweep and command is not None:
+        line = yaml_line(path, [SWEEP_KEYS[0]]) if path is not None else None
+        raise ConfigError(
+            f"{source}{':' + str(line) if line else ''}: holds a sweep: block, and `{command}` "
+            f"runs one config; run it with `cpkv sweep {source}`"
+        )
     override_data = parse_overrides(overrides)
     if "kind" in override_data and override_data["kind"] != kind:
         runner = command or spec.command
@@ -141,9 +170,9 @@ def load_config(
             build(spec.config_cls(), {**_merge(defaults, file_data, {}, source), "kind": kind})
         except FieldError as err:
             raise ConfigError(_locate(err, path, file_data, ())) from None
-    merged = _merge(defaults, file_data, override_data, source)
-    merged["kind"] = kind
     try:
+        merged = _merge(defaults, file_data, override_data, source)
+        merged["kind"] = kind
         experiment = build(spec.config_cls(), merged)
         check_seed(getattr(experiment, "seed", 0))
     except FieldError as err:
@@ -169,11 +198,45 @@ def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | N
         merged = OmegaConf.merge(
             OmegaConf.create(defaults), OmegaConf.create(file_data), OmegaConf.create(override_data)
         )
+        check_interpolations(OmegaConf.to_container(merged, resolve=False))
         return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
     except (OmegaConfBaseException, ValueError, TypeError) as err:
         key = getattr(err, "full_key", None)
         where = source or "overrides"
         raise ConfigError(f"{where}: {key + ': ' if key else ''}{_first_line(err)}") from None
+
+
+def check_interpolations(tree: Any, at: str = "", root: Any = None) -> None:
+    """FieldError for an OmegaConf interpolation other than a whole ``${dotted.key}`` that
+    names a key holding one value (a number, a string, true/false or null).
+
+    Resolving an interpolation copies what it names, so interpolations of lists can grow a
+    config exponentially (an *interpolation bomb*), and resolvers (``${oc.env:...}``) make a
+    config depend on the environment; both are refused before OmegaConf resolves anything.
+    """
+    root = tree if root is None else root
+    if isinstance(tree, Mapping):
+        for key, value in tree.items():
+            check_interpolations(value, f"{at}.{key}" if at else str(key), root)
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            check_interpolations(value, f"{at}[{i}]", root)
+    elif isinstance(tree, str) and "${" in tree:
+        seen = [at]
+        value = tree
+        while isinstance(value, str) and "${" in value:
+            m = _INTERPOLATION.fullmatch(value)
+            target = lookup(root, m.group("key"), _ABSENT) if m else _ABSENT
+            if m is None or isinstance(target, Mapping | list) or m.group("key") in seen:
+                raise FieldError(
+                    at,
+                    f"interpolation {_quote(tree, 60)} is not allowed; allowed: a whole value "
+                    "${dotted.key} naming a key that holds one number, string, true/false or null",
+                )
+            if target is _ABSENT:
+                return  # OmegaConf names the missing key
+            seen.append(m.group("key"))
+            value = target
 
 
 def _locate(
@@ -184,11 +247,12 @@ def _locate(
     base = key.split("[")[0]
     for item in overrides:
         okey, _, value = item.partition("=")
-        if okey.strip() == base or base.startswith(okey.strip() + "."):
+        okey = okey.strip()
+        if okey == base or base.startswith(okey + ".") or okey.startswith(base + "."):
             hint = ""
             if "," in value and not value.strip().startswith(("[", "{")):
                 hint = " (a list is written [a,b]; to sweep values use `cpkv sweep ... KEY=a,b`)"
-            return f"override {item!r}: {err}{hint}"
+            return f"override {_quote(item)}: {err}{hint}"
     if path is not None and lookup(file_data, base, _ABSENT) is not _ABSENT:
         line = yaml_line(path, base.split("."))
         return f"{path}{':' + str(line) if line else ''}: {err}"

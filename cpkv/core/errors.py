@@ -17,3 +17,7 @@ class InputError(CpkvError):
 
 class UnsupportedError(CpkvError):
     """The request is valid but cannot run here (no CUDA, sglang not installed, ...)."""
+
+
+class OutputError(CpkvError):
+    """An output file could not be written (disk full, file too large, read-only, ...)."""

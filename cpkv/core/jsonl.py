@@ -20,11 +20,15 @@ def require_file(path: Path, key: str, what: str = "") -> None:
 
 
 def read_text(path: Path, what: str) -> str:
-    """The text of ``path``; InputError ``<path>: cannot read <what> (<reason>)``."""
+    """The text of ``path``; InputError ``<path>: cannot read <what> (<reason>)``, or naming the
+    byte offset of the first byte that is not UTF-8."""
+    from cpkv.core.yaml_input import decode_utf8
+
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as err:
         raise InputError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+    return decode_utf8(data, str(path), InputError)
 
 
 def parse_object(line: str, where: str) -> dict[str, Any]:
@@ -33,6 +37,8 @@ def parse_object(line: str, where: str) -> dict[str, Any]:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
         raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply; expected a flat JSON object") from None
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj

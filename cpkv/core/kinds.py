@@ -49,6 +49,8 @@ class KindSpec:
     block: str
     timed: bool = False  # rows hold wall-clock timings: sweeps run such points one at a time
     plot: str = "cpkv.plots.records:plot_run"  # draws a finished run's plots/ (matplotlib)
+    memory: str | None = None  # estimate(config) -> MemoryNeed | None (cpkv.core.memory)
+    input_files: tuple[str, ...] = ()  # dotted keys naming input files (resolved for Ray workers)
 
     def config_cls(self) -> type:
         return _import_ref(self.config)
@@ -58,6 +60,13 @@ class KindSpec:
 
     def plot_fn(self) -> Callable[..., None]:
         return _import_ref(self.plot)
+
+    def check_memory(self, config: Any) -> None:
+        """UnsupportedError when the run of ``config`` cannot fit in this machine's memory."""
+        if self.memory is not None:
+            from cpkv.core.memory import check_fits
+
+            check_fits(_import_ref(self.memory)(config))
 
 
 KINDS: Registry[KindSpec] = Registry("config kind")
@@ -76,6 +85,7 @@ register_kind(
         summary="host (L2 / HiCache) KV allocator benchmark",
         block="alloc_host",
         timed=True,
+        memory="cpkv.alloc.host.schema:memory_need",
     )
 )
 register_kind(
@@ -86,6 +96,8 @@ register_kind(
         prepare="cpkv.trace.run:prepare_stats",
         summary="request trace statistics and L1/L2 prefix-cache ratios",
         block="trace",
+        memory="cpkv.trace.schema:memory_need",
+        input_files=("trace.path",),
     )
 )
 register_kind(
@@ -96,6 +108,8 @@ register_kind(
         prepare="cpkv.trace.run:prepare_curve",
         summary="prefix-cache hit ratio against capacity for a request trace",
         block="trace",
+        memory="cpkv.trace.schema:memory_need",
+        input_files=("trace.path",),
     )
 )
 register_kind(
@@ -107,6 +121,7 @@ register_kind(
         summary="CP shared paged L1 allocator benchmark",
         block="alloc_l1",
         timed=True,
+        memory="cpkv.alloc.l1.schema:memory_need",
     )
 )
 register_kind(
@@ -117,5 +132,7 @@ register_kind(
         prepare="cpkv.admit.run:prepare",
         summary="prefill admission, tick by tick: SGLang's PrefillAdder with HiCache load-back and CP limits",
         block="admit",
+        memory="cpkv.admit.schema:memory_need",
+        input_files=("admit.workload.path", "admit.cost.fit_points"),
     )
 )

@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.diff.rules import (
     BETTER,
@@ -140,9 +138,7 @@ class _Acc:
         self.notes: list[str] = []
 
     def configs(self, point: str | None, ra: LoadedRun, rb: LoadedRun) -> None:
-        for key, va, vb in config_changes(
-            yaml.safe_load(ra.config_text), yaml.safe_load(rb.config_text)
-        ):
+        for key, va, vb in config_changes(ra.config or {}, rb.config or {}):
             if point is None or (key, va, vb) not in self.config_changes:
                 self.config_changes.append((key, va, vb))
 

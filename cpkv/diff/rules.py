@@ -36,7 +36,7 @@ class Thresholds:
                 value = float(pct.strip().rstrip("%"))
             except ValueError:
                 value = -1.0
-            if not metric.strip() or value < 0:
+            if not metric.strip() or not math.isfinite(value) or value < 0:
                 raise ConfigError(
                     f"--threshold {spec!r}: expected METRIC:PCT (p50_us:5, timing:10%, *:0)"
                 )
@@ -128,4 +128,7 @@ def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bo
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range (a damaged results.json)
+        return None

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpkv.core.errors import UnsupportedError
+from cpkv.core.errors import OutputError, UnsupportedError
+from cpkv.core.files import reason
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
@@ -34,14 +35,17 @@ def pyplot() -> Any:
 def save(fig: Any, path: Path) -> Path:
     """Write ``fig`` as a PNG through a temporary name, then close it."""
     plt = pyplot()
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
-        tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
         fig.savefig(tmp, dpi=110)
         tmp.replace(path)
+    except OSError as err:  # a full disk, a read-only folder: one line naming the file
+        raise OutputError(f"{path}: cannot write ({reason(err)})") from None
     finally:
         plt.close(fig)
+        tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing
     return path
 
 

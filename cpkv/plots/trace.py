@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from cpkv.core.errors import OutputError
+from cpkv.core.files import reason
 from cpkv.trace.stats import CurvePoint
 
 
@@ -36,8 +38,13 @@ def plot_capacity_curve(points: Sequence[CurvePoint], path: str | Path, title: s
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
         tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-        fig.savefig(tmp)
-        tmp.replace(out)  # never a half-written PNG under the final name
+        try:
+            fig.savefig(tmp)
+            tmp.replace(out)  # never a half-written PNG under the final name
+        except OSError as err:  # a full disk, a read-only folder: one line naming the file
+            raise OutputError(f"{out}: cannot write ({reason(err)})") from None
+        finally:
+            tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing
     finally:
         plt.close(fig)
     return out

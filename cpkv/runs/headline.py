@@ -40,4 +40,9 @@ def headline(record: RunRecord, limit: int = HEADLINE_METRICS) -> dict[str, floa
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float range (a damaged results.json)
+        return False

@@ -122,6 +122,8 @@ class RunRecord:
             doc = json.loads(text)
         except json.JSONDecodeError as err:
             raise InputError(f"{source}:{err.lineno}: not valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise InputError(f"{source}: not a cpkv results file (nested too deeply)") from None
         if not isinstance(doc, dict) or "schema_version" not in doc:
             raise InputError(f"{source}: not a cpkv results file (no schema_version)")
         version = doc["schema_version"]
@@ -130,20 +132,48 @@ class RunRecord:
             raise InputError(
                 f"{source}: schema_version {version!r} is not supported by cpkv (supported: {allowed})"
             )
-        try:
-            cols = doc["columns"]
-            return cls(
-                kind=str(doc["kind"]),
-                name=str(doc["name"]),
-                columns=Columns(**{k: tuple(v) for k, v in cols.items()}),
-                rows=list(doc["rows"]),
-                summary=dict(doc["summary"]),
-                table_columns=doc.get("table_columns"),
-                notes=list(doc.get("notes") or []),
-                schema_version=version,
-            )
-        except (KeyError, TypeError) as err:
-            raise InputError(f"{source}: malformed cpkv results file ({err})") from None
+
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise InputError(f"{source}: malformed cpkv results file ({what})")
+
+        for key in ("kind", "name", "columns", "rows", "summary"):
+            need(key in doc, f"no {key!r}")
+        cols, rows = doc["columns"], doc["rows"]
+        need(isinstance(cols, dict), "'columns' is not an object")
+        names = {f.name for f in dataclasses.fields(Columns)}
+        need(set(cols) <= names, f"'columns' holds {sorted(set(cols) - names)}")
+        for key in ("identity", "metrics", "timing", "outcomes"):
+            need(_strings(cols.get(key)), f"'columns.{key}' is not a list of names")
+        need(
+            _strings(cols.get("lower_is_better", [])),
+            "'columns.lower_is_better' is not a list of names",
+        )
+        need(isinstance(rows, list), "'rows' is not a list")
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        need(bad is None, f"row {bad} is not an object")
+        need(isinstance(doc["summary"], dict), "'summary' is not an object")
+        table_columns = doc.get("table_columns")
+        need(
+            table_columns is None or _strings(table_columns),
+            "'table_columns' is not a list of names",
+        )
+        notes = doc.get("notes") or []
+        need(isinstance(notes, list), "'notes' is not a list")
+        return cls(
+            kind=str(doc["kind"]),
+            name=str(doc["name"]),
+            columns=Columns(**{k: tuple(v) for k, v in cols.items()}),
+            rows=list(rows),
+            summary=dict(doc["summary"]),
+            table_columns=table_columns,
+            notes=[str(n) for n in notes],
+            schema_version=version,
+        )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def finite_json(obj: Any) -> Any:

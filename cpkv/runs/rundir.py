@@ -1,40 +1,40 @@
 """Run directories: ``<root>/<YYYY-MM-DD>/<HH-MM-SS-ffffff>_<name>/``, written atomically.
 
-A run directory is created *after* its config has been validated, holds an
-``INCOMPLETE`` marker until the run has finished, and gets ``results.json`` only once
-every result is known. Files are written to a temporary name and renamed into place,
-so no reader ever sees a half-written file.
+A run directory is created *after* its config has been validated. Its first file is
+``meta.json`` (``"status": "running"``), so every run directory that exists is visible to
+``cpkv ls`` and ``--resume``, whatever happens next; it holds an ``INCOMPLETE`` marker until
+the run has finished, and gets ``results.json`` only once every result is known. Files are
+written to a temporary name and renamed into place (:func:`cpkv.core.files.write_atomic`), so
+no reader ever sees a half-written file. A run that stops early (an error, a full disk,
+Ctrl-C, SIGTERM) keeps the marker and ``meta.json`` says why (``status`` ``failed`` or
+``incomplete``, ``error``); its temporary files are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cpkv.core.errors import InputError
+from cpkv.core.errors import CpkvError, InputError, OutputError
+from cpkv.core.files import reason, remove_tmp_files, write_atomic
 from cpkv.runs.results import RunRecord
+
+__all__ = ["write_atomic"]  # re-exported: the sweep store writes through it too
 
 DEFAULT_ROOT = Path("experiments")
 MARKER = "INCOMPLETE"
 STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED = "complete", "incomplete", "failed"
+STATUS_CORRUPT = "corrupt"
+"""``cpkv ls``: a run or sweep directory whose files cannot be read back (the reason is shown)."""
+NAME_LIMIT = 100  # characters of a run's name kept in its directory name
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def utc_now() -> datetime:
@@ -46,11 +46,41 @@ def iso(ts: datetime) -> str:
 
 
 def safe_name(name: str) -> str:
-    return _SAFE.sub("-", name).strip("-") or "run"
+    return _SAFE.sub("-", name).strip("-")[:NAME_LIMIT].strip("-") or "run"
 
 
-def _reason(err: OSError) -> str:
-    return (err.strerror or type(err).__name__).lower()
+def new_dir(root: Path, name: str, now: datetime | None = None) -> Path:
+    """Create ``<root>/<day>/<time>_<name>`` (never reused); InputError when it cannot be
+    created, with any folder this call created removed again."""
+    local = (now or utc_now()).astimezone()
+    day = root / local.strftime("%Y-%m-%d")
+    made = [p for p in (day, *day.parents) if not p.exists()]
+    try:
+        day.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # the root is a file, read-only, ...
+        raise InputError(f"{root}: cannot hold run directories ({reason(err)})") from None
+    stem = f"{local.strftime('%H-%M-%S-%f')}_{safe_name(name)}"
+    for attempt in range(1000):
+        path = day / (stem if attempt == 0 else f"{stem}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            remove_empty(made)
+            raise InputError(f"{day}: cannot create a run directory ({reason(err)})") from None
+        return path
+    remove_empty(made)
+    raise InputError(f"{day}: cannot create a new run directory for {name!r}")
+
+
+def remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty."""
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @dataclass
@@ -61,57 +91,61 @@ class RunDir:
     meta: dict[str, Any]
 
     @classmethod
-    def create(cls, root: Path, name: str, now: datetime | None = None) -> RunDir:
-        local = (now or utc_now()).astimezone()
-        day = root / local.strftime("%Y-%m-%d")
+    def create(
+        cls, root: Path, name: str, meta: Mapping[str, Any], now: datetime | None = None
+    ) -> RunDir:
+        """A new timestamped run directory under ``root``, ``meta.json`` written first."""
+        made = [p for p in (root, *root.parents) if not p.exists()]
+        path = new_dir(root, name, now)
         try:
-            day.mkdir(parents=True, exist_ok=True)
-        except OSError as err:  # the root is a file, read-only, ...
-            raise InputError(f"{root}: cannot hold run directories ({_reason(err)})") from None
-        stem = f"{local.strftime('%H-%M-%S-%f')}_{safe_name(name)}"
-        for attempt in range(1000):
-            path = day / (stem if attempt == 0 else f"{stem}-{attempt}")
-            try:
-                path.mkdir()
-            except FileExistsError:
-                continue
-            except OSError as err:
-                raise InputError(f"{day}: cannot create a run directory ({_reason(err)})") from None
-            return cls._marked(path)
-        raise InputError(f"{day}: cannot create a new run directory for {name!r}")
+            return cls._started(path, meta)
+        except BaseException:
+            remove_empty([path.parent, *made])
+            raise
 
     @classmethod
-    def create_at(cls, path: Path) -> RunDir:
+    def create_at(cls, path: Path, meta: Mapping[str, Any]) -> RunDir:
         """Create exactly ``path`` (a sweep point); its parent must exist, ``path`` must not."""
         try:
             path.mkdir()
         except FileExistsError:
             raise InputError(f"{path}: already exists; a run directory is never reused") from None
         except OSError as err:
-            raise InputError(f"{path}: cannot create the run directory ({_reason(err)})") from None
-        return cls._marked(path)
+            raise InputError(f"{path}: cannot create the run directory ({reason(err)})") from None
+        return cls._started(path, meta)
 
     @classmethod
-    def _marked(cls, path: Path) -> RunDir:
-        (path / MARKER).write_text(
-            "this run has not finished (still running, interrupted or failed)\n"
-        )
-        return cls(path, {})
+    def _started(cls, path: Path, meta: Mapping[str, Any]) -> RunDir:
+        """``meta.json`` (status running), then the ``INCOMPLETE`` marker, in the new ``path``;
+        when either cannot be written (or an interrupt arrives), ``path`` is removed again:
+        a directory without ``meta.json`` would be invisible to ``ls`` and ``--resume``."""
+        run = cls(path, {**meta, "status": "running", "start_utc": iso(utc_now()), "end_utc": None})
+        try:
+            run.write_json("meta.json", run.meta)
+            write_atomic(
+                path / MARKER,
+                "this run has not finished (still running, interrupted or failed)\n",
+                fsync=False,
+            )
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return run
 
     def write_text(self, name: str, text: str) -> Path:
         target = self.path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, text)
-        return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError(f"{target.parent}: cannot create ({reason(err)})") from None
+        return write_atomic(target, text)
 
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
-    def start(self, *, config_yaml: str, overrides: list[str], meta: Mapping[str, Any]) -> None:
+    def start(self, *, config_yaml: str, overrides: list[str]) -> None:
         self.write_text("config.yaml", config_yaml)
         self.write_text("overrides.yaml", _yaml_list(overrides))
-        self.meta = {**meta, "status": "running", "start_utc": iso(utc_now()), "end_utc": None}
-        self.write_json("meta.json", self.meta)
 
     def finish(self, record: RunRecord, table: str, extras: Mapping[str, str]) -> None:
         """Write extras, the table, then results.json, then mark the run complete."""
@@ -123,9 +157,16 @@ class RunDir:
         (self.path / MARKER).unlink(missing_ok=True)
 
     def fail(self, status: str, error: str) -> None:
-        """Record that the run stopped early; the INCOMPLETE marker stays."""
+        """Record that the run stopped early: no results.json, no temporary file, the INCOMPLETE
+        marker stays and meta.json says why (best effort: on a full disk meta.json may keep
+        ``running``, which ``cpkv ls`` shows as incomplete)."""
+        remove_tmp_files(self.path)
+        with contextlib.suppress(OSError):
+            (self.path / "results.json").unlink(missing_ok=True)
         self.meta["error"] = error
-        self._end(status)
+        with contextlib.suppress(CpkvError):
+            self._end(status)
+        remove_tmp_files(self.path)
 
     def _end(self, status: str) -> None:
         self.meta.update(status=status, end_utc=iso(utc_now()))
@@ -150,11 +191,41 @@ class LoadedRun:
     meta: dict[str, Any]
     config_text: str
     record: RunRecord
+    config: dict[str, Any] | None = None  # config.yaml parsed (bounded, checked)
+
+
+def read_file_text(file: Path) -> str:
+    """The UTF-8 text of ``file``; InputError naming it (unreadable, not UTF-8) otherwise."""
+    from cpkv.core.yaml_input import decode_utf8
+
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        raise InputError(f"{file}: cannot read ({reason(err)})") from None
+    return decode_utf8(data, str(file), InputError)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` of a run directory; InputError naming it when missing or not a JSON object."""
+    file = path / "meta.json"
+    try:
+        meta = json.loads(read_file_text(file))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{file}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except RecursionError:
+        raise InputError(f"{file}: not valid here (nested too deeply)") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{file}: expected a JSON object, got {type(meta).__name__}")
+    return meta
 
 
 def run_status(path: Path) -> str:
-    meta = _read_meta(path)
-    if meta.get("status") == "failed":
+    """complete, failed, incomplete (running, interrupted), or corrupt (meta.json unreadable)."""
+    try:
+        meta = read_meta(path)
+    except InputError:
+        return STATUS_CORRUPT
+    if meta.get("status") == STATUS_FAILED:
         return STATUS_FAILED
     if (path / MARKER).exists() or not (path / "results.json").exists():
         return STATUS_INCOMPLETE
@@ -162,28 +233,35 @@ def run_status(path: Path) -> str:
 
 
 def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "meta.json").exists() and (path / "config.yaml").exists()
+    """A folder holding ``meta.json`` (every run directory has it from its first moment)."""
+    return path.is_dir() and (path / "meta.json").is_file()
 
 
 def load_run(path: str | Path) -> LoadedRun:
-    """Read a finished run directory (InputError when it is not one)."""
+    """Read a finished run directory; InputError naming the file that is missing or unreadable
+    (meta.json, results.json, config.yaml) otherwise."""
+    from cpkv.core.yaml_input import RECORD_LIMITS, read_yaml_file
+
     p = Path(path)
     if not p.exists():
         raise InputError(f"{path}: no such directory")
     if not is_run_dir(p):
-        raise InputError(f"{path}: not a cpkv run directory (no meta.json / config.yaml)")
+        raise InputError(f"{path}: not a cpkv run directory (no meta.json)")
+    meta = read_meta(p)
     results = p / "results.json"
     if not results.exists():
-        raise InputError(f"{path}: run is {run_status(p)} (no results.json)")
-    record = RunRecord.from_json(results.read_text(encoding="utf-8"), str(results))
-    return LoadedRun(p, _read_meta(p), (p / "config.yaml").read_text(encoding="utf-8"), record)
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads((path / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
+        status = run_status(p)
+        why = f": {meta['error']}" if meta.get("error") else ""
+        raise InputError(f"{path}: run is {status} (no results.json){why}")
+    record = RunRecord.from_json(read_file_text(results), str(results))
+    config_file = p / "config.yaml"
+    config_text = read_file_text(config_file) if config_file.exists() else ""
+    config = read_yaml_file(config_file, InputError, RECORD_LIMITS) if config_text else {}
+    if not isinstance(config, dict):
+        raise InputError(
+            f"{config_file}: expected a mapping of config keys, got {type(config).__name__}"
+        )
+    return LoadedRun(p, meta, config_text, record, config)
 
 
 def find_runs(root: str | Path) -> list[Path]:

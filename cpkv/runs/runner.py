@@ -7,9 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpkv.core import signals
 from cpkv.core.config import LoadedConfig
 from cpkv.core.envinfo import machine_info, torch_info
-from cpkv.core.errors import CpkvError
+from cpkv.core.errors import CpkvError, OutputError
 from cpkv.core.kinds import KindSpec, RunContext
 from cpkv.runs.report import render
 from cpkv.runs.results import RunRecord
@@ -37,17 +38,16 @@ def run_experiment(
     ``plots`` (default: :func:`plots_wanted`) draws the run's plots under ``plots/`` once its
     results are written; a plot that fails is a warning, never a failed run.
 
-    On Ctrl-C or an error during the run, the directory keeps its ``INCOMPLETE``
-    marker, ``meta.json`` says why, and no ``results.json`` is written. ``run_dir`` (used by
-    sweeps) names the exact directory to create instead of a new timestamped one under ``root``.
+    The memory the run needs is checked first (:meth:`KindSpec.check_memory`). On Ctrl-C,
+    SIGTERM or SIGHUP (status ``incomplete``) or an error during the run, including a write
+    that fails on a full disk (status ``failed``), the directory keeps its ``INCOMPLETE``
+    marker, ``meta.json`` says why, no ``results.json`` and no temporary file is left.
+    ``run_dir`` (used by sweeps) names the exact directory to create instead of a new
+    timestamped one under ``root``.
     """
     exp = loaded.experiment
+    loaded.spec.check_memory(exp)
     execute = loaded.spec.prepare_fn()(exp)
-    target = (
-        RunDir.create_at(Path(run_dir))
-        if run_dir is not None
-        else RunDir.create(Path(root), exp.name)
-    )
     device = getattr(getattr(exp, loaded.spec.block, None), "device", None)
     meta = {
         "kind": loaded.spec.name,
@@ -58,24 +58,30 @@ def run_experiment(
         "argv": list(argv if argv is not None else sys.argv),
         **machine_info(device),
     }
-    target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides), meta=meta)
+    target = (
+        RunDir.create_at(Path(run_dir), meta)
+        if run_dir is not None
+        else RunDir.create(Path(root), exp.name, meta)
+    )
     try:
+        target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides))
         output = execute(RunContext(run_dir=target.path, progress=progress))
         record = RunRecord.from_output(loaded.spec.name, exp.name, output)
         text = render(record, "text")
         # the run may have imported torch: record its version and thread count
         target.meta.update(torch_info())
         target.finish(record, text, output.extras)
-    except KeyboardInterrupt:
-        (target.path / "results.json").unlink(missing_ok=True)
-        target.fail(STATUS_INCOMPLETE, "interrupted (KeyboardInterrupt)")
+    except KeyboardInterrupt as err:  # Ctrl-C, and SIGTERM / SIGHUP (cpkv.core.signals)
+        target.fail(STATUS_INCOMPLETE, signals.reason(err))
+        err.run_dir = target.path  # type: ignore[attr-defined]  # for the command's last line
         raise
     except Exception as err:
-        (target.path / "results.json").unlink(missing_ok=True)
         target.fail(
             STATUS_FAILED,
             str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
         )
+        if isinstance(err, OutputError):  # the reader needs the directory the failure is in
+            raise OutputError(f"{err}; the run is marked failed in its meta.json") from None
         raise
     if plots is not False and plots_wanted():
         _plot(loaded.spec, record, target.path)

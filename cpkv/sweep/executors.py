@@ -9,6 +9,7 @@ A failing point becomes a ``failed`` result; it never stops the others.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import tempfile
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cpkv.core.errors import ConfigError, CpkvError, UnsupportedError
+from cpkv.core import signals
+from cpkv.core.errors import ConfigError, CpkvError, OutputError, UnsupportedError
+from cpkv.core.files import reason, write_atomic
 from cpkv.core.registry import Registry
 from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.sweep.plan import Point
@@ -28,11 +31,15 @@ from cpkv.sweep.store import PointResult
 
 @dataclass(frozen=True)
 class Task:
-    """A point to run into ``path`` (``argv`` goes to its meta.json)."""
+    """A point to run into ``path`` (``argv`` goes to its meta.json). Everything that shapes
+    the point's run travels with it: ``plots`` False draws none (``--no-plots``, or
+    ``CPKV_PLOTS=0`` where the sweep was started), None lets the worker draw them when it has
+    matplotlib."""
 
     point: Point
     path: Path
     argv: tuple[str, ...] = ()
+    plots: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,11 @@ def run_point(task: Task) -> PointResult:
     start = time.perf_counter()
     try:
         result = run_experiment(
-            point.loaded(), task.path.parent, argv=list(task.argv), run_dir=task.path
+            point.loaded(),
+            task.path.parent,
+            argv=list(task.argv),
+            run_dir=task.path,
+            plots=task.plots,
         )
     except CpkvError as err:
         return PointResult(
@@ -96,9 +107,13 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
     from concurrent.futures.process import BrokenProcessPool
 
     jobs = min(phase.jobs or os.cpu_count() or 1, len(phase.tasks))
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=signals.worker_install,
+    )
     try:
-        futures = {pool.submit(run_point, t): t for t in phase.tasks}
+        futures = {pool.submit(run_point_in_worker, t): t for t in phase.tasks}
         for fut in as_completed(futures):
             try:
                 result = fut.result()
@@ -109,9 +124,41 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
                 )
             on_result(result)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_workers(pool)
         raise
     pool.shutdown()
+
+
+def run_point_in_worker(task: Task) -> PointResult:
+    """:func:`run_point` in a pool's worker: SIGTERM from the driver marks the point incomplete
+    (the runner does), then ends the worker."""
+    try:
+        with signals.busy():
+            return run_point(task)
+    except KeyboardInterrupt as err:
+        os._exit(signals.exit_code(err))
+
+
+STOP_WAIT_S = 10.0
+"""How long a stopped sweep waits for its workers to mark their points and exit (then SIGKILL)."""
+
+
+def stop_workers(pool: Any) -> None:
+    """Stop a process pool now: SIGTERM to every worker (each marks its point incomplete and
+    exits), no queued point starts, then wait for them, so that nothing writes into the sweep
+    directory after its summary."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
 
 
 @EXECUTORS.register(
@@ -128,12 +175,40 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
         return
     ray = _import_ray()
     started = not ray.is_initialized()
+    with _no_ray_failure_handler():
+        _ray_run(ray, started, phases, address, on_result)
+
+
+NO_FAILURE_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+@contextlib.contextmanager
+def _no_ray_failure_handler() -> Any:
+    """Ray's C++ failure-signal handler (a stack dump, exit 1) can take SIGTERM/SIGHUP from
+    cpkv's handlers after ``ray.init``, from a thread of Ray's; it is off while cpkv drives Ray
+    (and in the Ray processes a local instance starts), unless the user set it."""
+    saved = os.environ.get(NO_FAILURE_HANDLER)
+    os.environ.setdefault(NO_FAILURE_HANDLER, "1")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(NO_FAILURE_HANDLER, None)
+
+
+def _ray_run(
+    ray: Any, started: bool, phases: Sequence[Phase], address: str | None, on_result: OnResult
+) -> None:
     if started:
+        # no address: a fresh local instance ("local"), even when a cluster already runs on
+        # this machine (ray.init() would join it), unless RAY_ADDRESS names one
+        target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
         most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
-        kwargs = {"num_cpus": most} if address is None and most else {}
+        kwargs = {"num_cpus": most} if target == "local" and most else {}
+        handlers = signals.snapshot()
         try:
             ray.init(
-                address=address,
+                address=target,
                 include_dashboard=False,
                 log_to_driver=False,
                 logging_level="warning",
@@ -145,14 +220,48 @@ def ray_tasks(phases: Sequence[Phase], address: str | None, on_result: OnResult)
             where = f" at {address}" if address else ""
             lines = str(err).strip().splitlines() or [type(err).__name__]
             raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
+        finally:
+            signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
         for phase in phases:
             limit = phase.jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
-            _ray_phase(ray, remote, list(phase.tasks), limit, on_result)
+            tasks = [shippable(t) for t in phase.tasks]
+            _ray_phase(ray, remote, tasks, limit, on_result)
     finally:
         if started:
             ray.shutdown()
+
+
+def shippable(task: Task, cwd: Path | None = None) -> Task:
+    """``task`` with its point's relative input paths (the kind's ``input_files``) made absolute
+    against ``cwd`` (default: the driver's working directory): a worker runs in another one,
+    so it reads the files the driver would (the point's config.yaml records the absolute path)."""
+    from dataclasses import replace
+
+    from cpkv.core.kinds import KINDS
+
+    base = Path.cwd() if cwd is None else cwd
+    config = _deep_copy(task.point.config)
+    changed = False
+    for key in KINDS.get(task.point.kind).input_files:
+        *parents, leaf = key.split(".")
+        holder = config
+        for part in parents:
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        value = holder.get(leaf) if isinstance(holder, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            holder[leaf] = str(base / value)  # type: ignore[index]
+            changed = True
+    return replace(task, point=replace(task.point, config=config)) if changed else task
+
+
+def _deep_copy(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _deep_copy(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_deep_copy(v) for v in tree]
+    return tree
 
 
 def _ray_phase(ray: Any, remote: Any, queue: list[Task], limit: int, on_result: OnResult) -> None:
@@ -190,7 +299,7 @@ def run_point_packed(task: Task) -> tuple[PointResult, dict[str, bytes]]:
     """Run a point in a scratch directory and return its files (for remote workers)."""
     with tempfile.TemporaryDirectory(prefix="cpkv-point-") as tmp:
         scratch = Path(tmp) / task.point.name
-        result = run_point(Task(task.point, scratch, task.argv))
+        result = run_point(dataclasses.replace(task, path=scratch))
         files = {}
         if scratch.is_dir():
             files = {
@@ -202,16 +311,18 @@ def run_point_packed(task: Task) -> tuple[PointResult, dict[str, bytes]]:
 
 
 def write_files(path: Path, files: dict[str, bytes]) -> None:
-    """Write a packed run directory; results.json last, the INCOMPLETE marker kept until the end."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text("being written by the sweep driver\n")
-    order = sorted(files, key=lambda name: (name == "results.json", name))
+    """Write a packed run directory: meta.json first (so the point is visible at once),
+    results.json last, each file atomically, the INCOMPLETE marker kept until the end."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{path}: cannot create ({reason(err)})") from None
+    write_atomic(path / MARKER, "being written by the sweep driver\n", fsync=False)
+    order = sorted(files, key=lambda name: (name != "meta.json", name == "results.json", name))
     for name in order:
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(files[name])
-        tmp.replace(target)
+        write_atomic(path / name, files[name], fsync=False)
     if MARKER not in files:
         (path / MARKER).unlink(missing_ok=True)
 
@@ -249,15 +360,21 @@ def _ray_installed() -> bool:
 
 REACH_TIMEOUT_S = 3.0
 """How long :func:`check_ray_address` waits for a TCP connection to the cluster."""
+GCS_TIMEOUT_S = 3.0
+"""How long :func:`check_ray_address` waits for the cluster to answer as a Ray cluster."""
 
 
-def check_ray_address(address: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
-    """A user error unless a TCP connection to the cluster ``ray.init(address)`` would join opens.
+def check_ray_address(
+    address: str | None, timeout: float = REACH_TIMEOUT_S, gcs_timeout: float = GCS_TIMEOUT_S
+) -> None:
+    """A user error unless the cluster ``ray.init(address)`` would join answers as Ray.
 
     Cheap (no ray import): ``HOST:PORT`` (the GCS) and ``ray://HOST:PORT`` (Ray Client) are
-    tried; ``None`` and ``auto`` try ``RAY_ADDRESS`` when it is set (as ``ray.init`` does) and
-    are otherwise left to Ray (a local instance); ``local`` and other schemes are not checked.
-    Without the check ``ray.init`` retries an unreachable address for minutes.
+    tried, a TCP connection first (``timeout``), then whether it answers as gRPC
+    (``gcs_timeout``, see :func:`_not_ray`); ``None`` and ``auto`` try ``RAY_ADDRESS`` when it is set (as
+    ``ray.init`` does) and are otherwise left to Ray (a local instance); ``local`` and other
+    schemes are not checked. Without the check ``ray.init`` retries an unreachable address,
+    or one where something else listens, for minutes.
     """
     label = f"--ray-address {address}"
     if address in (None, "auto"):
@@ -277,6 +394,44 @@ def check_ray_address(address: str | None, timeout: float = REACH_TIMEOUT_S) -> 
         raise UnsupportedError(
             f"{label}: cannot reach a Ray cluster there ({_why(err, host, timeout)})"
         ) from None
+    problem = _not_ray(host, port, gcs_timeout)
+    if problem:
+        raise UnsupportedError(f"{label}: not a Ray cluster there ({problem})")
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETTINGS, stream 0
+_SETTINGS_FRAME = 4
+
+
+def _not_ray(host: str, port: int, timeout: float) -> str | None:
+    """Why ``host:port`` cannot be a Ray cluster, within ``timeout`` seconds; None when it
+    answers as a gRPC server does (the GCS and the Ray Client server are gRPC servers).
+
+    An open port that is not Ray makes ``ray.init`` retry for minutes, deaf to Ctrl-C. A gRPC
+    (HTTP/2) server answers the HTTP/2 connection preface with its SETTINGS frame at once;
+    anything else stays silent, closes, or answers in another protocol. (No grpc import: Ray
+    does not bring grpcio.)
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_HTTP2_PREFACE + _EMPTY_SETTINGS)
+            head = b""
+            while len(head) < 9:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    return "it closed the connection without answering as gRPC"
+                head += chunk
+    except TimeoutError:
+        return f"no gRPC answer within {timeout:g}s"
+    except OSError as err:
+        return _why(err, host, timeout)
+    stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+    if head[3] != _SETTINGS_FRAME or stream != 0:
+        return f"it answered {head[:9]!r}, not as gRPC"
+    return None
 
 
 def _host_port(address: str, label: str) -> tuple[str | None, int]:

@@ -7,7 +7,6 @@ runs and sweeps under a root with their status and headline metric
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,11 +16,13 @@ from typing import Any
 from cpkv.core.errors import InputError
 from cpkv.runs.headline import headline
 from cpkv.runs.rundir import (
+    STATUS_CORRUPT,
     STATUS_INCOMPLETE,
     LoadedRun,
     find_runs,
     is_run_dir,
     load_run,
+    read_meta,
     run_status,
 )
 from cpkv.sweep.plan import SweepPlan
@@ -52,7 +53,7 @@ def open_target(path: str | Path) -> LoadedRun | SweepView:
     if is_run_dir(p):
         return load_run(p)
     raise InputError(
-        f"{path}: neither a run directory (meta.json, config.yaml) nor a sweep directory ({SWEEP_FILE})"
+        f"{path}: neither a run directory (meta.json) nor a sweep directory ({SWEEP_FILE})"
     )
 
 
@@ -88,32 +89,44 @@ def list_entries(root: str | Path, *, points: bool = False, kind: str | None = N
 
 
 def _run_entry(path: Path, kind_of_entry: str) -> Entry:
-    meta = _json(path / "meta.json")
+    """One run's line; a run whose files cannot be read back is ``corrupt``, with the reason
+    (it never hides the other runs)."""
+    try:
+        meta = read_meta(path)
+    except InputError as err:
+        return Entry("", kind_of_entry, path.name, "?", STATUS_CORRUPT, _why(err, path), str(path))
     status = run_status(path)
     shown = ""
     if status == "complete":
         try:
             shown = _headline_text(headline(load_run(path).record))
         except InputError as err:
-            status, shown = "unreadable", str(err).split(": ", 1)[-1]
+            status, shown = STATUS_CORRUPT, _why(err, path)
     elif meta.get("error"):
-        shown = str(meta["error"])[:60]
+        error = str(meta["error"])
+        mark = f"{path.name}/"  # a file of this run: name it without the run's own path
+        shown = (error.split(mark, 1)[1] if mark in error else error)[:60]
     return Entry(_local(meta.get("start_utc")), kind_of_entry, str(meta.get("name", path.name)),
                  str(meta.get("kind", "?")), status, shown, str(path))  # fmt: skip
+
+
+def _why(err: InputError, path: Path) -> str:
+    """The error without the run directory's path (the listing shows it): ``results.json: ...``."""
+    text = str(err)
+    prefix = f"{path}/"
+    return text[len(prefix) :] if text.startswith(prefix) else text.split(": ", 1)[-1]
 
 
 def _sweep_entry(path: Path) -> Entry:
     try:
         plan, doc = read_plan(path)
     except InputError as err:
-        return Entry(
-            "", "sweep", path.name, "?", "unreadable", str(err).split(": ", 1)[-1], str(path)
-        )
+        return Entry("", "sweep", path.name, "?", STATUS_CORRUPT, _why(err, path), str(path))
     summary = read_summary(path)
     counts = summary.get("counts") or {}
     kinds = ",".join(dict.fromkeys(p.kind for p in plan.points))
     shown = f"{len(plan.points)} points: {counts.get('complete', 0)} complete, {counts.get('failed', 0)} failed"
-    status = summary.get("status", STATUS_INCOMPLETE)
+    status = str(summary.get("status", STATUS_INCOMPLETE))
     if status == "complete" and (path / "INCOMPLETE").exists():
         status = STATUS_INCOMPLETE
     return Entry(
@@ -137,13 +150,5 @@ def _local(utc: Any) -> str:
             .astimezone()
             .strftime("%Y-%m-%d %H:%M:%S")
         )
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return utc
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -178,6 +178,7 @@ def _point(
 ) -> Point:
     overrides = (*plain, *(f"{k}={v}" for k, v in pt.items()))
     loaded = load_config(None, path, overrides)
+    loaded.spec.check_memory(loaded.experiment)  # a point that cannot fit: refused up front
     resolved = loaded.resolved
     swept = {k: lookup(resolved, k) for k in pt}
     return Point(

@@ -7,6 +7,7 @@ and their numbers would measure the contention, not the code.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -21,11 +22,13 @@ from cpkv.runs.rundir import (
     MARKER,
     STATUS_COMPLETE,
     STATUS_FAILED,
-    RunDir,
     iso,
+    new_dir,
+    remove_empty,
     utc_now,
 )
 from cpkv.sweep.executors import EXECUTORS, Phase, Task, check_executor
+from cpkv.sweep.lock import SweepLock
 from cpkv.sweep.plan import SweepPlan, plan_sweep
 from cpkv.sweep.store import (
     PointResult,
@@ -78,6 +81,7 @@ class Launch:
     argv: tuple[str, ...]
     on_start: OnStart | None = None
     on_result: OnResult | None = None
+    plots: bool | None = None
 
 
 class LaunchOptions(TypedDict, total=False):
@@ -91,6 +95,7 @@ class LaunchOptions(TypedDict, total=False):
     argv: Sequence[str] | None
     on_start: OnStart | None
     on_result: OnResult | None
+    plots: bool | None
 
 
 def run_sweep(
@@ -107,35 +112,49 @@ def run_sweep(
     ``options`` (:class:`LaunchOptions`): ``executor``, a key of :data:`cpkv.sweep.EXECUTORS`
     (default: ``process`` when ``jobs`` > 1, else ``serial``); ``jobs``; ``address``, the Ray
     cluster for ``executor="ray"``; ``allow_parallel_timing``; ``argv`` (recorded in the plan,
-    default ``sys.argv``); ``on_start`` and ``on_result`` callbacks.
+    default ``sys.argv``); ``on_start`` and ``on_result`` callbacks; ``plots`` (False: no
+    point draws plots; None: as :func:`cpkv.runs.runner.plots_wanted` says here, on the driver).
+
+    The sweep directory is locked (:mod:`cpkv.sweep.lock`) while it runs; its ``sweep.yaml`` is
+    written before anything else, and when that fails the directory is removed again.
     """
     plan = plan_sweep(configs, overrides, zips=zips, name=name)
     launch = _launch(**options)
     root = Path(root)
     new_dirs = [p for p in (root, *root.parents) if not p.exists()]
-    sweep_dir = RunDir.create(root, f"sweep-{plan.name}").path
+    sweep_dir = new_dir(root, f"sweep-{plan.name}")
     meta = {"created_utc": iso(utc_now()), "cpkv_version": __version__, "argv": list(launch.argv),
             "executor": launch.executor, "jobs": launch.jobs}  # fmt: skip
-    write_plan(sweep_dir, plan, meta)
-    mark_incomplete(sweep_dir)
-    write_summary(sweep_dir, plan, {})
     results: dict[int, PointResult] = {}
     try:
-        return _execute(sweep_dir, plan, results, launch)
-    except CpkvError:
-        if not results:  # the executor could not start (e.g. no Ray cluster): nothing to keep
-            _remove_new(sweep_dir, new_dirs)
+        lock = SweepLock.acquire(sweep_dir, launch.argv)
+    except BaseException:
+        _remove_new(sweep_dir, new_dirs)
         raise
+    with lock:
+        try:
+            write_plan(sweep_dir, plan, meta)
+            mark_incomplete(sweep_dir)
+            write_summary(sweep_dir, plan, {})
+        except BaseException:  # a full disk, an interrupt: no half-made sweep directory
+            _remove_new(sweep_dir, new_dirs)
+            raise
+        try:
+            return _execute(sweep_dir, plan, results, launch)
+        except CpkvError:
+            if not results and not _any_point(sweep_dir, plan):
+                _remove_new(sweep_dir, new_dirs)  # the executor could not start (no Ray cluster)
+            raise
+
+
+def _any_point(sweep_dir: Path, plan: SweepPlan) -> bool:
+    return any((sweep_dir / p.name).exists() for p in plan.points)
 
 
 def _remove_new(sweep_dir: Path, new_dirs: Sequence[Path]) -> None:
     """Remove ``sweep_dir``, then its day folder and ``new_dirs`` (deepest first) while empty."""
     shutil.rmtree(sweep_dir, ignore_errors=True)
-    for folder in (sweep_dir.parent, *new_dirs):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+    remove_empty([sweep_dir.parent, *new_dirs])
 
 
 def resume_sweep(path: str | Path, **options: Unpack[LaunchOptions]) -> SweepResult:
@@ -144,9 +163,10 @@ def resume_sweep(path: str | Path, **options: Unpack[LaunchOptions]) -> SweepRes
     sweep_dir = Path(path)
     plan, _ = read_plan(sweep_dir)
     launch = _launch(**options)
-    done = _finished(sweep_dir, plan)
-    mark_incomplete(sweep_dir)
-    return _execute(sweep_dir, plan, done, launch)
+    with SweepLock.acquire(sweep_dir, launch.argv):
+        done = _finished(sweep_dir, plan)
+        mark_incomplete(sweep_dir)
+        return _execute(sweep_dir, plan, done, launch)
 
 
 def _launch(
@@ -157,11 +177,16 @@ def _launch(
     argv: Sequence[str] | None = None,
     on_start: OnStart | None = None,
     on_result: OnResult | None = None,
+    plots: bool | None = None,
 ) -> Launch:
+    from cpkv.runs.runner import plots_wanted
+
     chosen = choose_executor(executor, jobs)
     check_executor(chosen, address)
     args = tuple(argv if argv is not None else sys.argv)
-    return Launch(chosen, jobs, address, allow_parallel_timing, args, on_start, on_result)
+    if plots is None and not plots_wanted():
+        plots = False  # CPKV_PLOTS=0 here: no point draws plots, wherever it runs
+    return Launch(chosen, jobs, address, allow_parallel_timing, args, on_start, on_result, plots)
 
 
 def choose_executor(executor: str | None, jobs: int | None) -> str:
@@ -172,32 +197,63 @@ def choose_executor(executor: str | None, jobs: int | None) -> str:
 
 
 def _finished(sweep_dir: Path, plan: SweepPlan) -> dict[int, PointResult]:
-    """Points already complete (with their summary entries); other point directories are removed."""
-    old = {pt.get("index"): pt for pt in read_summary(sweep_dir).get("points") or []}
+    """Points already complete and readable (with their summary entries); other point
+    directories (interrupted, failed, corrupt) are removed, to run again."""
+    old = {pt.get("index"): pt for pt in read_summary(sweep_dir).get("points") or []
+           if isinstance(pt, dict)}  # fmt: skip
     done = {}
     for point in plan.points:
         where = sweep_dir / point.name
-        if point_status(where) == STATUS_COMPLETE:
-            entry = old.get(point.index) or {}
-            done[point.index] = PointResult(point.index, point.name, STATUS_COMPLETE, None,
-                                            entry.get("seconds"), entry.get("headline") or _headline(where))  # fmt: skip
+        entry = old.get(point.index) or {}
+        result = _from_disk(point.index, point.name, where, entry)
+        if result is not None and result.status == STATUS_COMPLETE:
+            done[point.index] = result
         elif where.exists():
             shutil.rmtree(where)  # an interrupted or failed attempt: it has no results to keep
     return done
 
 
-def _headline(path: Path) -> dict[str, float]:
+def _from_disk(index: int, name: str, where: Path, entry: dict | None = None) -> PointResult | None:
+    """What the point directory ``where`` says: complete (its results readable), failed (its
+    meta.json's error), or None (absent, running, interrupted, corrupt)."""
     from cpkv.runs.headline import headline
-    from cpkv.runs.rundir import load_run
+    from cpkv.runs.rundir import load_run, read_meta
 
-    return headline(load_run(path).record)
+    status = point_status(where)
+    if status == STATUS_FAILED:
+        try:
+            error = read_meta(where).get("error")
+        except CpkvError:
+            error = None
+        return PointResult(index, name, STATUS_FAILED, str(error) if error else "failed")
+    if status != STATUS_COMPLETE:
+        return None
+    try:
+        shown = headline(load_run(where).record)
+    except CpkvError:
+        return None
+    entry = entry or {}
+    seconds = entry.get("seconds")
+    return PointResult(index, name, STATUS_COMPLETE, None,
+                       seconds if isinstance(seconds, int | float) else None, shown)  # fmt: skip
+
+
+def reconcile(sweep_dir: Path, plan: SweepPlan, results: dict[int, PointResult]) -> None:
+    """Add to ``results`` the points whose outcome is on disk but was never reported (a worker
+    that finished a point as the sweep was stopped): the summary then matches the disk."""
+    for point in plan.points:
+        if point.index not in results:
+            found = _from_disk(point.index, point.name, sweep_dir / point.name)
+            if found is not None:
+                results[point.index] = found
 
 
 def _execute(
     sweep_dir: Path, plan: SweepPlan, results: dict[int, PointResult], launch: Launch
 ) -> SweepResult:
     skipped = len(results)
-    todo = [Task(p, sweep_dir / p.name, launch.argv) for p in plan.points if p.index not in results]
+    todo = [Task(p, sweep_dir / p.name, launch.argv, launch.plots)
+            for p in plan.points if p.index not in results]  # fmt: skip
     parallel = launch.executor != "serial" and (launch.jobs is None or launch.jobs > 1)
     together = [
         t for t in todo if launch.allow_parallel_timing or not parallel or not t.point.timed
@@ -220,7 +276,14 @@ def _execute(
             launch.on_result(result)
 
     phases = [Phase(together, launch.jobs), Phase(alone, 1)]
-    EXECUTORS.get(launch.executor)([ph for ph in phases if ph.tasks], launch.address, record)
+    try:
+        EXECUTORS.get(launch.executor)([ph for ph in phases if ph.tasks], launch.address, record)
+    except BaseException:  # Ctrl-C, SIGTERM, an executor that failed: the executor has stopped
+        reconcile(sweep_dir, plan, results)  # its workers; the summary says what the disk holds
+        with contextlib.suppress(CpkvError):
+            write_summary(sweep_dir, plan, results)
+        raise
+    reconcile(sweep_dir, plan, results)
     text = write_summary(sweep_dir, plan, results)
     if len(results) == len(plan.points):
         (sweep_dir / MARKER).unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 ``<root>/<YYYY-MM-DD>/<HH-MM-SS-ffffff>_<name>/``::
 
     sweep.yaml        the plan: configs, overrides, and every point (resolved config included)
+    sweep.lock        held (flock) by the cpkv process running the sweep (cpkv.sweep.lock)
     INCOMPLETE        until every point has been attempted
     000_<name>_.../   one ordinary run directory per point
     summary.json      one entry per point: swept values, status, error, headline metrics
@@ -62,13 +63,12 @@ def write_plan(path: Path, plan: SweepPlan, meta: Mapping[str, Any]) -> None:
 
 def read_plan(path: str | Path) -> tuple[SweepPlan, dict[str, Any]]:
     """The plan of a sweep directory (InputError when it is not one)."""
+    from cpkv.core.yaml_input import RECORD_LIMITS, read_yaml_file
+
     p = Path(path)
     if not is_sweep_dir(p):
         raise InputError(f"{path}: not a cpkv sweep directory (no {SWEEP_FILE})")
-    try:
-        doc = yaml.safe_load((p / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError(f"{p / SWEEP_FILE}: cannot read ({str(err).splitlines()[0]})") from None
+    doc = read_yaml_file(p / SWEEP_FILE, InputError, RECORD_LIMITS, what="sweep plan")
     version = doc.get("sweep_version") if isinstance(doc, dict) else None
     if version not in SUPPORTED_SWEEP_VERSIONS:
         allowed = ", ".join(map(str, SUPPORTED_SWEEP_VERSIONS))
@@ -76,7 +76,7 @@ def read_plan(path: str | Path) -> tuple[SweepPlan, dict[str, Any]]:
             f"{p / SWEEP_FILE}: sweep_version {version!r} is not supported (supported: {allowed})"
         )
     try:
-        points = tuple(Point(**{**pt, "overrides": tuple(pt["overrides"])}) for pt in doc["points"])
+        points = tuple(_point(pt) for pt in doc["points"])
         plan = SweepPlan(
             name=str(doc["name"]),
             configs=tuple(doc["configs"]),
@@ -85,9 +85,29 @@ def read_plan(path: str | Path) -> tuple[SweepPlan, dict[str, Any]]:
             points=points,
             swept_keys=tuple(doc.get("swept_keys") or ()),
         )
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"{p / SWEEP_FILE}: malformed sweep plan ({err})") from None
     return plan, doc
+
+
+_POINT_TYPES = {"index": int, "name": str, "kind": str, "config_name": str, "swept": dict,
+                "config": dict, "timed": bool}  # fmt: skip
+
+
+def _point(entry: Any) -> Point:
+    """One point of a plan read back; TypeError/KeyError/ValueError when it is malformed."""
+    if not isinstance(entry, dict):
+        raise TypeError(f"a point is {type(entry).__name__}, not a mapping")
+    for key, kind in _POINT_TYPES.items():
+        if not isinstance(entry.get(key), kind):
+            raise TypeError(f"point field {key!r} is not {kind.__name__}")
+    name = entry["name"]
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"point name {name!r} is not a directory name")
+    overrides = entry["overrides"]
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise TypeError("point field 'overrides' is not a list of strings")
+    return Point(**{**entry, "overrides": tuple(overrides)})
 
 
 def sweep_status(results: Sequence[PointResult]) -> str:
@@ -130,10 +150,31 @@ def write_summary(path: Path, plan: SweepPlan, results: Mapping[int, PointResult
 
 
 def read_summary(path: Path) -> dict[str, Any]:
+    """summary.json, or {} when it is missing or unreadable (it is rewritten from the disk)."""
     try:
-        return json.loads((path / SUMMARY_JSON).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        doc = json.loads((path / SUMMARY_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return {}
+    return doc if _summary_shape(doc) else {}
+
+
+def _summary_shape(doc: Any) -> bool:
+    """Whether ``doc`` has the shape :func:`write_summary` writes (so readers may index it)."""
+    if not isinstance(doc, dict):
+        return False
+    points = doc.get("points", [])
+    ok_points = isinstance(points, list) and all(
+        isinstance(pt, dict) and isinstance(pt.get("name"), str) and isinstance(pt.get("status"), str)
+        and isinstance(pt.get("headline") or {}, dict) and isinstance(pt.get("swept") or {}, dict)
+        for pt in points
+    )  # fmt: skip
+    keys = doc.get("swept_keys") or []
+    return (
+        ok_points
+        and isinstance(doc.get("counts") or {}, dict)
+        and isinstance(keys, list)
+        and all(isinstance(k, str) for k in keys)
+    )
 
 
 def summary_table(doc: Mapping[str, Any], fmt: str = "text") -> str:
@@ -190,6 +231,8 @@ def point_status(path: Path) -> str:
 
 
 def mark_incomplete(path: Path) -> None:
-    (path / MARKER).write_text(
-        "this sweep has not finished (running, interrupted, or points left to run)\n"
+    write_atomic(
+        path / MARKER,
+        "this sweep has not finished (running, interrupted, or points left to run)\n",
+        fsync=False,
     )

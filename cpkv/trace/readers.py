@@ -108,15 +108,34 @@ def read_mooncake(
     """
     stop = None if limit is None else start + limit
     index = 0
-    with file.open(encoding="utf-8") as lines:
-        for lineno, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            if stop is not None and index >= stop:
-                return
-            if index >= start:
-                yield _parse_mooncake(file, lineno, line, index, block_size)
-            index += 1
+    for lineno, line in _text_lines(file):
+        if not line.strip():
+            continue
+        if stop is not None and index >= stop:
+            return
+        if index >= start:
+            yield _parse_mooncake(file, lineno, line, index, block_size)
+        index += 1
+
+
+def _text_lines(file: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line; InputError naming the line and the byte offset of
+    the first byte that is not UTF-8."""
+    offset = 0
+    try:
+        with file.open("rb") as raw_lines:
+            for lineno, raw in enumerate(raw_lines, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    bad = raw[err.start : err.start + 1].hex()
+                    raise InputError(
+                        f"{file}:{lineno}: not UTF-8 text (byte 0x{bad} at offset "
+                        f"{offset + err.start}); allowed: a UTF-8 text file"
+                    ) from None
+                offset += len(raw)
+    except OSError as err:
+        raise InputError(f"{file}: cannot read the trace ({err.strerror or err})") from None
 
 
 def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: int):
@@ -126,6 +145,8 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
         raise InputError(
             f"{file}:{lineno}: not valid JSON ({exc.msg}); expected one object"
         ) from None
+    except RecursionError:
+        raise InputError(f"{file}:{lineno}: nested too deeply; expected one flat object") from None
     if not isinstance(row, dict):
         raise InputError(f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}")
     if "timestamp" not in row:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cpkv.core.memory import MemoryNeed, file_bytes
 from cpkv.core.schema import FieldError, non_empty, non_negative, positive, require
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
 from cpkv.trace.readers import TRACE_FORMATS
@@ -65,3 +66,15 @@ class TraceCurveConfig:
     seed: int = 0
     trace: TraceBlock = field(default_factory=TraceBlock)
     curve: CurveBlock = field(default_factory=CurveBlock)
+
+
+BYTES_PER_TRACE_BYTE = 3  # a trace's requests (hash lists) take about that per byte of file
+
+
+def memory_need(cfg: TraceStatsConfig | TraceCurveConfig) -> MemoryNeed | None:
+    """A lower bound of the memory the trace's requests take (from the size of its file)."""
+    block = cfg.trace
+    if block.limit is not None:
+        return None
+    size = file_bytes(block.path)
+    return MemoryNeed(size * BYTES_PER_TRACE_BYTE, f"trace.path: {block.path} ({size:,} bytes)")

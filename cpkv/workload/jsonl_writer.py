@@ -13,7 +13,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from cpkv.core.errors import InputError
+from cpkv.core.errors import InputError, OutputError
+from cpkv.core.files import reason, write_atomic
 from cpkv.workload.request import Request
 from cpkv.workload.sources import WorkloadSpec, load_workload
 
@@ -40,13 +41,18 @@ def write_jsonl(requests: Iterable[Request], path: str | Path) -> int:
     are created); returns how many lines were written."""
     path = Path(path)
     text = "".join(request_json(r) + "\n" for r in requests)
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
     except OSError as err:
-        raise InputError(f"{path}: cannot write the workload ({err.strerror or err})") from None
+        raise InputError(f"{path}: cannot write the workload ({reason(err)})") from None
+    if path.is_dir():
+        raise InputError(
+            f"{path}: cannot write the workload (is a directory; allowed: a file path)"
+        )
+    try:
+        write_atomic(path, text)  # a failed write (a full disk) leaves no temporary file
+    except OutputError as err:
+        raise OutputError(f"{err} (the workload)") from None
     return text.count("\n")
 
 

@@ -168,7 +168,7 @@ def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
                     and (type(arr) is float or type(arr) is int) and 0 <= arr < _INF
                 ):  # fmt: skip
                     req = new(rid, l1, l2, ext, mx, prio, float(arr))
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         if req is None:
             if not line.strip():

@@ -196,14 +196,52 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_written(
     assert sorted(p.name for p in sweep.iterdir()) == before
 
 
+def listening(answer: bytes | None):
+    """A local TCP server on a free port (returned) that answers every connection with
+    ``answer`` after reading the client's first bytes (None: says nothing), until the test ends."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.recv(64)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+HTTP2_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # what a gRPC server (Ray's GCS) sends first
+
+
 def test_ray_address_check(monkeypatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
+    server, port = listening(HTTP2_SETTINGS)  # answers as a gRPC server does
+    with server:
         for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"localhost:{port}"):
             check_ray_address(address)
+    for answer, why in (
+        (None, "no gRPC answer within 0.3s"),
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not as gRPC"),
+    ):
+        server, port = listening(answer)  # an open port where something else listens
+        with (
+            server,
+            pytest.raises(
+                UnsupportedError, match=rf"127.0.0.1:{port}: not a Ray cluster there \(.*{why}"
+            ),
+        ):
+            check_ray_address(f"127.0.0.1:{port}", gcs_timeout=0.3)
     for address in (None, "auto", "local", "anyscale://my-cluster"):
         check_ray_address(address)  # left to ray.init: a local instance, or not ours to check
     port = closed_port()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cpkv.alloc.rows import check_rounds
+from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import (
     FieldError,
     choices,
@@ -25,9 +26,33 @@ PROTOCOLS = ("cold", "warm")
 DEFAULT_HOST_PAGES = (8192, 16384, 32768)
 
 
+INT64_MAX = 2**63 - 1  # token slots are int64 tensors
+LAYOUT_BYTES_PER_PAGE = 100  # the free-page order as Python lists (seed 003's layouts)
+BYTES_PER_SLOT = 24  # the int64 free list, the allocator's copy and a cold-protocol clone
+
+
 def host_pages_from_gb(size_gb: float, *, bytes_per_token: int, page_size: int) -> int:
     """Pages of ``page_size`` tokens in ``size_gb`` GB (1e9 bytes) at ``bytes_per_token``."""
-    return int(math.floor(size_gb * 1e9 / float(bytes_per_token * page_size)))
+    pages = size_gb * 1e9 / float(bytes_per_token * page_size)
+    if not math.isfinite(pages) or pages * page_size > INT64_MAX:
+        raise FieldError(
+            "host_sizes_gb",
+            f"{size_gb:g} GB at {bytes_per_token} bytes/token is more token slots than an int64 "
+            f"index holds; allowed: sizes whose slots stay below 2**63",
+        )
+    return int(math.floor(pages))
+
+
+def memory_need(cfg: AllocHostConfig) -> MemoryNeed:
+    """A lower bound of the memory the largest pool takes (layout lists and int64 slots)."""
+    block = cfg.alloc_host
+    pages = max(block.pool_pages())
+    slots = pages * block.page_size
+    return MemoryNeed(
+        pages * LAYOUT_BYTES_PER_PAGE + slots * BYTES_PER_SLOT,
+        f"alloc_host: a pool of {pages:,} pages x {block.page_size} tokens "
+        f"(host_sizes_gb / host_pages, page_size)",
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +106,13 @@ class AllocHostBlock:
             raise FieldError(
                 "host_sizes_gb", "every size is below one page; allowed: sizes of at least one page"
             )
+        largest = max(pools)
+        require(
+            largest * self.page_size <= INT64_MAX,
+            "host_pages" if largest in self.host_pages else "host_sizes_gb",
+            f"a pool of {largest:,} pages x {self.page_size} tokens has more token slots than "
+            "an int64 index holds; allowed: pages x page_size below 2**63",
+        )
         smallest = min(pools)
         for req in self.request_pages:
             require(

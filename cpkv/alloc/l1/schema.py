@@ -8,9 +8,23 @@ from typing import Literal
 
 from cpkv.alloc.l1.layouts import FREE_PATTERNS, OWNER_PATTERNS
 from cpkv.alloc.rows import check_rounds
+from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import choices, each_positive, non_empty, non_negative, positive, require
 
 L1_OPS = ("stats", "free_room_stats", "select_only", "alloc_pages", "free")
+INT64_MAX = 2**63 - 1  # token indices are int64
+BYTES_PER_PAGE = 100  # lanes as Python lists (free + release) or numpy arrays, and the layout
+
+
+def memory_need(cfg: AllocL1Config) -> MemoryNeed:
+    """A lower bound of the memory the largest pool's lanes and layout take."""
+    block = cfg.alloc_l1
+    pages = max(block.physical_pages) * block.cp_size
+    return MemoryNeed(
+        pages * BYTES_PER_PAGE,
+        f"alloc_l1: {max(block.physical_pages):,} physical pages x cp_size {block.cp_size} "
+        "(physical_pages, cp_size)",
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,14 @@ class AllocL1Block:
         positive("repeat", self.repeat)
         non_negative("warmup", self.warmup)
         check_rounds(self.rounds, self.repeat)
+        largest = (max(self.physical_pages) * self.cp_size + 1) * self.page_size
+        require(
+            largest <= INT64_MAX,
+            "page_size",
+            f"token indices reach (physical_pages {max(self.physical_pages):,} x cp_size "
+            f"{self.cp_size} + 1) x page_size {self.page_size:,} = {largest:.3g}, beyond int64; "
+            "allowed: that product below 2**63",
+        )
         pool = min(self.physical_pages) * self.cp_size
         for req in self.request_pages:
             require(

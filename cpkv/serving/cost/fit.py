@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from cpkv.core.errors import InputError
 from cpkv.core.jsonl import check_fields, parse_object, read_text
@@ -112,13 +113,35 @@ def read_points(path: str | Path) -> tuple[CostPoint, ...]:
     return tuple(out)
 
 
-def fit_cost(points: Sequence[CostPoint], base: CostModel | None = None) -> CostFit:
+def fit_cost(
+    points: Sequence[CostPoint], base: CostModel | None = None, source: str | None = None
+) -> CostFit:
     """Fit ``base``'s coefficients (default: the built-in model) to ``points`` (non-negative
-    least squares)."""
+    least squares); InputError (naming ``source``, the points file) when the fit overflows."""
     import numpy as np
 
     base = base if base is not None else CostModel()
 
+    where = f"{source}: cost fit" if source else "cost fit"
+    try:
+        with np.errstate(all="ignore"):  # an overflow is refused below, not printed as a warning
+            fit = _fit(np, points, base)
+        values = (*fit.model.coefficients(), fit.rms_error_us, fit.max_abs_error_us,
+                  fit.mean_rel_error_pct, fit.r2)  # fmt: skip
+        finite = all(math.isfinite(v) for v in values)
+    except (np.linalg.LinAlgError, ValueError, OverflowError):
+        finite = False
+    if not finite:
+        largest = max(max(abs(v) for v in (*p.features()[1:], p.time_us)) for p in points)
+        raise InputError(
+            f"{where}: the points overflow float64 arithmetic (largest value {largest:.3g}), "
+            "the fit is not finite; allowed: values whose squares stay finite (below about "
+            "1e150): measure in other units"
+        )
+    return fit
+
+
+def _fit(np: Any, points: Sequence[CostPoint], base: CostModel) -> CostFit:
     x = np.array([p.features() for p in points], dtype=float)
     y = np.array([p.time_us for p in points], dtype=float)
     scale = np.abs(x).max(axis=0)
