@@ -4,7 +4,9 @@ Every kind names its top-level config dataclass and a *prepare* function, both a
 ``"module:attribute"`` references so that nothing heavy is imported until a kind runs.
 
 A kind also names the function that draws a finished run's plots (``plot``), so that the
-runner reaches the plotting layer through this registry, never by importing it.
+runner reaches the plotting layer through this registry, never by importing it, and may name
+a ``diff_view``: ``(record, run_dir) -> record or None``, the rows ``cpkv diff`` should match
+instead of the run's own (the admit kind's ticks become one row per request).
 
 ``prepare(config) -> execute`` checks everything a user can get wrong (input files,
 devices, optional packages) and raises :class:`cpkv.core.errors.CpkvError` before any run
@@ -49,6 +51,7 @@ class KindSpec:
     block: str
     timed: bool = False  # rows hold wall-clock timings: sweeps run such points one at a time
     plot: str = "cpkv.plots.records:plot_run"  # draws a finished run's plots/ (matplotlib)
+    diff_view: str | None = None  # the rows cpkv diff matches instead of the run's (see above)
 
     def config_cls(self) -> type:
         return _import_ref(self.config)
@@ -58,6 +61,9 @@ class KindSpec:
 
     def plot_fn(self) -> Callable[..., None]:
         return _import_ref(self.plot)
+
+    def diff_view_fn(self) -> Callable[..., Any] | None:
+        return _import_ref(self.diff_view) if self.diff_view else None
 
 
 KINDS: Registry[KindSpec] = Registry("config kind")
@@ -117,5 +123,6 @@ register_kind(
         prepare="cpkv.admit.run:prepare",
         summary="prefill admission, tick by tick: SGLang's PrefillAdder with HiCache load-back and CP limits",
         block="admit",
+        diff_view="cpkv.admission.per_request:request_view",
     )
 )

@@ -70,7 +70,10 @@ def prepare_stats(cfg: TraceStatsConfig) -> Callable[[RunContext], RunOutput]:
             "unlimited_cache_pct": stats.unlimited_cache_pct,
             "configured_cache_pct": rows[1].cache_pct,
         }
-        return RunOutput(rows=rows, summary=summary, notes=_notes(block))
+        directions = {"unlimited_cache_pct": "higher", "configured_cache_pct": "higher"}
+        return RunOutput(
+            rows=rows, summary=summary, notes=_notes(block), summary_directions=directions
+        )
 
     return execute
 
