@@ -126,8 +126,8 @@ def diff(
     typer.echo(render_diff(result, fmt, show_all), nl=False)
     if result.regressions:
         raise typer.Exit(1)
-    if not result.matched and not result.summary:
-        raise fail("no rows matched, nothing was compared (see the notes above)")
+    if not result.matched and (result.only_a or result.only_b):
+        raise fail("no rows matched, no row was compared (see the notes above)")
 
 
 @user_errors

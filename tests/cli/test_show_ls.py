@@ -88,12 +88,13 @@ def test_ls_lists_runs_and_sweeps_with_status(cli, tmp_path: Path, fake_kind) ->
     res = cli("ls", str(root), output=False)
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[0].split() == ["time", "type", "name", "kind", "status", "headline", "path"]
-    body = [ln.split() for ln in lines[2:]]
-    assert [(r[2], r[3], r[4], r[5], r[6]) for r in body] == [
-        ("run", "host_base", "alloc_host", "complete", "gmean_p50_us=31.62"),
-        ("run", "host_base", "alloc_host", "failed", "boom"),
-        ("sweep", "echo", "sweeptest", "complete", "2"),
+    header = ["time", "type", "name", "kind", "status", "overrides", "headline", "path"]
+    assert lines[0].split() == header
+    entries = json.loads(cli("ls", str(root), "-f", "json", output=False).output)
+    assert [(e["type"], e["name"], e["kind"], e["status"], e["overrides"], e["headline"]) for e in entries] == [
+        ("run", "host_base", "alloc_host", "complete", "", "gmean_p50_us=31.62"),
+        ("run", "host_base", "alloc_host", "failed", "", "boom"),
+        ("sweep", "echo", "sweeptest", "complete", "sweeps scale", "2 points: 2 complete"),
     ]  # fmt: skip
     doc = json.loads(cli("ls", str(root), "--points", "-f", "json", output=False).output)
     assert [e["type"] for e in doc] == ["run", "run", "sweep", "point", "point"]
@@ -109,9 +110,9 @@ def test_ls_lists_runs_and_sweeps_with_status(cli, tmp_path: Path, fake_kind) ->
     )
     assert [r["status"] for r in csv_rows] == ["complete", "failed", "complete"]
     markdown = cli("ls", str(root), "-f", "markdown", output=False).output.splitlines()
-    assert [c.strip() for c in markdown[0].strip("|").split("|")] == lines[0].split()
+    assert [c.strip() for c in markdown[0].strip("|").split("|")] == header
     assert set(markdown[1].replace("|", "")) <= {"-", " "}  # a separator row, then one per entry
-    assert [c.strip() for c in markdown[3].strip("|").split("|")][4:6] == ["failed", "boom"]
+    assert [c.strip() for c in markdown[3].strip("|").split("|")][4:7] == ["failed", "", "boom"]
     assert (
         "no runs under"
         in cli(
