@@ -82,3 +82,58 @@ def group_by(
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_UNITS = (
+    ("_per_s", "per s"), ("_pct", "%"), ("_us", "µs"), ("_ms", "ms"), ("_s", "s"),
+    ("_tokens", "tokens"),
+)  # fmt: skip
+
+
+def axis_label(name: str) -> str:
+    """A metric name as an axis label with its unit: ``ttft_p50_ms`` -> ``ttft p50 (ms)``,
+    ``vs_fifo_p99`` -> ``vs fifo p99 (x)``, ``ticks`` -> ``ticks``."""
+    leaf = name.split(".")[-1]
+    for suffix, unit in _UNITS:
+        if leaf.endswith(suffix) and len(leaf) > len(suffix):
+            stem = name[: len(name) - len(suffix)]
+            return f"{stem.replace('_', ' ')} ({unit})"
+    if leaf.startswith("vs_") or "_vs_" in leaf:
+        return f"{name.replace('_', ' ')} (x)"
+    return name.replace("_", " ")
+
+
+def integer_axis(ax: Any, axis: str = "y") -> None:
+    """Ticks at whole numbers only (counts, ticks, tokens): never 1.5 ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(MaxNLocator(integer=True))
+
+
+def all_integers(values: Sequence[Any]) -> bool:
+    return all(
+        isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+        for v in values
+        if v is not None
+    )
+
+
+def human(value: float) -> str:
+    """A tick label without exponents: 15.6M, 250k, 1500, 0.25."""
+    size = abs(value)
+    if size >= 1e9:
+        return f"{value / 1e9:.4g}G"
+    if size >= 1e6:
+        return f"{value / 1e6:.4g}M"
+    if size >= 1e5:
+        return f"{value / 1e3:.4g}k"
+    return f"{value:.6g}"
+
+
+def human_axis(ax: Any, axis: str = "y") -> None:
+    """Tick labels as :func:`human` numbers (no ``1e7`` offset above the axis)."""
+    from matplotlib.ticker import FuncFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
