@@ -263,17 +263,17 @@ def _verdict(diff: Diff) -> str:
             bad = sum(_row_verdict(cs) == WORSE for cs in groups.values())
             parts.append(f"rows: {bad} of {len(groups)} worse")
         return f"verdict: REGRESSION ({'; '.join(parts)})"
-    moved = [c for c in diff.summary if c.verdict not in (SAME,)]
+    moved = [c for c in diff.summary if c.verdict not in (SAME, INFO)]
     better = counts[BETTER] + sum(c.verdict == BETTER for c in diff.summary)
     if not moved and not counts[BETTER] and not diff.outcome_changes:
-        extra = f"; {counts[NOISE]} timing changes not significant" if counts[NOISE] else ""
+        extra = f" ({counts[NOISE]} timing changes within the noise)" if counts[NOISE] else ""
         return f"verdict: no significant change{extra}"
     tally = [f"{better} better"] if better else []
     changed = sum(c.verdict == CHANGED for c in diff.summary) + len(diff.outcome_changes)
     if changed:
         tally.append(f"{changed} changed")
     if counts[NOISE]:
-        tally.append(f"{counts[NOISE]} not significant")
+        tally.append(f"{counts[NOISE]} timing changes within the noise")
     return f"verdict: no regression ({', '.join(tally) or 'nothing worse'})"
 
 
