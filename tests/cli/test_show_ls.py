@@ -137,3 +137,36 @@ def test_show_a_sweep_renders_its_summary(cli, tmp_path: Path, fake_kind) -> Non
     )
     # headline of kind sweeptest: mean tokens over ticks 0..2 at scale s = 10 * s * 2
     assert [(r["scale"], float(r["mean_tokens"])) for r in rows] == [("1.0", 20.0), ("2.0", 40.0)]
+
+
+def test_show_columns_of_a_sweep(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811
+    cfg = tmp_path / "e.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"kind": "sweeptest", "name": "echo", "sweep": {"sweeptest.scale": [1.0, 2.0]}}
+        )
+    )
+    sweep = run_sweep([str(cfg)], root=tmp_path / "exp").path
+    res = cli("show", str(sweep), "-c", "point,scale,mean_tokens", output=False)
+    assert res.exit_code == 0, res.output
+    assert [ln.split() for ln in res.output.splitlines()] == [
+        ["point", "scale", "mean_tokens"], ["-------", "-------", "-------------"],
+        ["000", "1.00", "20.00"], ["001", "2.00", "40.00"],
+    ]  # fmt: skip
+    res = cli("show", str(sweep), "-c", "nope", output=False)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert (
+        "cpkv: error: --columns nope: not a column of this sweep's summary (columns: point, name,"
+        in res.output
+    )
+    res = cli("show", str(sweep), "-c", "statsu", output=False)
+    assert res.exit_code == 2 and "did you mean 'status'?" in res.output
+
+
+def test_ls_tells_runs_of_one_config_apart(cli, tmp_path: Path) -> None:
+    assert cli("admit").exit_code == 0
+    assert cli("admit", "admit.cp.max_batch_requests=4", "admit.page_size=16").exit_code == 0
+    entries = json.loads(cli("ls", str(cli.root), "-f", "json", output=False).output)
+    assert [e["overrides"] for e in entries] == ["", "max_batch_requests=4 page_size=16"]
+    text = cli("ls", str(cli.root), output=False).output
+    assert "max_batch_requests=4 page_size=16" in text.splitlines()[3]

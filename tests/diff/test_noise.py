@@ -14,11 +14,21 @@ from pathlib import Path
 
 from cpkv.core.timing import summarize
 from cpkv.diff.compare import NOISE, WORSE, diff_paths
-from cpkv.diff.rules import RANK, samples_field
 from cpkv.diff.ranktest import mann_whitney_u
+from cpkv.diff.rules import RANK, samples_field
 from tests.helpers.paths import SAVED_RUNS
 
-STATS = ("mean_us", "p25_us", "p50_us", "p75_us", "p95_us", "p99_us", "min_us", "max_us", "stdev_us")
+STATS = (
+    "mean_us",
+    "p25_us",
+    "p50_us",
+    "p75_us",
+    "p95_us",
+    "p99_us",
+    "min_us",
+    "max_us",
+    "stdev_us",
+)
 
 
 def make_run(path: Path, rows_samples: list[list[float]], keep_samples: bool = True) -> str:

@@ -283,6 +283,8 @@ def with_fifo_ratios(rows: list[HostBenchRow]) -> list[HostBenchRow]:
         return (row.impl, row.op, row.protocol, row.pattern, row.total_pages, row.request_pages)
 
     fifo = {key(r): r for r in rows if r.method == "fifo" and r.op != "mixed"}
+    if not any(r.method == "contiguous" and r.op != "mixed" for r in rows):
+        return rows  # nothing to compare FIFO with
     out = []
     for row in rows:
         base = fifo.get(key(row)) if row.op != "mixed" else None
