@@ -107,7 +107,7 @@ def fit_cost(
     block to paste into a config, and the fit error; admit.cost.fit_points=POINTS.jsonl fits
     them inside a serving run instead.
 
-    Example: cpkv fit-cost measured_iterations.jsonl --kv-bytes-per-token 131072
+    Example: cpkv fit-cost configs/examples/points.jsonl --kv-bytes-per-token 131072
     """
     from cpkv.core.errors import ConfigError
     from cpkv.serving.cost.fit import fit_cost as fit

@@ -42,6 +42,10 @@ def host(
     contiguous; patterns contiguous_fifo, fragmented_prefix_later_run, random_fragmented,
     no_run; ops alloc, free, mixed; protocols cold, warm.
 
+    Ratios measured side by side in the run: vs_reference (the reference's p50 over the
+    row's, when reference runs beside another impl) and vs_fifo_p50 / vs_fifo_p99 (the
+    row's p50 / p99 over FIFO's for the same impl and case, when both methods run).
+
     Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
     """
     run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", no_plots, full)

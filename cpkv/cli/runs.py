@@ -249,9 +249,14 @@ def plot(
     """Write PNG plots of a run or a sweep (needs matplotlib: pip install 'cpkv[plot]').
 
     \b
-    Allocator runs: p50/p99 against request pages, per pattern and impl.
-    Runs with ticks (admission): every numeric per-tick field against the tick.
-    Sweeps: each headline metric against each swept key.
+    Allocator runs: p50/p99 against request pages, per pattern and impl (bars
+      when one request size ran).
+    Runs with ticks (admission): every numeric per-tick field against the tick,
+      12 panels a file; beyond 300 ticks, the mean of each bin and its min..max.
+    Serving runs: KV utilisation over time, TTFT/TPOT CDFs with the SLOs.
+    Trace curve runs: the hit ratio against the cache capacity.
+    Sweeps: each headline metric against each swept key, from the points that
+      swept it, one line per value of the other keys that vary.
 
     Example: cpkv plot experiments/2026-05-01/10-00-00-000000_sweep-host-small
     """
