@@ -100,7 +100,7 @@ def diff(
     3. the rows, matched on their identity columns (never by position; an admission run's
        ticks are compared per request: the tick that admitted each rid, its prefix and
        extend tokens): only the metrics that got worse or better, worst first, at most
-       20 lines, with counts of the rest (--all: every row and metric).
+       15 rows, with counts of the rest (--all: every row and metric).
 
     \b
     A metric changes when |change| exceeds its threshold (default 10% for timings, 0% for
@@ -232,7 +232,13 @@ def ls(
     columns = ["time", "type", "name", "kind", "status", "overrides", "headline", "path"]
     if not any(e.overrides for e in entries):
         columns.remove("overrides")
-    typer.echo(table([asdict(e) for e in entries], columns, fmt).rstrip("\n"))
+    rows = [asdict(e) for e in entries]
+    if fmt != "csv":  # a sweep of many kinds: say how many, not all of them
+        for row in rows:
+            kinds = row["kind"].split(",")
+            if len(kinds) > 2:
+                row["kind"] = f"{len(kinds)} kinds"
+    typer.echo(table(rows, columns, fmt).rstrip("\n"))
 
 
 @user_errors

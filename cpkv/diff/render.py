@@ -2,7 +2,7 @@
 
 Text and Markdown lead with what changed and end with the verdict: config differences, the
 summary (headline numbers always, other summary values when they changed), then the rows
-that changed, worst first, at most a screenful (``ROW_LINES``; ``--all`` shows every row and
+that changed, worst first, at most ``ROW_LINES`` of them (``--all`` shows every row and
 metric), with counts of the rest. JSON holds everything.
 """
 
@@ -21,7 +21,7 @@ from cpkv.runs.report import table
 from cpkv.runs.results import finite_json
 
 DIFF_FORMATS = ("text", "markdown", "json")
-ROW_LINES = 20  # changed row metrics shown by default
+ROW_LINES = 15  # changed rows shown by default
 SUMMARY_LINES = 16  # summary lines shown by default (the headline always)
 LIST_LINES = 8  # outcome changes, rows only in A / B
 RULE = (
@@ -49,7 +49,7 @@ def render_diff(diff: Diff, fmt: str = "text", show_all: bool = False) -> str:
     out += ["", *_summary_section(diff, tfmt, md, show_all)]
     out += ["", *_rows_section(diff, tfmt, md, show_all)]
     out += _lists(diff, md, show_all)
-    out += [f"note: {n}" for n in diff.notes]
+    out += [f"note: {n}" for n in [*diff.notes, *_drift_note(diff)]]
     timing = _timing_line(diff)
     out += ["", *([timing] if timing else []), _verdict(diff)]
     return "\n".join(out) + "\n"
@@ -247,6 +247,22 @@ def _timing_line(diff: Diff) -> str:
             sig = sum(c.verdict in (WORSE, BETTER) for c in mine)
             parts.append(f"{len(mine)} by {how}: {sig} significant, {len(mine) - sig} noise")
     return "timing changes beyond their threshold: " + "; ".join(parts)
+
+
+def _drift_note(diff: Diff) -> list[str]:
+    """A warning when every significant timing change points the same way in 3 rows or more:
+    that is what a machine-wide change between the runs (load, clock) looks like too."""
+    moved = [c for c in diff.changes if c.rule and c.verdict in (WORSE, BETTER)]
+    rows = {json.dumps([c.point, c.row], sort_keys=True, default=str) for c in moved}
+    ways = {(c.b or 0) > (c.a or 0) for c in moved}
+    if len(rows) < 3 or len(ways) != 1:
+        return []
+    way = "slower" if ways.pop() else "faster"
+    return [
+        f"every significant timing change ({len(rows)} rows) is {way} in B: a change of the "
+        "machine between the runs (load, clock) looks the same; rerun both on a quiet machine, "
+        "or compare ratios measured side by side in one run (vs_reference, vs_fifo_*)"
+    ]
 
 
 def _verdict(diff: Diff) -> str:

@@ -9,6 +9,8 @@ by the run (``summary_directions`` in results.json; ``neutral`` there: never jud
 because it is one of the row metrics
 (``ttft_p50_ms``), or a mean of one (``mean_cache_pct``). A headline that summarises timing
 rows (``gmean_p50_us``, ``median_vs_reference``) is ``info``: its rows are rank-tested one by one, and they decide.
+Ratios of timings in a summary (keys under ``vs_*``, such as an allocator run's
+``vs_reference_p50``) are ``info`` beyond the timing threshold, like a timing headline.
 Any other change is ``changed`` (reported, never a regression). Wall-clock parts of a summary
 (the ``timing`` mapping and the row timing columns, such as ``duration_us``) are left out:
 single wall-clock numbers have no samples to test. Nested mappings are flattened
@@ -71,6 +73,8 @@ def direction(key: str, record: RunRecord) -> str | None:
     declared = record.summary_directions.get(key)
     if declared:
         return declared
+    if key.split(".")[0].startswith("vs_"):
+        return INFO  # a ratio of timings: the rows behind it are rank-tested
     cols = record.columns
     prefixes = ("gmean_", "mean_", "median_")
     for name in (key, *(key[len(p) :] for p in prefixes if key.startswith(p))):

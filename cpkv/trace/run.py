@@ -99,7 +99,14 @@ def prepare_curve(cfg: TraceCurveConfig) -> Callable[[RunContext], RunOutput]:
             "requests": len(trace.requests),
             "hicache_ratio": curve.hicache_ratio,
         }
-        return RunOutput(rows=points, summary=summary, notes=notes)
+        smallest = min(points, key=lambda p: p.capacity_pct)
+        largest = max(points, key=lambda p: p.capacity_pct)
+        summary["headline"] = {  # the two ends of the curve
+            "cache_pct_at_min_capacity": smallest.cache_pct,
+            "cache_pct_at_max_capacity": largest.cache_pct,
+        }
+        directions = dict.fromkeys(summary["headline"], "higher")
+        return RunOutput(rows=points, summary=summary, notes=notes, summary_directions=directions)
 
     return execute
 

@@ -141,3 +141,25 @@ def test_ratio_columns_are_reported_not_judged(tmp_path: Path) -> None:
     rec = RunRecord.from_json(json.dumps(record))
     assert samples_field(rec, rec.rows[0], "p99_us") == "samples_us"
     assert samples_field(rec, rec.rows[0], "vs_reference") is None
+
+
+def test_every_row_moving_one_way_gets_a_note(cli, tmp_path: Path) -> None:
+    """Three rows, all 30 % slower in B: a regression, and a note that a machine-wide change
+    between the runs looks the same."""
+    a = make_run(tmp_path / "a", [gauss(i) for i in range(3)])
+    b = make_run(tmp_path / "b", [[1.3 * v for v in gauss(10 + i)] for i in range(3)])
+    res = cli("diff", a, b, output=False)
+    assert res.exit_code == 1
+    assert "note: every significant timing change (3 rows) is slower in B" in res.output
+
+
+def test_summary_ratios_of_timings_are_info(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", [gauss(1)])
+    b = make_run(tmp_path / "b", [gauss(1)])
+    for path, median in ((a, 7.0), (b, 5.0)):
+        doc = json.loads((Path(path) / "results.json").read_text())
+        doc["summary"]["vs_reference_p50"] = {"alloc/fifo": {"median": median}}
+        (Path(path) / "results.json").write_text(json.dumps(doc))
+    d = diff_paths(a, b)
+    (c,) = [c for c in d.summary if c.key == "vs_reference_p50.alloc/fifo.median"]
+    assert c.verdict == "info" and not d.regressions
