@@ -119,21 +119,22 @@ def all_integers(values: Sequence[Any]) -> bool:
     )
 
 
-def human(value: float) -> str:
-    """A tick label without exponents: 15.6M, 250k, 1500, 0.25."""
-    size = abs(value)
-    if size >= 1e9:
-        return f"{value / 1e9:.4g}G"
-    if size >= 1e6:
-        return f"{value / 1e6:.4g}M"
-    if size >= 1e5:
-        return f"{value / 1e3:.4g}k"
+def human(value: float, top: float | None = None) -> str:
+    """A tick label without exponents: 15.6M, 250k, 1500, 0.25. ``top`` (the largest value on
+    the axis) picks one unit for every label of an axis."""
+    if value == 0:
+        return "0"
+    size = abs(value) if top is None else abs(top)
+    for limit, div, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e5, 1e3, "k")):
+        if size >= limit:
+            return f"{value / div:.4g}{suffix}"
     return f"{value:.6g}"
 
 
 def human_axis(ax: Any, axis: str = "y") -> None:
-    """Tick labels as :func:`human` numbers (no ``1e7`` offset above the axis)."""
+    """Tick labels as :func:`human` numbers in one unit per axis (no ``1e7`` offset above it)."""
     from matplotlib.ticker import FuncFormatter
 
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+    limits = ax.get_ylim if axis == "y" else ax.get_xlim
+    target.set_major_formatter(FuncFormatter(lambda v, _: human(v, max(abs(x) for x in limits()))))
