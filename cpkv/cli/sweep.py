@@ -222,6 +222,13 @@ def _run(
         progress.stop()
     typer.echo(result.summary_text, nl=False)
     typer.echo(str(result.path))
+    skipped = [r for r in result.results.values() if r.status == "skipped"]
+    if skipped:
+        typer.echo(
+            f"cpkv: {len(skipped)} of {len(result.plan.points)} points skipped: they cannot run on "
+            "this machine (see summary.txt; --resume tries them again)",
+            err=True,
+        )
     if result.failed:
         typer.echo(
             f"cpkv: {len(result.failed)} of {len(result.plan.points)} points failed (see summary.txt)",

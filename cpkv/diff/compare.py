@@ -289,6 +289,13 @@ def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
         if pb is None:
             acc.notes.append(f"point {pa.name} is only in A")
             continue
+        status = {
+            side: _status(view, point) for side, view, point in (("A", sa, pa), ("B", sb, pb))
+        }
+        not_run = [f"{st} in {side}" for side, st in status.items() if st not in (None, "complete")]
+        if not_run:
+            acc.notes.append(f"point {pa.name} not compared: {', '.join(not_run)}")
+            continue
         try:
             ra, rb = load_run(sa.point_dir(pa.name)), load_run(sb.point_dir(pb.name))
         except InputError as err:
@@ -304,6 +311,14 @@ def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
             f"{acc.b}: no point of this sweep matches a finished point of {acc.a} (same kind, config name and swept values)"
         )
     acc.kind = ",".join(dict.fromkeys(kinds))
+
+
+def _status(view: SweepView, point: Any) -> str | None:
+    """How a sweep's summary says ``point`` ended (None when it does not say)."""
+    for entry in view.summary.get("points") or []:
+        if entry.get("index") == point.index:
+            return entry.get("status")
+    return None
 
 
 def config_changes(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:

@@ -91,6 +91,13 @@ def test_a_point_that_cannot_run_here_is_skipped_with_its_reason(
     res = cli("sweep", "--resume", str(sweep), output=False)
     assert res.exit_code == 0, res.output
     assert json.loads((sweep / "summary.json").read_text())["points"][1]["status"] == "skipped"
+    # a diff of two such sweeps compares what ran and names what did not
+    res = cli("diff", str(sweep), str(sweep), output=False)
+    assert res.exit_code == 0, res.output
+    assert (
+        "note: point 001_echo_needs_device=true not compared: skipped in A, skipped in B"
+        in res.output
+    )
 
 
 def test_a_point_that_would_fail_makes_the_dry_run_exit_1(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811
