@@ -79,7 +79,8 @@ def run_cpkv(code_root: Path, args: list[str], out: Path, limit: float) -> tuple
 
 
 def strip_timing(results: dict) -> dict:
-    timing = set(results.get("columns", {}).get("timing", ()))
+    columns = results.get("columns", {})
+    timing = set(columns.get("timing", ())) | set(columns.get("samples", ()))  # raw samples too
     results["rows"] = [{k: v for k, v in row.items() if k not in timing} for row in results["rows"]]
     summary = results.get("summary", {})
     for key in wall_clock_keys(summary):

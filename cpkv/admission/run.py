@@ -59,6 +59,16 @@ TABLE_COLUMNS = (
 )  # fmt: skip
 
 
+SUMMARY_DIRECTIONS = {
+    "ticks": "lower",  # passes to admit the same queue
+    "requests_admitted": "higher",
+    "requests_waiting": "lower",
+    "decisions": "neutral",  # add_one_req calls: the model's work, not an outcome
+    "first_batch_requests": "neutral",
+}
+"""How ``cpkv diff`` judges the summary numbers of a passes run (others are ``changed``)."""
+
+
 def tick_row(t: TickRecord) -> TickRow:
     """The table row of one tick."""
     names = []
@@ -134,6 +144,7 @@ def prepare_passes(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
             extras={"ticks.jsonl": ticks_jsonl(result)},
             table_columns=TABLE_COLUMNS,
             notes=[*_notes(cfg), *_stall_note(cfg, result), timing_note(s.decisions, timing)],
+            summary_directions=SUMMARY_DIRECTIONS,
         )
 
     return execute

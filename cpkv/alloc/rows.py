@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpkv.core.timing import Stats
-from cpkv.runs.results import metric
+from cpkv.runs.results import metric, samples
 
 TABLE_COLUMNS = (
     "impl", "method", "op", "pattern", "total_pages", "request_pages",
@@ -45,8 +45,9 @@ class BenchIdentity:
 
 @dataclass(frozen=True)
 class TimedFields:
-    """How many samples were kept, their spread in microseconds, and how often the selection
-    was physically contiguous."""
+    """How many samples were kept, their spread in microseconds, how often the selection
+    was physically contiguous, and the raw samples (at most
+    :data:`cpkv.core.timing.SAMPLES_KEPT`; ``cpkv diff`` rank-tests them)."""
 
     repeat: int
     mean_us: float = metric(unit="us", timing=True)
@@ -59,6 +60,7 @@ class TimedFields:
     max_us: float = metric(unit="us", timing=True)
     stdev_us: float = metric(unit="us", timing=True)
     contiguous_ratio: float = metric(lower_is_better=False)
+    samples_us: tuple[float, ...] = samples(unit="us")
 
 
 def timed_fields(stats: Stats, contiguous: int) -> dict[str, Any]:
@@ -76,6 +78,7 @@ def timed_fields(stats: Stats, contiguous: int) -> dict[str, Any]:
         "max_us": stats.max_us,
         "stdev_us": stats.stdev_us,
         "contiguous_ratio": contiguous / stats.n if stats.n else 0.0,
+        "samples_us": stats.samples_us,
     }
 
 
@@ -95,3 +98,25 @@ def check_rounds(rounds: int, repeat: int) -> None:
         "rounds",
         f"{rounds} rounds cannot share {repeat} samples; allowed: 1..{repeat}",
     )
+
+
+def bench_headline(rows: list[Any]) -> dict[str, float]:
+    """The numbers that stand for an allocator run (sweep summaries, ``cpkv ls``, the last
+    line of the output): the geometric mean p50 over every row; the median ``vs_reference``
+    over the rows of the other impls (the speed-up); the median ``vs_fifo_p99`` over the
+    contiguous rows of the impls other than the reference when any ran, else of all (the
+    price of contiguity at the tail; host only). Ratios appear only when measured."""
+    import statistics
+
+    out: dict[str, float] = {}
+    p50 = [r.p50_us for r in rows if r.p50_us > 0]
+    if p50:
+        out["gmean_p50_us"] = statistics.geometric_mean(p50)
+    speedups = [r.vs_reference for r in rows if r.impl != "reference" and r.vs_reference]
+    if speedups:
+        out["median_vs_reference"] = statistics.median(speedups)
+    contiguous = [r for r in rows if getattr(r, "vs_fifo_p99", None) and r.method == "contiguous"]
+    fast = [r for r in contiguous if r.impl != "reference"] or contiguous
+    if fast:
+        out["median_vs_fifo_p99"] = statistics.median(r.vs_fifo_p99 for r in fast)
+    return out

@@ -16,9 +16,11 @@ from cpkv.cli import admit as admit_cli
 from cpkv.cli import alloc, trace
 from cpkv.cli import runs as runs_cli
 from cpkv.cli import sweep as sweep_cli
+from cpkv.cli.usage import OneLineGroup
 
 app = typer.Typer(
     name="cpkv",
+    cls=OneLineGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,

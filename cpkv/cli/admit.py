@@ -8,16 +8,18 @@ from typing import Annotated
 import typer
 
 from cpkv.cli.common import (
-    ArgsArg,
+    FullOpt,
     NoPlotsOpt,
     OutputDirOpt,
     PrintConfigOpt,
+    args_arg,
     run_kind,
     split_args,
     user_errors,
 )
 from cpkv.runs.rundir import DEFAULT_ROOT
 
+ArgsArg = args_arg("admit.page_size=64")
 WriteWorkloadOpt = Annotated[
     Path | None,
     typer.Option(
@@ -34,6 +36,7 @@ def admit(
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
     no_plots: NoPlotsOpt = False,
+    full: FullOpt = False,
     write_workload: WriteWorkloadOpt = None,
 ) -> None:
     """Group waiting requests into prefill batches, tick by tick, and name the budget that stops each.
@@ -63,7 +66,7 @@ def admit(
     if write_workload is not None:
         _write_workload(args, write_workload)
         return
-    run_kind("admit", args, output_dir, print_config, "cpkv admit", no_plots)
+    run_kind("admit", args, output_dir, print_config, "cpkv admit", no_plots, full)
 
 
 def _write_workload(args: list[str] | None, path: Path) -> None:
@@ -106,7 +109,7 @@ def fit_cost(
     block to paste into a config, and the fit error; admit.cost.fit_points=POINTS.jsonl fits
     them inside a serving run instead.
 
-    Example: cpkv fit-cost measured_iterations.jsonl --kv-bytes-per-token 131072
+    Example: cpkv fit-cost configs/examples/points.jsonl --kv-bytes-per-token 131072
     """
     from cpkv.core.errors import ConfigError
     from cpkv.serving.cost.fit import fit_cost as fit

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from cpkv.cli.common import ArgsArg, NoPlotsOpt, OutputDirOpt, PrintConfigOpt, run_kind, user_errors
+from cpkv.cli.common import (
+    FullOpt,
+    NoPlotsOpt,
+    OutputDirOpt,
+    PrintConfigOpt,
+    args_arg,
+    run_kind,
+    user_errors,
+)
+from cpkv.cli.usage import OneLineGroup
 from cpkv.runs.rundir import DEFAULT_ROOT
 
 app = typer.Typer(
+    cls=OneLineGroup,
     no_args_is_help=True,
     rich_markup_mode=None,
     help="Allocator benchmarks: host (L2) and CP shared paged L1.",
@@ -17,10 +27,11 @@ app = typer.Typer(
 @app.command("host")
 @user_errors
 def host(
-    args: ArgsArg = None,
+    args: args_arg("alloc_host.page_size=16") = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
     no_plots: NoPlotsOpt = False,
+    full: FullOpt = False,
 ) -> None:
     """Benchmark the host (L2 / HiCache) KV allocator: FIFO vs contiguous-preferred selection.
 
@@ -31,18 +42,23 @@ def host(
     contiguous; patterns contiguous_fifo, fragmented_prefix_later_run, random_fragmented,
     no_run; ops alloc, free, mixed; protocols cold, warm.
 
+    Ratios measured side by side in the run: vs_reference (the reference's p50 over the
+    row's, when reference runs beside another impl) and vs_fifo_p50 / vs_fifo_p99 (the
+    row's p50 / p99 over FIFO's for the same impl and case, when both methods run).
+
     Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
     """
-    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", no_plots)
+    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", no_plots, full)
 
 
 @app.command("l1")
 @user_errors
 def l1(
-    args: ArgsArg = None,
+    args: args_arg("alloc_l1.cp_size=4") = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
     no_plots: NoPlotsOpt = False,
+    full: FullOpt = False,
 ) -> None:
     """Benchmark the CP shared paged L1 allocator: stats, selection and allocation per owner lane.
 
@@ -57,4 +73,4 @@ def l1(
 
     Example: cpkv alloc l1 alloc_l1.impls=[fifo,fast_fifo] alloc_l1.protocol=warm
     """
-    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1", no_plots)
+    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1", no_plots, full)

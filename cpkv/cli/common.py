@@ -14,12 +14,24 @@ from cpkv.core.errors import ConfigError, CpkvError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-ArgsArg = Annotated[
-    list[str] | None,
-    typer.Argument(
-        metavar="[CONFIG.yaml] [KEY=VALUE]...",
-        help="An optional YAML config, then OmegaConf dotlist overrides (BLOCK.KEY=VALUE, e.g. admit.page_size=64).",
-        show_default=False,
+
+def args_arg(example: str) -> Any:
+    """The ``[CONFIG.yaml] [KEY=VALUE]...`` argument, its help naming a key of this command."""
+    return Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[CONFIG.yaml] [KEY=VALUE]...",
+            help=f"An optional YAML config, then OmegaConf dotlist overrides (BLOCK.KEY=VALUE, e.g. {example}).",
+            show_default=False,
+        ),
+    ]
+
+
+FullOpt = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Print every row of the table (by default a long table shows its first and last rows; results.txt holds them all).",
     ),
 ]
 OutputDirOpt = Annotated[
@@ -118,9 +130,12 @@ def run_kind(
     print_config: bool,
     command: str,
     no_plots: bool = False,
+    full: bool = False,
 ) -> None:
-    """Load, validate, run and report one experiment of ``kind``."""
+    """Load, validate, run and report one experiment of ``kind``: the table (its first and
+    last rows unless ``full``), the notes, the summary, the headline, then the run's path."""
     from cpkv.core.config import load_config
+    from cpkv.runs.report import render
     from cpkv.runs.runner import run_experiment
 
     config, overrides = split_args(args)
@@ -135,5 +150,5 @@ def run_kind(
         progress=progress_printer(),
         plots=False if no_plots else None,
     )
-    typer.echo(result.table, nl=False)
+    typer.echo(render(result.record, "text", terminal=not full), nl=False)
     typer.echo(str(result.path))

@@ -9,6 +9,7 @@ import typer
 
 from cpkv.cli.common import fail, user_errors
 from cpkv.core.errors import ConfigError
+from cpkv.core.suggest import did_you_mean
 from cpkv.runs.rundir import DEFAULT_ROOT
 
 TargetArg = Annotated[
@@ -21,7 +22,8 @@ TargetArg = Annotated[
 
 def _format(value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ConfigError(f"--format {value}: unknown format (allowed: {', '.join(allowed)})")
+        hint = did_you_mean(value, allowed)
+        raise ConfigError(f"--format {value}: unknown format{hint} (allowed: {', '.join(allowed)})")
     return value
 
 
@@ -46,13 +48,21 @@ def diff(
             help="Change (%) a metric must exceed to count; METRIC may be a name, 'timing', 'other' or '*' (repeatable; default timing:10, other:0).",
         ),
     ] = None,
+    alpha: Annotated[
+        float,
+        typer.Option(
+            "--alpha",
+            metavar="P",
+            help="Significance level of the rank test on timing samples: a timing change counts only when p < P.",
+        ),
+    ] = 0.05,
     metric: Annotated[
         list[str] | None,
         typer.Option(
             "--metric",
             "-m",
             metavar="METRIC",
-            help="Compare only these metrics (repeatable; default: the metrics of the kind's table).",
+            help="Compare only these row metrics (repeatable; default: the metrics of the kind's table).",
         ),
     ] = None,
     ignore: Annotated[
@@ -63,24 +73,45 @@ def diff(
             help="Do not match rows on this identity column (repeatable), to compare runs that differ in it.",
         ),
     ] = None,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Show every summary value and every row metric, unchanged ones too, without the screenful cap.",
+        ),
+    ] = False,
     only_changed: Annotated[
         bool,
         typer.Option(
-            "--only-changed", help="Show only metrics that got significantly worse or better."
+            "--only-changed", hidden=True, help="(The default now: only changes are listed.)"
         ),
     ] = False,
     fmt: Annotated[
         str, typer.Option("--format", "-f", metavar="FORMAT", help="text, markdown or json.")
     ] = "text",
 ) -> None:
-    """Compare two runs (or two sweeps): config differences, then every metric of every matched row.
+    """Compare two runs (or two sweeps): config, summary and headline first, then the rows that changed.
 
     \b
-    Rows are matched on their identity columns; each metric gets A, B, ratio B/A,
-    change and a verdict: same (within threshold), noise (a timing metric beyond its
-    threshold whose spreads overlap: p05..p95, else value +- stdev, else min..max),
-    worse or better. Sweeps are matched point by point (kind, config, swept values).
-    Exit code: 0 no regression, 1 a metric got worse (a CI gate), 2 unusable input
+    1. config differences (A -> B);
+    2. the summary: every headline number, and every other summary value that changed
+       (ticks, stops_by_budget.*, goodput, ...), with a verdict where its direction is
+       known (worse / better), 'changed' where it is not;
+    3. the rows, matched on their identity columns (never by position; an admission run's
+       ticks are compared per request: the tick that admitted each rid, its prefix and
+       extend tokens): only the metrics that got worse or better, worst first, at most
+       15 rows, with counts of the rest (--all: every row and metric).
+
+    \b
+    A metric changes when |change| exceeds its threshold (default 10% for timings, 0% for
+    the rest, which are deterministic). A timing metric (p50_us, p99_us, ...) also needs
+    its rows' raw samples to differ: a two-sided Mann-Whitney U test, p < --alpha (0.05),
+    as pyperf and asv do; otherwise it is 'noise'. Rows without raw samples (results
+    written before cpkv kept them) fall back to the interval rule: the change counts when
+    the rows' intervals do not overlap (a median: p50 +- 1.58 IQR/sqrt(n)).
+
+    \b
+    Exit code: 0 no regression, 1 something got worse (a CI gate), 2 unusable input
     (not a run, unsupported schema version, different kinds, no rows matched).
 
     Example: cpkv diff experiments/2026-05-01/10-00-00-000000_host experiments/2026-05-02/09-00-00-000000_host -t p99_us:20
@@ -90,13 +121,13 @@ def diff(
 
     _format(fmt, DIFF_FORMATS)
     result = diff_paths(
-        str(a), str(b), Thresholds.parse(threshold or []), metric or [], ignore or []
+        str(a), str(b), Thresholds.parse(threshold or []), metric or [], ignore or [], alpha
     )
-    typer.echo(render_diff(result, fmt, only_changed), nl=False)
+    typer.echo(render_diff(result, fmt, show_all), nl=False)
     if result.regressions:
         raise typer.Exit(1)
-    if not result.matched:
-        raise fail("no rows matched, nothing was compared (see the notes above)")
+    if not result.matched and (result.only_a or result.only_b):
+        raise fail("no rows matched, no row was compared (see the notes above)")
 
 
 @user_errors
@@ -111,43 +142,58 @@ def show(
             "--columns",
             "-c",
             metavar="A,B,...",
-            help="Table columns (default: the kind's table columns).",
+            help="Table columns (default: the kind's table columns; a sweep's: one table per kind). An unknown column is an error naming the allowed ones.",
         ),
     ] = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full", help="Print every row (a long table shows its first and last rows)."
+        ),
+    ] = False,
 ) -> None:
     """Re-render a run's table from its results.json (a sweep's: its summary).
 
-    Example: cpkv show experiments/2026-05-01/10-00-00-000000_host --format markdown
+    \b
+    Examples:
+      cpkv show experiments/2026-05-01/10-00-00-000000_host --format markdown
+      cpkv show SWEEP_DIR -c point,config,status,ticks
     """
     from cpkv.runs.report import FORMATS, render
     from cpkv.sweep.listing import SweepView, open_target
-    from cpkv.sweep.store import summary_table
+    from cpkv.sweep.store import summary_columns, summary_table
 
     _format(fmt, FORMATS)
     loaded = open_target(target)
+    cols = [c.strip() for c in columns.split(",") if c.strip()] if columns is not None else None
+    if columns is not None and not cols:
+        raise ConfigError("--columns: name at least one column")
     if isinstance(loaded, SweepView):
         if not loaded.summary:
             raise ConfigError(
                 f"{target}: the sweep has no readable summary.json (missing or corrupt; "
                 f"`cpkv sweep --resume {target}` writes it again)"
             )
-        import json
+        _check_columns(cols, summary_columns(loaded.summary), "this sweep's summary")
+        if fmt == "json":
+            import json
 
-        typer.echo(
-            json.dumps(loaded.summary, indent=1)
-            if fmt == "json"
-            else summary_table(loaded.summary, fmt),
-            nl=fmt == "json",
-        )
+            typer.echo(json.dumps(loaded.summary, indent=1))
+            return
+        typer.echo(summary_table(loaded.summary, fmt, cols), nl=False)
         return
-    cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-    known = list(loaded.record.rows[0]) if loaded.record.rows else []
+    known = list(dict.fromkeys(c for row in loaded.record.rows for c in row))
+    _check_columns(cols, known, "this run")
+    typer.echo(render(loaded.record, fmt, cols, terminal=not full), nl=False)
+
+
+def _check_columns(cols: list[str] | None, known: list[str], what: str) -> None:
     bad = [c for c in cols or [] if c not in known]
     if bad:
         raise ConfigError(
-            f"--columns {bad[0]}: not a column of this run (columns: {', '.join(known)})"
+            f"--columns {bad[0]}: not a column of {what}{did_you_mean(bad[0], known)} "
+            f"(columns: {', '.join(known)})"
         )
-    typer.echo(render(loaded.record, fmt, cols), nl=False)
 
 
 @user_errors
@@ -165,7 +211,10 @@ def ls(
         str, typer.Option("--format", "-f", metavar="FORMAT", help="text, markdown, json or csv.")
     ] = "text",
 ) -> None:
-    """List runs and sweeps: time, name, kind, status (complete/incomplete/failed), headline metric.
+    """List runs and sweeps: time, name, kind, status, overrides, headline metric.
+
+    The overrides column tells runs of one config apart: a run's command-line overrides
+    (admit.cp.max_batch_requests=4), a sweep's swept keys.
 
     Example: cpkv ls experiments --kind alloc_host
     """
@@ -183,8 +232,16 @@ def ls(
     if not entries and fmt != "csv":
         typer.echo(f"no runs under {root}")
         return
-    columns = ["time", "type", "name", "kind", "status", "headline", "path"]
-    typer.echo(table([asdict(e) for e in entries], columns, fmt).rstrip("\n"))
+    columns = ["time", "type", "name", "kind", "status", "overrides", "headline", "path"]
+    if not any(e.overrides for e in entries):
+        columns.remove("overrides")
+    rows = [asdict(e) for e in entries]
+    if fmt != "csv":  # a sweep of many kinds: say how many, not all of them
+        for row in rows:
+            kinds = row["kind"].split(",")
+            if len(kinds) > 2:
+                row["kind"] = f"{len(kinds)} kinds"
+    typer.echo(table(rows, columns, fmt).rstrip("\n"))
 
 
 @user_errors
@@ -201,9 +258,14 @@ def plot(
     """Write PNG plots of a run or a sweep (needs matplotlib: pip install 'cpkv[plot]').
 
     \b
-    Allocator runs: p50/p99 against request pages, per pattern and impl.
-    Runs with ticks (admission): every numeric per-tick field against the tick.
-    Sweeps: each headline metric against each swept key.
+    Allocator runs: p50/p99 against request pages, per pattern and impl (bars
+      when one request size ran).
+    Runs with ticks (admission): every numeric per-tick field against the tick,
+      12 panels a file; beyond 300 ticks, the mean of each bin and its min..max.
+    Serving runs: KV utilisation over time, TTFT/TPOT CDFs with the SLOs.
+    Trace curve runs: the hit ratio against the cache capacity.
+    Sweeps: each headline metric against each swept key, from the points that
+      swept it, one line per value of the other keys that vary.
 
     Example: cpkv plot experiments/2026-05-01/10-00-00-000000_sweep-host-small
     """

@@ -71,11 +71,15 @@ def sweep(
         typer.Option(
             "--resume",
             metavar="SWEEP_DIR",
-            help="Run the points of this sweep that have not completed (failed ones again).",
+            help="Run the points of this sweep that have not completed (failed and skipped ones again).",
         ),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="List the points and exit without running anything.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="List the points and check each (its input files, device and optional packages) without running anything; exit 1 when one would fail.",
+        ),
     ] = False,
     name: Annotated[
         str | None, typer.Option("--name", help="Sweep name (default: the configs' names).")
@@ -94,14 +98,19 @@ def sweep(
 
     \b
     Each point is an ordinary run directory inside the sweep directory, beside
-    sweep.yaml (the plan) and summary.json / summary.txt (one row per point: swept
-    values, status, headline metrics). A failing point does not stop the others.
-    Exit code: 0 when every point completed, 1 when one failed, 2 for bad input
-    (or a sweep directory another cpkv sweep holds); 130 / 143 / 129 when stopped by
-    Ctrl-C / SIGTERM / SIGHUP (finish it with --resume).
+    sweep.yaml (the plan) and summary.json / summary.txt (one table per kind: each
+    point's swept values and headline metrics; then the points that did not complete
+    and why). A failing point does not stop the others; a point that cannot run on this
+    machine (a CUDA config without CUDA, a missing optional package) is skipped with its
+    reason. Exit code: 0 when every point completed or was skipped, 1 when one failed,
+    2 for bad input (or a sweep directory another cpkv sweep holds); 130 / 143 / 129 when
+    stopped by Ctrl-C / SIGTERM / SIGHUP (finish it with --resume).
 
     \b
-    Example: cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
+    \b
+    Examples:
+      cpkv sweep configs/*.yaml        (the quick suite: every kind, under a minute)
+      cpkv sweep configs/sweeps/host_small.yaml alloc_host.protocol=cold,warm --jobs 2
     """
     configs, overrides = _split(args)
     from cpkv.sweep.executors import check_address_option
@@ -155,18 +164,33 @@ def _dry_run_resume(path: Path) -> None:
 
 
 def _print_points(points: Any, done: set[int]) -> None:
+    """Check every point still to run (its prepare: files, devices, packages), print one line
+    per point and the reason of each one that would fail or be skipped; exit 1 when one
+    would fail."""
     from cpkv.runs.report import table
+    from cpkv.sweep.check import FAIL, OK, SKIP, check_point
 
-    rows = [
-        {"point": p.name, "kind": p.kind, "config": p.source, "timed": p.timed,
-         "overrides": " ".join(p.overrides) or "-", "status": "complete" if p.index in done else "to run"}
-        for p in points
-    ]  # fmt: skip
-    typer.echo(table(rows, ["point", "kind", "config", "timed", "status", "overrides"]))
-    todo = len(points) - len(done)
+    checks = {p.index: check_point(p) for p in points if p.index not in done}
+    rows = []
+    for p in points:
+        check = checks.get(p.index)
+        rows.append({"point": p.name, "kind": p.kind, "config": p.source, "timed": p.timed,
+                     "check": "done" if check is None else check.status})  # fmt: skip
+    typer.echo(table(rows, ["point", "kind", "config", "timed", "check"]))
+    problems = [c for c in checks.values() if c.status != OK]
+    if problems:
+        typer.echo("")
+    for c in problems:
+        what = "would be skipped" if c.status == SKIP else "would fail"
+        typer.echo(f"{c.point.name}: {what}: {c.reason}")
+    counts = {s: sum(c.status == s for c in checks.values()) for s in (OK, SKIP, FAIL)}
     typer.echo(
-        f"\n{len(points)} points, {todo} to run, {sum(p.timed for p in points)} timed (dry run: nothing ran)"
+        f"\n{len(points)} points: {len(checks)} to run ({counts[OK]} ok, {counts[SKIP]} would be "
+        f"skipped, {counts[FAIL]} would fail), {len(done)} done, "
+        f"{sum(p.timed for p in points)} timed (dry run: nothing ran)"
     )
+    if counts[FAIL]:
+        raise typer.Exit(1)
 
 
 def _run(
@@ -210,6 +234,13 @@ def _run(
         progress.stop()
     typer.echo(result.summary_text, nl=False)
     typer.echo(str(result.path))
+    skipped = [r for r in result.results.values() if r.status == "skipped"]
+    if skipped:
+        typer.echo(
+            f"cpkv: {len(skipped)} of {len(result.plan.points)} points skipped: they cannot run on "
+            "this machine (see summary.txt; --resume tries them again)",
+            err=True,
+        )
     if result.failed:
         typer.echo(
             f"cpkv: {len(result.failed)} of {len(result.plan.points)} points failed (see summary.txt)",

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from cpkv.cli.common import (
+    FullOpt,
     NoPlotsOpt,
     OutputDirOpt,
     PrintConfigOpt,
@@ -17,10 +18,12 @@ from cpkv.cli.common import (
     run_kind,
     user_errors,
 )
+from cpkv.cli.usage import OneLineGroup
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
 
 app = typer.Typer(
+    cls=OneLineGroup,
     no_args_is_help=True,
     rich_markup_mode=None,
     help="Request traces (Mooncake format) through the L1/L2 prefix-cache model.",
@@ -66,6 +69,7 @@ def stats(
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
     no_plots: NoPlotsOpt = False,
+    full: FullOpt = False,
 ) -> None:
     """Trace statistics: lengths, arrivals, and the cache ratio unlimited and at L1/L2 capacities.
 
@@ -77,8 +81,9 @@ def stats(
     Example: cpkv trace stats ../shared/data/mooncake_synthetic_trace.jsonl trace.cache.l1_tokens=4000000
     """
     run_kind(
-        "trace_stats", with_trace_path(args), output_dir, print_config, "cpkv trace stats", no_plots
-    )
+        "trace_stats", with_trace_path(args), output_dir, print_config, "cpkv trace stats",
+        no_plots, full,
+    )  # fmt: skip
 
 
 @app.command("curve")
@@ -88,6 +93,7 @@ def curve(
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
     no_plots: NoPlotsOpt = False,
+    full: FullOpt = False,
 ) -> None:
     """Hit ratio against cache capacity (a table, and plots/capacity_curve.png with matplotlib).
 
@@ -98,5 +104,6 @@ def curve(
     Example: cpkv trace curve ../shared/data/mooncake_synthetic_trace.jsonl curve.hicache_ratio=2
     """
     run_kind(
-        "trace_curve", with_trace_path(args), output_dir, print_config, "cpkv trace curve", no_plots
-    )
+        "trace_curve", with_trace_path(args), output_dir, print_config, "cpkv trace curve",
+        no_plots, full,
+    )  # fmt: skip

@@ -17,6 +17,7 @@ import yaml
 from cpkv.core.errors import ConfigError
 from cpkv.core.kinds import KINDS, KindSpec
 from cpkv.core.schema import FieldError, build, to_dict
+from cpkv.core.suggest import did_you_mean
 from cpkv.core.yaml_input import CONFIG_LIMITS, check_yaml_bounds, read_yaml_file
 
 # Top-level keys that configure sweeps rather than a single run (read by cpkv sweep).
@@ -136,7 +137,8 @@ def load_config(
         kind = file_kind
     if kind not in KINDS:
         raise ConfigError(
-            f"{source or 'config'}: kind: unknown kind {kind!r} (allowed: {', '.join(KINDS.names())})"
+            f"{source or 'config'}: kind: unknown kind {kind!r}{did_you_mean(kind, KINDS.names())} "
+            f"(allowed: {', '.join(KINDS.names())})"
         )
     spec = KINDS.get(kind)
     if file_kind is not None and file_kind != kind:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
+from cpkv.core.suggest import did_you_mean
 
 
 def require_file(path: Path, key: str, what: str = "") -> None:
@@ -49,4 +50,7 @@ def check_fields(obj: dict[str, Any], allowed: Collection[str], where: str, of: 
     ``" for a block request"``) follows the field's name in the message."""
     for key in obj:
         if key not in allowed:
-            raise InputError(f"{where}: unknown field {key!r}{of} (allowed: {', '.join(allowed)})")
+            hint = did_you_mean(key, allowed)
+            raise InputError(
+                f"{where}: unknown field {key!r}{of}{hint} (allowed: {', '.join(allowed)})"
+            )

@@ -4,7 +4,9 @@ Every kind names its top-level config dataclass and a *prepare* function, both a
 ``"module:attribute"`` references so that nothing heavy is imported until a kind runs.
 
 A kind also names the function that draws a finished run's plots (``plot``), so that the
-runner reaches the plotting layer through this registry, never by importing it.
+runner reaches the plotting layer through this registry, never by importing it, and may name
+a ``diff_view``: ``(record, run_dir) -> record or None``, the rows ``cpkv diff`` should match
+instead of the run's own (the admit kind's ticks become one row per request).
 
 ``prepare(config) -> execute`` checks everything a user can get wrong (input files,
 devices, optional packages) and raises :class:`cpkv.core.errors.CpkvError` before any run
@@ -51,6 +53,7 @@ class KindSpec:
     plot: str = "cpkv.plots.records:plot_run"  # draws a finished run's plots/ (matplotlib)
     memory: str | None = None  # estimate(config) -> MemoryNeed | None (cpkv.core.memory)
     input_files: tuple[str, ...] = ()  # dotted keys naming input files (resolved for Ray workers)
+    diff_view: str | None = None  # the rows cpkv diff matches instead of the run's (see above)
 
     def config_cls(self) -> type:
         return _import_ref(self.config)
@@ -67,6 +70,9 @@ class KindSpec:
             from cpkv.core.memory import check_fits
 
             check_fits(_import_ref(self.memory)(config))
+
+    def diff_view_fn(self) -> Callable[..., Any] | None:
+        return _import_ref(self.diff_view) if self.diff_view else None
 
 
 KINDS: Registry[KindSpec] = Registry("config kind")
@@ -134,5 +140,6 @@ register_kind(
         block="admit",
         memory="cpkv.admit.schema:memory_need",
         input_files=("admit.workload.path", "admit.cost.fit_points"),
+        diff_view="cpkv.admission.per_request:request_view",
     )
 )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from cpkv.core.errors import ConfigError
+from cpkv.core.suggest import did_you_mean
 
 T = TypeVar("T")
 
@@ -61,7 +62,10 @@ class Registry(Generic[T]):
             return name
         if name in self._aliases:
             return self._aliases[name]
-        raise ConfigError(f"unknown {self.what} {name!r} (allowed: {', '.join(self.allowed())})")
+        hint = did_you_mean(name, self.allowed())
+        raise ConfigError(
+            f"unknown {self.what} {name!r}{hint} (allowed: {', '.join(self.allowed())})"
+        )
 
     def allowed(self) -> list[str]:
         return self.names() + sorted(self._aliases)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from cpkv.core.errors import ConfigError
+from cpkv.core.suggest import did_you_mean
 
 T = TypeVar("T")
 
@@ -45,7 +46,8 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
     unknown = [k for k in data if k not in names]
     if unknown:
         key = _join(path, str(unknown[0]))
-        raise FieldError(key, f"unknown key (allowed here: {', '.join(names)})")
+        hint = did_you_mean(unknown[0], names)
+        raise FieldError(key, f"unknown key{hint} (allowed here: {', '.join(names)})")
     kwargs = {}
     for name in names:
         if name in data:
@@ -99,7 +101,11 @@ def each_positive(key: str, values: Iterable[float]) -> None:
 def choices(key: str, values: Iterable[str], allowed: Iterable[str]) -> None:
     allowed = list(allowed)
     for v in values:
-        require(v in allowed, key, f"unknown value {v!r} (allowed: {', '.join(allowed)})")
+        require(
+            v in allowed,
+            key,
+            f"unknown value {v!r}{did_you_mean(v, allowed)} (allowed: {', '.join(allowed)})",
+        )
 
 
 def non_empty(key: str, values: tuple[Any, ...]) -> None:
@@ -157,7 +163,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         allowed = get_args(tp)
         if value not in allowed:
             raise FieldError(
-                key, f"unknown value {value!r} (allowed: {', '.join(map(str, allowed))})"
+                key,
+                f"unknown value {value!r}{did_you_mean(value, allowed)} "
+                f"(allowed: {', '.join(map(str, allowed))})",
             )
         return value
     if origin in (tuple, list):

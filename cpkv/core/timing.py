@@ -43,9 +43,30 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return float(ordered[lo] * (hi - rank) + ordered[hi] * (rank - lo))
 
 
+SAMPLES_KEPT = 200
+"""At most this many raw samples per row go into results.json (see :func:`kept_samples`)."""
+
+
+def kept_samples(samples_us: Sequence[float], limit: int = SAMPLES_KEPT) -> tuple[float, ...]:
+    """The raw samples a result row keeps for ``cpkv diff``'s rank test, to the nanosecond.
+
+    Up to ``limit`` samples are kept whole, in the order they were measured. Beyond that,
+    ``limit`` evenly spaced order statistics of the sorted samples (the smallest, the largest
+    and ``limit - 2`` between): the same distribution, drawn with fewer points, which only
+    makes the rank test more cautious (a smaller n needs a larger shift to be significant).
+    """
+    if len(samples_us) <= limit:
+        chosen: Sequence[float] = samples_us
+    else:
+        ordered = sorted(samples_us)
+        last = len(ordered) - 1
+        chosen = [ordered[round(i * last / (limit - 1))] for i in range(limit)]
+    return tuple(round(float(v), 3) for v in chosen)
+
+
 @dataclass(frozen=True)
 class Stats:
-    """Summary of timing samples, in microseconds."""
+    """Summary of timing samples, in microseconds, and the samples kept (:func:`kept_samples`)."""
 
     n: int
     mean_us: float
@@ -57,6 +78,7 @@ class Stats:
     min_us: float
     max_us: float
     stdev_us: float
+    samples_us: tuple[float, ...] = ()
 
 
 def summarize(samples_us: Sequence[float]) -> Stats:
@@ -73,6 +95,7 @@ def summarize(samples_us: Sequence[float]) -> Stats:
         min_us=float(min(samples_us)),
         max_us=float(max(samples_us)),
         stdev_us=float(statistics.stdev(samples_us)) if len(samples_us) > 1 else 0.0,
+        samples_us=kept_samples(samples_us),
     )
 
 

@@ -1,40 +1,51 @@
 """Compare two runs (or two sweeps), as ``cpkv diff`` does. Reads saved results only.
 
-Rows are matched on their identity columns (every field that is neither a metric nor an
-outcome). Each compared metric of a matched row gets A, B, ratio B/A, change % and a
-verdict:
+First the summaries: every headline number and summary total of A against B
+(:mod:`cpkv.diff.summary`). Then the rows, matched on their identity columns (every field
+that is neither a metric, an outcome nor raw samples), never by position; a kind may first
+turn its rows into rows that identify better (``diff_view`` of :mod:`cpkv.core.kinds`: an
+admission run's ticks become one row per admitted request). Each compared metric of a matched
+row gets A, B, ratio B/A, change % and a verdict:
 
 * ``same``: |change| is within the metric's threshold (default: 10% for timing
   metrics, 0% for others, which are deterministic);
-* ``noise``: a timing metric moved beyond its threshold, but the two rows' spreads
-  overlap, so the move is not significant (asv/pyperf style). A row's spread for a
-  metric ``<x>_<unit>`` is ``[p05, p95]`` when the row has ``p05_<unit>`` and
-  ``p95_<unit>``, else ``value +- stdev_<unit>``, else ``[min_<unit>, max_<unit>]``;
-  without any of these only the threshold applies;
+* ``noise``: a timing metric moved beyond its threshold, but the move is not significant:
+  the rows' raw samples do not differ by a Mann–Whitney U test at ``alpha`` (rows without
+  samples: their uncertainty intervals overlap; :mod:`cpkv.diff.rules`);
 * ``worse`` / ``better``: a significant move, in the metric's bad / good direction.
 
-Any ``worse`` is a regression (``cpkv diff`` exits 1).
+Any ``worse`` (of a row metric or of a summary number with a direction) is a regression
+(``cpkv diff`` exits 1).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
+from cpkv.core.kinds import KINDS
+from cpkv.diff.ranktest import RankTest, benjamini_hochberg
 from cpkv.diff.rules import (
     BETTER,
+    DEFAULT_ALPHA,
+    INFO,
     NA,
     NOISE,
+    RANK,
     SAME,
     WORSE,
     MetricChange,
     Thresholds,
     compare_metric,
+    rank_test,
+    samples_field,
     spread,
 )
+from cpkv.diff.summary import SummaryChange, compare_summaries
 from cpkv.runs.results import RunRecord
 from cpkv.runs.rundir import LoadedRun, load_run
 from cpkv.sweep.listing import SweepView, open_target
@@ -47,6 +58,7 @@ __all__ = [
     "WORSE",
     "Diff",
     "MetricChange",
+    "SummaryChange",
     "Thresholds",
     "compare_metric",
     "diff_paths",
@@ -70,15 +82,29 @@ class Diff:
     outcome_changes: list[tuple[str | None, dict[str, Any], str, Any, Any]]
     notes: list[str]
     thresholds: Thresholds
+    summary: list[SummaryChange] = field(default_factory=list)
+    alpha: float = DEFAULT_ALPHA
+    views: list[str] = field(default_factory=list)  # how rows were turned before matching
+    tested_rows: int = 0  # row pairs whose raw samples were rank-tested
 
     @property
-    def regressions(self) -> list[MetricChange]:
-        return [c for c in self.changes if c.verdict == WORSE]
+    def regressions(self) -> list[MetricChange | SummaryChange]:
+        return [c for c in [*self.summary, *self.changes] if c.verdict == WORSE]
 
     def counts(self) -> dict[str, int]:
+        """Verdicts of the row metrics."""
         return {
-            v: sum(c.verdict == v for c in self.changes) for v in (WORSE, BETTER, NOISE, SAME, NA)
+            v: sum(c.verdict == v for c in self.changes)
+            for v in (WORSE, BETTER, NOISE, INFO, SAME, NA)
         }
+
+    def rules(self) -> dict[str, int]:
+        """How the timing changes beyond their threshold were judged (rank, interval, threshold)."""
+        out: dict[str, int] = {}
+        for c in self.changes:
+            if c.rule:
+                out[c.rule] = out.get(c.rule, 0) + 1
+        return out
 
 
 def diff_paths(
@@ -87,11 +113,15 @@ def diff_paths(
     thresholds: Thresholds | None = None,
     metrics: Sequence[str] = (),
     ignore: Sequence[str] = (),
+    alpha: float = DEFAULT_ALPHA,
 ) -> Diff:
     """Compare two run directories or two sweep directories (InputError for anything else).
 
-    ``ignore``: identity columns not to match rows on (to compare runs that differ in them).
+    ``ignore``: identity columns not to match rows on (to compare runs that differ in them);
+    ``alpha``: the rank test's significance level for timing metrics.
     """
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha {alpha:g}: must be between 0 and 1 (exclusive), e.g. 0.05")
     ta, tb = open_target(a), open_target(b)
     th = thresholds or Thresholds()
     if isinstance(ta, SweepView) != isinstance(tb, SweepView):
@@ -99,7 +129,7 @@ def diff_paths(
         raise InputError(
             f"{which}: is a sweep and the other is a run; compare two runs or two sweeps"
         )
-    acc = _Acc(str(a), str(b), th, list(metrics), list(ignore))
+    acc = _Acc(str(a), str(b), th, list(metrics), list(ignore), alpha)
     if isinstance(ta, SweepView) and isinstance(tb, SweepView):
         _sweeps(acc, ta, tb)
     else:
@@ -110,7 +140,7 @@ def diff_paths(
             )
         acc.kind = ta.record.kind
         acc.configs(None, ta, tb)
-        acc.records(None, ta.record, tb.record)
+        acc.records(None, ta, tb)
     return acc.result()
 
 
@@ -118,16 +148,16 @@ class _Acc:
     """Collects the parts of a diff while runs (or sweep points) are compared."""
 
     def __init__(
-        self, a: str, b: str, th: Thresholds, metrics: list[str], ignore: list[str]
+        self, a: str, b: str, th: Thresholds, metrics: list[str], ignore: list[str], alpha: float
     ) -> None:
-        self.a, self.b, self.th, self.metrics, self.ignore, self.kind = (
-            a,
-            b,
-            th,
-            metrics,
-            ignore,
-            "",
-        )
+        self.a, self.b, self.th, self.metrics, self.ignore, self.alpha = (
+            a, b, th, metrics, ignore, alpha,
+        )  # fmt: skip
+        self.kind = ""
+        self.summary: list[SummaryChange] = []
+        self.views: list[str] = []
+        # every row rank test of the diff, with the changes it judged (adjusted in result())
+        self.tested: dict[int, tuple[RankTest, list[int]]] = {}
         self.config_changes: list[tuple[str, Any, Any]] = []
         self.identity: list[str] = []
         self.matched = 0
@@ -142,7 +172,16 @@ class _Acc:
             if point is None or (key, va, vb) not in self.config_changes:
                 self.config_changes.append((key, va, vb))
 
-    def records(self, point: str | None, ra: RunRecord, rb: RunRecord) -> None:
+    def records(self, point: str | None, run_a: LoadedRun, run_b: LoadedRun) -> None:
+        self.summary += compare_summaries(point, run_a.record, run_b.record, self.th)
+        ra, rb = _view(run_a), _view(run_b)
+        if ra is None or rb is None:  # no view, or only one run's rows have one: its own rows
+            ra, rb = run_a.record, run_b.record
+        elif ra.notes and ra.notes[0] not in self.views:
+            self.views.append(ra.notes[0])
+        self.rows(point, ra, rb)
+
+    def rows(self, point: str | None, ra: RunRecord, rb: RunRecord) -> None:
         bad = [c for c in self.ignore if c not in ra.columns.identity]
         if bad:
             raise ConfigError(
@@ -182,8 +221,18 @@ class _Acc:
                 self.only_a.append({"point": point, **ident} if point else ident)
                 continue
             self.matched += 1
+            tests = {f: rank_test(row_a, row_b, f) for f in ra.columns.samples if f in row_b}
             for m in metrics:
-                self.changes.append(compare_metric(point, ident, m, row_a, row_b, ra, self.th))
+                field = samples_field(ra, row_a, m)
+                test = tests.get(field) if field else None
+                self.changes.append(
+                    compare_metric(point, ident, m, row_a, row_b, ra, self.th, self.alpha, test)
+                )
+                if test is not None:
+                    self.tested.setdefault(id(test), (test, []))[1].append(len(self.changes) - 1)
+            for test in tests.values():
+                if test is not None:
+                    self.tested.setdefault(id(test), (test, []))
             for col in (c for c in ra.columns.outcomes if c in rb.columns.outcomes):
                 if row_a.get(col) != row_b.get(col):
                     self.outcomes.append((point, ident, col, row_a.get(col), row_b.get(col)))
@@ -199,9 +248,33 @@ class _Acc:
             )
             self.notes.append(f"{point or 'runs'}: no rows matched{hint}")
 
+    def adjust(self) -> None:
+        """Benjamini–Hochberg over every row tested: a timing change stays significant only
+        when its row's adjusted p-value is below alpha (see :mod:`cpkv.diff.rules`)."""
+        entries = list(self.tested.values())
+        adjusted = benjamini_hochberg([t.p_value for t, _ in entries])
+        for (_, indexes), q in zip(entries, adjusted, strict=True):
+            for i in indexes:
+                c = self.changes[i]
+                if c.rule != RANK:
+                    continue
+                verdict = c.moved if q < self.alpha and c.agrees else NOISE
+                self.changes[i] = replace(c, p_value=q, verdict=verdict)
+
     def result(self) -> Diff:
+        self.adjust()
         return Diff(self.a, self.b, self.kind, self.config_changes, self.identity, self.matched, self.only_a,
-                    self.only_b, self.changes, self.outcomes, self.notes, self.th)  # fmt: skip
+                    self.only_b, self.changes, self.outcomes, self.notes, self.th, self.summary,
+                    self.alpha, self.views, len(self.tested))  # fmt: skip
+
+
+def _view(run: LoadedRun) -> RunRecord | None:
+    """The rows ``cpkv diff`` matches for this run (its kind's ``diff_view``), or None."""
+    kind = run.record.kind
+    if kind not in KINDS:
+        return None
+    fn = KINDS.get(kind).diff_view_fn()
+    return fn(run.record, Path(run.path)) if fn is not None else None
 
 
 def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
@@ -212,6 +285,13 @@ def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
         if pb is None:
             acc.notes.append(f"point {pa.name} is only in A")
             continue
+        status = {
+            side: _status(view, point) for side, view, point in (("A", sa, pa), ("B", sb, pb))
+        }
+        not_run = [f"{st} in {side}" for side, st in status.items() if st not in (None, "complete")]
+        if not_run:
+            acc.notes.append(f"point {pa.name} not compared: {', '.join(not_run)}")
+            continue
         try:
             ra, rb = load_run(sa.point_dir(pa.name)), load_run(sb.point_dir(pb.name))
         except InputError as err:
@@ -220,13 +300,21 @@ def _sweeps(acc: _Acc, sa: SweepView, sb: SweepView) -> None:
         kinds.append(pa.kind)
         label = pa.name.split("_", 1)[-1]
         acc.configs(label, ra, rb)
-        acc.records(label, ra.record, rb.record)
+        acc.records(label, ra, rb)
     acc.notes.extend(f"point {p.name} is only in B" for p in points_b.values())
     if not kinds:
         raise InputError(
             f"{acc.b}: no point of this sweep matches a finished point of {acc.a} (same kind, config name and swept values)"
         )
     acc.kind = ",".join(dict.fromkeys(kinds))
+
+
+def _status(view: SweepView, point: Any) -> str | None:
+    """How a sweep's summary says ``point`` ended (None when it does not say)."""
+    for entry in view.summary.get("points") or []:
+        if entry.get("index") == point.index:
+            return entry.get("status")
+    return None
 
 
 def config_changes(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:

@@ -1,4 +1,10 @@
-"""Render a :class:`cpkv.diff.compare.Diff` as text, Markdown or JSON."""
+"""Render a :class:`cpkv.diff.compare.Diff` as text, Markdown or JSON.
+
+Text and Markdown lead with what changed and end with the verdict: config differences, the
+summary (headline numbers always, other summary values when they changed), then the rows
+that changed, worst first, at most ``ROW_LINES`` of them (``--all`` shows every row and
+metric), with counts of the rest. JSON holds everything.
+"""
 
 from __future__ import annotations
 
@@ -8,63 +14,139 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cpkv.core.schema import to_dict
-from cpkv.diff.compare import BETTER, WORSE, Diff, MetricChange
+from cpkv.diff.compare import BETTER, NOISE, SAME, WORSE, Diff, MetricChange
+from cpkv.diff.rules import DEFAULT_OTHER_PCT, DEFAULT_TIMING_PCT, INTERVAL, RANK, THRESHOLD
+from cpkv.diff.summary import CHANGED, INFO
 from cpkv.runs.report import table
 from cpkv.runs.results import finite_json
 
 DIFF_FORMATS = ("text", "markdown", "json")
+ROW_LINES = 15  # changed rows shown by default
+SUMMARY_LINES = 16  # summary lines shown by default (the headline always)
+LIST_LINES = 8  # outcome changes, rows only in A / B
 RULE = (
-    "a timing metric changes when |change| > its threshold and the two rows' intervals do not "
-    "overlap (a median: p50 +- 1.58 IQR/sqrt(n); a mean: +- 2 stdev/sqrt(n); else the samples' "
-    "p05..p95, value +- stdev or min..max); any other metric when |change| > its threshold"
+    "a metric changes when |change| > its threshold; a timing metric also needs its rows' raw "
+    "samples to differ (two-sided Mann-Whitney U, p < alpha); rows without raw samples fall "
+    "back to their uncertainty intervals not overlapping (a median: p50 +- 1.58 IQR/sqrt(n); "
+    "a mean: +- 2 stdev/sqrt(n); else p05..p95, value +- stdev or min..max)"
 )
+_ORDER = {WORSE: 0, BETTER: 1, CHANGED: 2, NOISE: 3, INFO: 4, SAME: 5}
 
 
-def render_diff(diff: Diff, fmt: str = "text", only_changed: bool = False) -> str:
+def render_diff(diff: Diff, fmt: str = "text", show_all: bool = False) -> str:
     if fmt == "json":
-        return _json(diff, only_changed)
+        return _json(diff)
     md = fmt == "markdown"
+    tfmt = "markdown" if md else "text"
     out = [
         f"{'# ' if md else ''}cpkv diff ({diff.kind})",
         f"A: {_code(diff.a, md)}",
         f"B: {_code(diff.b, md)}",
+        "",
+        _heading("config differences (A -> B)", md),
     ]
-    out += ["", _heading("config differences (A -> B)", md)]
     out += [f"- {k}: {_val(a)} -> {_val(b)}" for k, a, b in diff.config_changes] or ["(none)"]
-    changes = [c for c in diff.changes if not only_changed or c.verdict in (WORSE, BETTER)]
-    out += ["", _heading("metrics", md), _rows_line(diff)]
+    out += ["", *_summary_section(diff, tfmt, md, show_all)]
+    out += ["", *_rows_section(diff, tfmt, md, show_all)]
+    out += _lists(diff, md, show_all)
+    out += [f"note: {n}" for n in [*diff.notes, *_drift_note(diff)]]
+    timing = _timing_line(diff)
+    out += ["", *([timing] if timing else []), _verdict(diff)]
+    return "\n".join(out) + "\n"
+
+
+# -- summary ------------------------------------------------------------------------
+
+
+def _summary_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str]:
+    items = diff.summary
+    has_point = any(c.point for c in items)
+    if show_all:
+        shown = list(items)
+    else:
+        # a run's headline always; a sweep's headline numbers (one set per point) and the
+        # other summary values when they moved
+        shown = [c for c in items if c.verdict != SAME or (c.headline and not has_point)]
+    if not has_point:  # the headline in its own order, then the rest worst first
+        shown.sort(key=lambda c: (not c.headline, 0 if c.headline else _ORDER.get(c.verdict, 9)))
+    moved = sum(c.verdict != SAME for c in items)
+    head = _heading("summary (A -> B)", md)
+    if not items:
+        return [head, "(no summary numbers)"]
+    line = f"{len(items)} values, {moved} changed"
+    if not show_all and len(shown) < len(items):
+        line += " (unchanged values left out" + ("" if has_point else " after the headline") + ")"
+    cut = shown if show_all else shown[:SUMMARY_LINES]
+    rows = []
+    for c in cut:
+        row: dict[str, Any] = {"point": c.point} if has_point else {}
+        row.update(
+            key=c.key, A=_show(c.a), B=_show(c.b), change=_pct(c.change_pct), verdict=c.verdict
+        )
+        rows.append(row)
+    columns = (["point"] if has_point else []) + ["key", "A", "B", "change", "verdict"]
+    body = [head, line, ""]
+    body.append(table(rows, columns, fmt) if rows else "(no summary value changed)")
+    if len(shown) > len(cut):
+        body.append(f"... {len(shown) - len(cut)} more summary values (--all shows them)")
+    return body
+
+
+# -- rows -----------------------------------------------------------------------------
+
+
+def _rows_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str]:
+    view = f" ({'; '.join(diff.views)})" if diff.views else ""
+    lines = [_heading(f"rows{view}", md), _rows_line(diff)]
+    if not diff.changes:
+        return [*lines, "(no metrics compared)"]
+    groups = _by_row(diff.changes)
+    verdicts = {key: _row_verdict(cs) for key, cs in groups.items()}
+    tally: dict[str, int] = {}
+    for v in verdicts.values():
+        tally[v] = tally.get(v, 0) + 1
+    counts = diff.counts()
+    metric_tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n and v != SAME)
+    lines.append(
+        f"{len(groups)} rows compared: "
+        + ", ".join(f"{tally[v]} {v}" for v in sorted(tally, key=lambda v: _ORDER.get(v, 9)))
+        + (f" (metrics: {metric_tally})" if metric_tally else "")
+    )
     constant, varying = _split_identity(diff)
     if constant:
-        out.append("every row: " + ", ".join(f"{k}={_val(v)}" for k, v in constant.items()))
-    out.append("")
-    out.append(
-        _table(changes, varying, "markdown" if md else "text")
-        if changes
-        else "(no changed metrics)"
-        if only_changed
-        else "(no metrics)"
-    )
-    if diff.outcome_changes:
-        out += ["", _heading("outcome changes", md)]
-        out += [
-            f"- {_label(p, r, varying)} {col}: {_val(a)} -> {_val(b)}"
-            for p, r, col, a, b in diff.outcome_changes
-        ]
-    for title, rows in (("only in A", diff.only_a), ("only in B", diff.only_b)):
-        if rows:
-            out += ["", _heading(f"rows {title}", md)]
-            out += [
-                f"- {', '.join(f'{k}={_val(v)}' for k, v in r.items() if k in varying or k == 'point')}"
-                for r in rows
-            ]
-    out += [f"note: {n}" for n in diff.notes]
-    out += ["", _verdict(diff), f"rule: {RULE}; thresholds: {_thresholds(diff)}"]
-    return "\n".join(out) + "\n"
+        lines.append("every row: " + ", ".join(f"{k}={_val(v)}" for k, v in constant.items()))
+    keys = [k for k in groups if show_all or verdicts[k] in (WORSE, BETTER)]
+    keys.sort(key=lambda k: _ORDER.get(verdicts[k], 9))
+    cut = keys if show_all else keys[:ROW_LINES]
+    lines.append("")
+    if not cut:
+        lines.append("(no row changed significantly; --all shows every row)")
+        return lines
+    lines.append(_table([groups[k] for k in cut], varying, fmt, show_all))
+    if len(keys) > len(cut):
+        lines.append(f"... {len(keys) - len(cut)} more changed rows (--all shows every row)")
+    return lines
+
+
+def _by_row(changes: Sequence[MetricChange]) -> dict[str, list[MetricChange]]:
+    groups: dict[str, list[MetricChange]] = {}
+    for c in changes:
+        groups.setdefault(json.dumps([c.point, c.row], sort_keys=True, default=str), []).append(c)
+    return groups
+
+
+def _row_verdict(changes: Sequence[MetricChange]) -> str:
+    return min((c.verdict for c in changes), key=lambda v: _ORDER.get(v, 9))
 
 
 def _rows_line(diff: Diff) -> str:
     on = ", ".join(diff.identity) or "(no identity columns)"
-    return f"rows matched on {on}: {diff.matched} matched, {len(diff.only_a)} only in A, {len(diff.only_b)} only in B"
+    if len(diff.identity) > 4:
+        on = f"{len(diff.identity)} identity columns ({', '.join(diff.identity[:3])}, ...)"
+    return (
+        f"matched on {on}: {diff.matched} matched, {len(diff.only_a)} only in A, "
+        f"{len(diff.only_b)} only in B"
+    )
 
 
 def _split_identity(diff: Diff) -> tuple[dict[str, Any], list[str]]:
@@ -72,54 +154,172 @@ def _split_identity(diff: Diff) -> tuple[dict[str, Any], list[str]]:
     constant, varying = {}, []
     for col in diff.identity:
         values = {json.dumps(r.get(col), sort_keys=True) for r in rows}
-        if len(values) == 1 and rows:
+        if len(values) == 1 and len(rows) > 1:
             constant[col] = rows[0].get(col)
         else:
             varying.append(col)
     return constant, varying
 
 
-def _table(changes: Sequence[MetricChange], varying: Sequence[str], fmt: str) -> str:
-    has_point = any(c.point for c in changes)
+def _table(
+    rows_changes: Sequence[Sequence[MetricChange]], varying: Sequence[str], fmt: str, show_all: bool
+) -> str:
+    """One line per row: its identity, then ``A -> B (change)`` for each metric that moved."""
+    flat = [c for cs in rows_changes for c in cs]
+    has_point = any(c.point for c in flat)
+    has_p = any(c.p_value is not None for c in flat)
+
+    def moved(c: MetricChange) -> bool:
+        return show_all or c.verdict in (WORSE, BETTER)
+
+    metrics = list(dict.fromkeys(c.metric for c in flat if moved(c)))
     rows = []
-    for c in changes:
-        row: dict[str, Any] = {"point": c.point} if has_point else {}
-        row.update({k: c.row.get(k) for k in varying})
-        row.update(metric=c.metric, A=_num(c.a), B=_num(c.b), ratio=_ratio(c.ratio), change=_pct(c.change_pct),
-                   verdict=c.verdict)  # fmt: skip
+    for cs in rows_changes:
+        first = cs[0]
+        row: dict[str, Any] = {"point": first.point} if has_point else {}
+        row.update({k: first.row.get(k) for k in varying})
+        for c in cs:
+            if c.metric in metrics:
+                row[c.metric] = _cell(c) if moved(c) else ""
+        if has_p:
+            ps = [c.p_value for c in cs if c.p_value is not None]
+            row["p"] = f"{min(ps):.3g}" if ps else "-"
+        row["verdict"] = _row_verdict(cs)
         rows.append(row)
     columns = (
         (["point"] if has_point else [])
         + list(varying)
-        + ["metric", "A", "B", "ratio", "change", "verdict"]
+        + metrics
+        + (["p"] if has_p else [])
+        + ["verdict"]
     )
     return table(rows, columns, fmt)
 
 
+def _cell(c: MetricChange) -> str:
+    """``A``, or ``A -> B (+x%)``; a change that is not significant (noise) ends in `` ns``."""
+    if c.a == c.b:
+        return _num(c.a)
+    change = "" if c.change_pct is None else f" ({_pct(c.change_pct)})"
+    return f"{_num(c.a)} -> {_num(c.b)}{change}" + (" ns" if c.verdict == NOISE else "")
+
+
+def _lists(diff: Diff, md: bool, show_all: bool) -> list[str]:
+    out: list[str] = []
+    _, varying = _split_identity(diff)
+    if diff.outcome_changes:
+        items = [
+            f"- {_label(p, r, varying)} {col}: {_val(a)} -> {_val(b)}"
+            for p, r, col, a, b in diff.outcome_changes
+        ]
+        out += ["", _heading("outcome changes", md), *_capped(items, show_all, "outcome changes")]
+    for title, rows in (("only in A", diff.only_a), ("only in B", diff.only_b)):
+        if rows:
+            items = [
+                f"- {', '.join(f'{k}={_val(v)}' for k, v in r.items() if k in varying or k == 'point')}"
+                for r in rows
+            ]
+            out += ["", _heading(f"rows {title}", md), *_capped(items, show_all, f"rows {title}")]
+    return out
+
+
+def _capped(items: list[str], show_all: bool, what: str) -> list[str]:
+    if show_all or len(items) <= LIST_LINES:
+        return items
+    return [*items[:LIST_LINES], f"... {len(items) - LIST_LINES} more {what} (--all shows them)"]
+
+
+# -- verdict ----------------------------------------------------------------------------
+
+
+def _timing_line(diff: Diff) -> str:
+    judged = [c for c in diff.changes if c.rule]
+    if not judged:
+        return ""
+    parts = []
+    for rule, how in (
+        (RANK, f"Mann-Whitney U on the raw samples, false discovery rate {diff.alpha:g} over {diff.tested_rows} rows"),
+        (INTERVAL, "the interval rule: these rows have no raw samples (results written before cpkv kept them)"),
+        (THRESHOLD, "the threshold alone (no samples, no spread)"),
+    ):  # fmt: skip
+        mine = [c for c in judged if c.rule == rule]
+        if mine:
+            sig = sum(c.verdict in (WORSE, BETTER) for c in mine)
+            parts.append(f"{len(mine)} by {how}: {sig} significant, {len(mine) - sig} noise")
+    return "timing changes beyond their threshold: " + "; ".join(parts)
+
+
+def _drift_note(diff: Diff) -> list[str]:
+    """A warning when every significant timing change points the same way in 3 rows or more:
+    that is what a machine-wide change between the runs (load, clock) looks like too."""
+    moved = [c for c in diff.changes if c.rule and c.verdict in (WORSE, BETTER)]
+    rows = {json.dumps([c.point, c.row], sort_keys=True, default=str) for c in moved}
+    ways = {(c.b or 0) > (c.a or 0) for c in moved}
+    if len(rows) < 3 or len(ways) != 1:
+        return []
+    way = "slower" if ways.pop() else "faster"
+    return [
+        f"every significant timing change ({len(rows)} rows) is {way} in B: a change of the "
+        "machine between the runs (load, clock) looks the same; rerun both on a quiet machine, "
+        "or compare ratios measured side by side in one run (vs_reference, vs_fifo_*)"
+    ]
+
+
 def _verdict(diff: Diff) -> str:
     counts = diff.counts()
-    shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    state = f"REGRESSION ({len(diff.regressions)} worse)" if diff.regressions else "no regression"
-    return f"verdict: {state}; {shown or 'nothing compared'}"
+    worse_summary = [c for c in diff.summary if c.verdict == WORSE]
+    worse_rows = counts[WORSE]
+    if worse_summary or worse_rows:
+        parts = []
+        if worse_summary:
+            keys = ", ".join(dict.fromkeys(c.key for c in worse_summary))
+            parts.append(f"summary: {len(worse_summary)} worse ({_clip(keys, 80)})")
+        if worse_rows:
+            groups = _by_row(diff.changes)
+            bad = sum(_row_verdict(cs) == WORSE for cs in groups.values())
+            parts.append(f"rows: {bad} of {len(groups)} worse")
+        return f"verdict: REGRESSION ({'; '.join(parts)})"
+    moved = [c for c in diff.summary if c.verdict not in (SAME, INFO)]
+    better = counts[BETTER] + sum(c.verdict == BETTER for c in diff.summary)
+    if not moved and not counts[BETTER] and not diff.outcome_changes:
+        extra = f" ({counts[NOISE]} timing changes within the noise)" if counts[NOISE] else ""
+        return f"verdict: no significant change{extra}"
+    tally = [f"{better} better"] if better else []
+    changed = sum(c.verdict == CHANGED for c in diff.summary) + len(diff.outcome_changes)
+    if changed:
+        tally.append(f"{changed} changed")
+    if counts[NOISE]:
+        tally.append(f"{counts[NOISE]} timing changes within the noise")
+    return f"verdict: no regression ({', '.join(tally) or 'nothing worse'})"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _thresholds(diff: Diff) -> str:
     given = ", ".join(f"{k}:{v:g}%" for k, v in diff.thresholds.by_name.items())
-    return given + ("; " if given else "") + "default timing:10%, other:0%"
+    default = f"default timing:{DEFAULT_TIMING_PCT:g}%, other:{DEFAULT_OTHER_PCT:g}%"
+    return given + ("; " if given else "") + default
 
 
-def _json(diff: Diff, only_changed: bool) -> str:
-    changes = [c for c in diff.changes if not only_changed or c.verdict in (WORSE, BETTER)]
+def _json(diff: Diff) -> str:
     doc = {
         "a": diff.a, "b": diff.b, "kind": diff.kind,
         "regression": bool(diff.regressions), "counts": diff.counts(),
         "config_changes": [{"key": k, "a": a, "b": b} for k, a, b in diff.config_changes],
+        "summary": [to_dict(c) for c in diff.summary],
+        "views": diff.views,
         "identity": diff.identity, "matched": diff.matched, "only_a": diff.only_a, "only_b": diff.only_b,
-        "changes": [to_dict(c) for c in changes],
+        "changes": [to_dict(c) for c in diff.changes],
         "outcome_changes": [{"point": p, "row": r, "column": col, "a": a, "b": b} for p, r, col, a, b in diff.outcome_changes],
-        "notes": diff.notes, "thresholds": dict(diff.thresholds.by_name), "rule": RULE,
+        "notes": diff.notes, "thresholds": dict(diff.thresholds.by_name), "alpha": diff.alpha,
+        "timing_rules": diff.rules(), "rule": RULE, "threshold_defaults": _thresholds(diff),
     }  # fmt: skip
     return json.dumps(finite_json(doc), indent=1) + "\n"
+
+
+# -- cells --------------------------------------------------------------------------------
 
 
 def _label(point: str | None, row: Mapping[str, Any], varying: Sequence[str]) -> str:
@@ -139,6 +339,12 @@ def _val(value: Any) -> str:
     return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
+def _show(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-" if value is None else _clip(_val(value), 40)
+    return _num(float(value))
+
+
 def _num(value: float | None) -> str:
     """Four significant digits, without exponents for everyday magnitudes."""
     if value is None:
@@ -150,10 +356,6 @@ def _num(value: float | None) -> str:
     decimals = min(6, max(0, 3 - math.floor(math.log10(abs(value)))))
     text = f"{value:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}x"
 
 
 def _pct(value: float | None) -> str:

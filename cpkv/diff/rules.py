@@ -1,8 +1,16 @@
-"""The verdict rule of ``cpkv diff``: thresholds, spreads, and one metric of one row pair.
+"""The verdict rule of ``cpkv diff``: thresholds, the rank test, and one metric of one row pair.
 
 A change counts when |change| exceeds the metric's threshold (default 10% for timing
-metrics, 0% for the others, which are deterministic); a timing change counts only when, in
-addition, the two rows' spreads do not overlap (see :func:`spread`). See :mod:`cpkv.diff.compare`.
+metrics, 0% for the others, which are deterministic). A timing change counts only when, in
+addition, the two rows' raw samples differ, in the direction of the change: a two-sided
+Mann–Whitney U test on them gives p < ``alpha`` (default 0.05; :mod:`cpkv.diff.ranktest`)
+and B's samples tend to be larger when the metric grew, smaller when it shrank (a p99 that
+grew while the samples as a whole got faster is a tail burst, not a regression). Over a
+whole diff the p-values are adjusted for the number of rows tested (Benjamini–Hochberg), so
+that a diff of many rows of identical code does not find regressions by chance. Rows without
+raw samples (results written before cpkv kept them) fall back to the interval rule: the
+change counts when the two rows' uncertainty intervals do not overlap (see :func:`spread`).
+A timing change that exceeds its threshold but does not pass the test is ``noise``.
 """
 
 from __future__ import annotations
@@ -14,10 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpkv.core.errors import ConfigError
+from cpkv.diff.ranktest import MIN_SAMPLES, RankTest, mann_whitney_u
 from cpkv.runs.results import RunRecord
 
 DEFAULT_TIMING_PCT, DEFAULT_OTHER_PCT = 10.0, 0.0
-WORSE, BETTER, NOISE, SAME, NA = "worse", "better", "noise", "same", "n/a"
+DEFAULT_ALPHA = 0.05
+WORSE, BETTER, NOISE, SAME, NA, INFO = "worse", "better", "noise", "same", "n/a", "info"
+RANK, INTERVAL, THRESHOLD = "rank", "interval", "threshold"
+"""How a timing verdict was reached: the rank test on raw samples, the interval fallback, or
+the threshold alone (a timing metric whose rows have neither samples nor spread columns)."""
 _FAMILY = re.compile(r"^(?P<pre>.*?)(?P<stat>mean|median|min|max|stdev|p\d+)_(?P<unit>[A-Za-z]+)$")
 
 
@@ -61,26 +74,84 @@ class MetricChange:
     change_pct: float | None
     verdict: str
     timing: bool
+    rule: str | None = None  # timing metrics beyond their threshold: RANK, INTERVAL or THRESHOLD
+    p_value: float | None = None  # the row's rank test (adjusted over the rows of a diff)
+    moved: str | None = None  # WORSE / BETTER by direction alone, before the significance test
+    agrees: bool = True  # the rank test's shift has the direction of this metric's change
+
+
+def rank_test(
+    row_a: Mapping[str, Any], row_b: Mapping[str, Any], field: str | None
+) -> RankTest | None:
+    """The Mann–Whitney U test of the rows' raw samples in ``field`` (None: too few samples)."""
+    if field is None:
+        return None
+    xs, ys = _samples(row_a.get(field)), _samples(row_b.get(field))
+    if min(len(xs), len(ys)) < MIN_SAMPLES:
+        return None
+    return mann_whitney_u(xs, ys)
 
 
 def compare_metric(
     point: str | None, ident: dict[str, Any], metric: str, row_a: Mapping[str, Any], row_b: Mapping[str, Any],
-    record: RunRecord, th: Thresholds,
+    record: RunRecord, th: Thresholds, alpha: float = DEFAULT_ALPHA, test: RankTest | None = None,
 ) -> MetricChange:  # fmt: skip
-    """One metric of one matched row pair, with its verdict (see the module docstring)."""
+    """One metric of one matched row pair, with its verdict (see the module docstring).
+
+    ``test``: the rows' rank test when the caller has run it (with a p-value already adjusted
+    for the number of rows it tested); else it is run here. A timing metric with no samples of
+    its own unit in a row that has samples (a ratio of two rows' statistics: ``vs_reference``)
+    is ``info``: the rows it is computed from are judged on their own samples.
+    """
     timing = metric in record.columns.timing
     a, b = _num(row_a.get(metric)), _num(row_b.get(metric))
     if a is None or b is None:
         return MetricChange(point, ident, metric, a, b, None, None, NA, timing)
     ratio = b / a if a else None
     change = (b - a) / abs(a) * 100.0 if a else (0.0 if b == a else float("inf"))
-    verdict = SAME
+    verdict, rule, p_value, moved, agrees = SAME, None, None, None, True
+    if timing and samples_field(record, row_a, metric) is None and _has_samples(record, row_a):
+        verdict = INFO if b != a else SAME
+        return MetricChange(point, ident, metric, a, b, ratio, change, verdict, timing)
     if b != a and abs(change) > th.pct(metric, timing):
         worse = (b > a) == (metric in record.columns.lower_is_better)
-        verdict = WORSE if worse else BETTER
-        if timing and _overlap(spread(row_a, metric), spread(row_b, metric)):
-            verdict = NOISE
-    return MetricChange(point, ident, metric, a, b, ratio, change, verdict, timing)
+        verdict = moved = WORSE if worse else BETTER
+        if timing:
+            test = test or rank_test(row_a, row_b, samples_field(record, row_a, metric))
+            if test is not None:
+                rule, p_value = RANK, test.p_value
+                agrees = test.shift == (1 if b > a else -1)
+                if p_value >= alpha or not agrees:
+                    verdict = NOISE
+            elif spread(row_a, metric) is not None and spread(row_b, metric) is not None:
+                rule = INTERVAL
+                if _overlap(spread(row_a, metric), spread(row_b, metric)):
+                    verdict = NOISE
+            else:
+                rule = THRESHOLD
+    return MetricChange(point, ident, metric, a, b, ratio, change, verdict, timing, rule, p_value,
+                        moved, agrees)  # fmt: skip
+
+
+def samples_field(record: RunRecord, row: Mapping[str, Any], metric: str) -> str | None:
+    """The raw-samples column behind a timing ``metric`` ``<pre><stat>_<unit>``:
+    ``<pre>samples_<unit>`` when the row has it, else None (results written before cpkv kept
+    samples, or a ratio such as ``vs_reference`` whose unit has no samples)."""
+    m = _FAMILY.match(metric)
+    if not m:
+        return None
+    own = f"{m.group('pre')}samples_{m.group('unit')}"
+    return own if own in record.columns.samples and own in row else None
+
+
+def _has_samples(record: RunRecord, row: Mapping[str, Any]) -> bool:
+    return any(c in row for c in record.columns.samples)
+
+
+def _samples(value: Any) -> list[float]:
+    if not isinstance(value, list | tuple):
+        return []
+    return [float(v) for v in value if _num(v) is not None]
 
 
 def spread(row: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
@@ -95,6 +166,8 @@ def spread(row: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
 
     Otherwise (other statistics, or rows without those columns) the spread of the samples:
     ``[p05, p95]``, else ``value +- stdev``, else ``[min, max]``.
+
+    This is the fallback for rows without raw samples; rows with them are rank-tested.
     """
     m = _FAMILY.match(metric)
     if not m:

@@ -86,3 +86,59 @@ def group_by(
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_UNITS = (
+    ("_per_s", "per s"), ("_pct", "%"), ("_us", "µs"), ("_ms", "ms"), ("_s", "s"),
+    ("_tokens", "tokens"),
+)  # fmt: skip
+
+
+def axis_label(name: str) -> str:
+    """A metric name as an axis label with its unit: ``ttft_p50_ms`` -> ``ttft p50 (ms)``,
+    ``vs_fifo_p99`` -> ``vs fifo p99 (x)``, ``ticks`` -> ``ticks``."""
+    leaf = name.split(".")[-1]
+    for suffix, unit in _UNITS:
+        if leaf.endswith(suffix) and len(leaf) > len(suffix):
+            stem = name[: len(name) - len(suffix)]
+            return f"{stem.replace('_', ' ')} ({unit})"
+    if leaf.startswith("vs_") or "_vs_" in leaf:
+        return f"{name.replace('_', ' ')} (x)"
+    return name.replace("_", " ")
+
+
+def integer_axis(ax: Any, axis: str = "y") -> None:
+    """Ticks at whole numbers only (counts, ticks, tokens): never 1.5 ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(MaxNLocator(integer=True))
+
+
+def all_integers(values: Sequence[Any]) -> bool:
+    return all(
+        isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+        for v in values
+        if v is not None
+    )
+
+
+def human(value: float, top: float | None = None) -> str:
+    """A tick label without exponents: 15.6M, 250k, 1500, 0.25. ``top`` (the largest value on
+    the axis) picks one unit for every label of an axis."""
+    if value == 0:
+        return "0"
+    size = abs(value) if top is None else abs(top)
+    for limit, div, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e5, 1e3, "k")):
+        if size >= limit:
+            return f"{value / div:.4g}{suffix}"
+    return f"{value:.6g}"
+
+
+def human_axis(ax: Any, axis: str = "y") -> None:
+    """Tick labels as :func:`human` numbers in one unit per axis (no ``1e7`` offset above it)."""
+    from matplotlib.ticker import FuncFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    limits = ax.get_ylim if axis == "y" else ax.get_xlim
+    target.set_major_formatter(FuncFormatter(lambda v, _: human(v, max(abs(x) for x in limits()))))

@@ -21,7 +21,7 @@ def plot_serving(
     lines, ``slo``: ``ttft_ms``/``tpot_ms``) into ``folder``; returns the paths."""
     plt = pyplot()
     out = []
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(8.2, 3.6))
     xs = [p["t_s"] for p in points]
     ax.plot(xs, [p["kv_used_mean_pct"] for p in points], label="used (mean)")
     ax.plot(xs, [p["kv_used_peak_pct"] for p in points], lw=0.8, ls=":", label="used (peak)")
@@ -31,8 +31,8 @@ def plot_serving(
     ax.set_ylabel("KV pool (%)")
     ax.set_ylim(0, 105)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
-    ax.set_title(title or "KV utilisation")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.set_title(f"{title}: KV pool utilisation" if title else "KV pool utilisation", fontsize=10)
     out.append(save(fig, folder / "kv_utilization.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
@@ -49,7 +49,6 @@ def plot_serving(
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
-    if title:
-        fig.suptitle(title)
+    fig.suptitle(f"{title}: latency CDFs" if title else "latency CDFs", fontsize=10)
     out.append(save(fig, folder / "latency_cdf.png"))
     return out

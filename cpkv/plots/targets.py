@@ -24,7 +24,7 @@ def plot_target(
     where = Path(out) if out is not None else Path(path) / "plots"
     if not isinstance(target, SweepView):
         return plot_run(target.record, target.path, where)
-    paths = plot_sweep(target.summary, where)
+    paths = plot_sweep(target.summary, where, f"sweep {Path(path).resolve().name}")
     if points:
         for point in target.plan.points:
             run_dir = target.point_dir(point.name)

@@ -24,6 +24,7 @@ from typing import Literal
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, non_negative, positive, require
+from cpkv.core.suggest import did_you_mean
 from cpkv.policies.victims import VICTIMS
 from cpkv.runs.results import metric, outcome
 
@@ -59,17 +60,20 @@ class KvBlocks:
             require(
                 self.scan in SCANS,
                 "scan",
-                f"unknown scan {self.scan!r} (allowed: {', '.join(SCANS.allowed())}, or null)",
+                f"unknown scan {self.scan!r}{did_you_mean(self.scan, SCANS.allowed())} "
+                f"(allowed: {', '.join(SCANS.allowed())}, or null)",
             )
         require(
             self.victim in VICTIMS,
             "victim",
-            f"unknown victim order {self.victim!r} (allowed: {', '.join(VICTIMS.allowed())})",
+            f"unknown victim order {self.victim!r}{did_you_mean(self.victim, VICTIMS.allowed())} "
+            f"(allowed: {', '.join(VICTIMS.allowed())})",
         )
         require(
             self.on_finish in ("keep", "free"),
             "on_finish",
-            f"unknown value {self.on_finish!r} (allowed: keep, free)",
+            f"unknown value {self.on_finish!r}{did_you_mean(self.on_finish, ('keep', 'free'))} "
+            "(allowed: keep, free)",
         )
 
 

@@ -117,4 +117,5 @@ def _block_output(out: BlockOutcome, kv: KvBlocks) -> RunOutput:
         extras=extras,
         table_columns=BLOCK_COLUMNS,
         notes=notes,
+        summary_directions={"admitted": "higher", "waiting": "lower", "preemptions": "lower"},
     )

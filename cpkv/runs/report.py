@@ -58,19 +58,68 @@ def record_columns(record: RunRecord) -> list[str]:
     return []
 
 
-def render(record: RunRecord, fmt: str = "text", columns: Sequence[str] | None = None) -> str:
-    """The whole record in one format; ``text`` is what ``results.txt`` holds."""
+TERMINAL_HEAD, TERMINAL_TAIL = 10, 5
+"""A table longer than ``TERMINAL_HEAD + TERMINAL_TAIL + 5`` rows shows its first and last
+rows on the terminal (``results.txt`` and ``--full`` hold them all)."""
+TERMINAL_CELL = 60
+"""Text cells longer than this are cut on the terminal (``...``)."""
+
+
+def render(
+    record: RunRecord,
+    fmt: str = "text",
+    columns: Sequence[str] | None = None,
+    *,
+    terminal: bool = False,
+) -> str:
+    """The whole record in one format; ``text`` is what ``results.txt`` holds.
+
+    Text and Markdown lead with the table, then the notes, then the summary, and end with the
+    headline (the few numbers that stand for the run), where the eye lands. ``terminal``:
+    a long table keeps its first and last rows, with a line saying how many are left out and
+    where they are; long text cells are cut.
+    """
+    from cpkv.runs.headline import headline
+
     if fmt == "json":
         return record.to_json()
     cols = list(columns) if columns else record_columns(record)
     if fmt == "csv":
         return table(record.rows, cols, "csv")
-    parts = [table(record.rows, cols, fmt) if record.rows else "(no rows)"]
-    if record.summary:
-        parts.append(summary_text(record.summary, fmt))
-    for note in record.notes:
-        parts.append(f"note: {note}")
+    parts = [
+        (_cut_table(record.rows, cols, fmt) if terminal else table(record.rows, cols, fmt))
+        if record.rows
+        else "(no rows)"
+    ]
+    if record.notes:
+        parts.append("\n".join(f"note: {note}" for note in record.notes))
+    shown = {k: v for k, v in record.summary.items() if k != "headline"}
+    if shown:
+        parts.append(summary_text(shown, fmt))
+    numbers = headline(record)
+    if numbers:
+        text = ", ".join(f"{k}={cell(v)}" for k, v in numbers.items())
+        parts.append(f"**headline**: {text}" if fmt == "markdown" else f"headline: {text}")
     return "\n\n".join(parts) + "\n"
+
+
+def _cut_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> str:
+    """The first and last rows of a long table, a line in between saying how many are left out."""
+    short = [{c: _short(row.get(c)) for c in columns} for row in rows]
+    if len(rows) <= TERMINAL_HEAD + TERMINAL_TAIL + 5:
+        return table(short, columns, fmt)
+    kept = short[:TERMINAL_HEAD] + short[-TERMINAL_TAIL:]
+    lines = table(kept, columns, fmt).splitlines()
+    header = len(lines) - len(kept)  # the header (and rule) lines
+    left = len(rows) - len(kept)
+    gap = f"... {left} more rows in results.txt (--full prints them all)"
+    return "\n".join([*lines[: header + TERMINAL_HEAD], gap, *lines[header + TERMINAL_HEAD :]])
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > TERMINAL_CELL:
+        return value[: TERMINAL_CELL - 3] + "..."
+    return value
 
 
 def summary_text(summary: Mapping[str, Any], fmt: str = "text") -> str:

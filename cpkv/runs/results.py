@@ -1,9 +1,15 @@
 """Result records: frozen row dataclasses in, a versioned JSON document out.
 
 A row class marks its fields with :func:`metric` (numbers to compare across runs,
-``timing=True`` for noisy wall-clock numbers) or :func:`outcome` (non-numeric results,
-such as the request that stopped a batch). Every other field is an *identity* field:
-rows of two runs are matched on their identity fields by ``cpkv diff``.
+``timing=True`` for noisy wall-clock numbers), :func:`outcome` (non-numeric results,
+such as the request that stopped a batch) or :func:`samples` (the raw timing samples behind
+a row's timing statistics, which ``cpkv diff`` rank-tests). Every other field is an
+*identity* field: rows of two runs are matched on their identity fields by ``cpkv diff``.
+
+A run's ``summary`` may say which of its numbers are better lower or higher
+(``summary_directions``: dotted key -> ``"lower"`` / ``"higher"``, or ``"neutral"`` for a
+number that is neither, such as a count of calls); ``cpkv diff`` judges those and reports any
+other summary change as ``changed``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ def outcome(**kw: Any) -> Any:
     return field(metadata={"role": "outcome"}, **kw)
 
 
+def samples(*, unit: str = "us", **kw: Any) -> Any:
+    """A dataclass field holding a row's raw timing samples (a list, at most
+    :data:`cpkv.core.timing.SAMPLES_KEPT`): ``samples_<unit>`` backs every timing metric
+    ``<stat>_<unit>`` of the row in ``cpkv diff``'s rank test."""
+    return field(metadata={"role": "samples", "unit": unit}, **kw)
+
+
 @dataclass(frozen=True)
 class Columns:
     """How the fields of a row class are used: matched on, compared, or reported."""
@@ -42,13 +55,16 @@ class Columns:
     timing: tuple[str, ...]
     outcomes: tuple[str, ...]
     lower_is_better: tuple[str, ...] = ()
+    samples: tuple[str, ...] = ()  # raw timing samples (absent from results of cpkv <= 0.1)
 
     @classmethod
     def of(cls, row_cls: type) -> Columns:
-        identity, metrics, timing, outcomes, lower = [], [], [], [], []
+        identity, metrics, timing, outcomes, lower, raw = [], [], [], [], [], []
         for f in dataclasses.fields(row_cls):
             role = f.metadata.get("role")
-            if role == "metric":
+            if role == "samples":
+                raw.append(f.name)
+            elif role == "metric":
                 metrics.append(f.name)
                 if f.metadata.get("timing"):
                     timing.append(f.name)
@@ -58,7 +74,14 @@ class Columns:
                 outcomes.append(f.name)
             else:
                 identity.append(f.name)
-        return cls(tuple(identity), tuple(metrics), tuple(timing), tuple(outcomes), tuple(lower))
+        return cls(
+            tuple(identity),
+            tuple(metrics),
+            tuple(timing),
+            tuple(outcomes),
+            tuple(lower),
+            tuple(raw),
+        )
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,10 @@ class RunOutput:
     extras: Mapping[str, str] = field(default_factory=dict)
     table_columns: Sequence[str] | None = None
     notes: Sequence[str] = ()
+    summary_directions: Mapping[str, str] = field(default_factory=dict)
+
+
+DIRECTIONS = ("lower", "higher", "neutral")
 
 
 @dataclass(frozen=True)
@@ -84,6 +111,7 @@ class RunRecord:
     table_columns: list[str] | None = None
     notes: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    summary_directions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_output(
@@ -101,6 +129,7 @@ class RunRecord:
             summary=to_dict(dict(output.summary)),
             table_columns=list(output.table_columns) if output.table_columns else None,
             notes=list(output.notes),
+            summary_directions=dict(output.summary_directions),
         )
 
     def to_json(self) -> str:
@@ -114,6 +143,8 @@ class RunRecord:
             "summary": self.summary,
             "rows": self.rows,
         }
+        if self.summary_directions:
+            doc["summary_directions"] = self.summary_directions
         return json.dumps(finite_json(doc), indent=1, sort_keys=False) + "\n"
 
     @classmethod
@@ -160,6 +191,10 @@ class RunRecord:
         )
         notes = doc.get("notes") or []
         need(isinstance(notes, list), "'notes' is not a list")
+        need(
+            isinstance(doc.get("summary_directions") or {}, dict),
+            "'summary_directions' is not an object",
+        )
         return cls(
             kind=str(doc["kind"]),
             name=str(doc["name"]),
@@ -169,6 +204,7 @@ class RunRecord:
             table_columns=table_columns,
             notes=[str(n) for n in notes],
             schema_version=version,
+            summary_directions=dict(doc.get("summary_directions") or {}),
         )
 
 

@@ -33,7 +33,6 @@ MARKER = "INCOMPLETE"
 STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED = "complete", "incomplete", "failed"
 STATUS_CORRUPT = "corrupt"
 """``cpkv ls``: a run or sweep directory whose files cannot be read back (the reason is shown)."""
-NAME_LIMIT = 100  # characters of a run's name kept in its directory name
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
@@ -45,8 +44,25 @@ def iso(ts: datetime) -> str:
     return ts.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def safe_name(name: str) -> str:
-    return _SAFE.sub("-", name).strip("-")[:NAME_LIMIT].strip("-") or "run"
+NAME_LIMIT = 48
+"""The most characters of a run's name that go into its directory name."""
+
+
+def safe_name(name: str, limit: int = NAME_LIMIT) -> str:
+    """``name`` as a file name: unsafe characters as ``-``, at most ``limit`` characters
+    (:func:`bounded`)."""
+    return bounded(_SAFE.sub("-", name).strip("-") or "run", limit)
+
+
+def bounded(name: str, limit: int) -> str:
+    """``name`` when it fits ``limit`` characters; else its start and 8 hex digits of its
+    SHA-1, so that names cut alike stay apart and the same name always cuts the same way."""
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    return f"{name[: max(1, limit - 9)].rstrip('-_+=.')}-{digest}"
 
 
 def new_dir(root: Path, name: str, now: datetime | None = None) -> Path:

@@ -26,7 +26,7 @@ from cpkv.core.files import reason, write_atomic
 from cpkv.core.registry import Registry
 from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.sweep.plan import Point
-from cpkv.sweep.store import PointResult
+from cpkv.sweep.store import STATUS_SKIPPED, PointResult
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ Executor = Callable[[Sequence[Phase], "str | None", OnResult], None]
 
 
 def run_point(task: Task) -> PointResult:
-    """Run one point into ``task.path``; errors become a failed result."""
+    """Run one point into ``task.path``; errors become a failed result, and a point that
+    cannot run on this machine (its prepare raises UnsupportedError) a skipped one."""
     from cpkv.runs.headline import headline
     from cpkv.runs.runner import run_experiment
 
@@ -70,6 +71,9 @@ def run_point(task: Task) -> PointResult:
             run_dir=task.path,
             plots=task.plots,
         )
+    except UnsupportedError as err:  # cannot run here (no CUDA, a package missing)
+        status = STATUS_FAILED if task.path.exists() else STATUS_SKIPPED  # skipped: nothing ran
+        return PointResult(point.index, point.name, status, str(err), time.perf_counter() - start)
     except CpkvError as err:
         return PointResult(
             point.index, point.name, STATUS_FAILED, str(err), time.perf_counter() - start

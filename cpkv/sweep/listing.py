@@ -26,7 +26,7 @@ from cpkv.runs.rundir import (
     run_status,
 )
 from cpkv.sweep.plan import SweepPlan
-from cpkv.sweep.store import SWEEP_FILE, is_sweep_dir, read_plan, read_summary
+from cpkv.sweep.store import STATUSES, SWEEP_FILE, is_sweep_dir, read_plan, read_summary
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class Entry:
     status: str
     headline: str
     path: str
+    overrides: str = ""  # what tells runs of one config apart: the overrides, a sweep's keys
 
 
 def list_entries(root: str | Path, *, points: bool = False, kind: str | None = None) -> list[Entry]:
@@ -107,7 +108,8 @@ def _run_entry(path: Path, kind_of_entry: str) -> Entry:
         mark = f"{path.name}/"  # a file of this run: name it without the run's own path
         shown = (error.split(mark, 1)[1] if mark in error else error)[:60]
     return Entry(_local(meta.get("start_utc")), kind_of_entry, str(meta.get("name", path.name)),
-                 str(meta.get("kind", "?")), status, shown, str(path))  # fmt: skip
+                 str(meta.get("kind", "?")), status, shown, str(path),
+                 _overrides(meta.get("overrides")))  # fmt: skip
 
 
 def _why(err: InputError, path: Path) -> str:
@@ -125,13 +127,31 @@ def _sweep_entry(path: Path) -> Entry:
     summary = read_summary(path)
     counts = summary.get("counts") or {}
     kinds = ",".join(dict.fromkeys(p.kind for p in plan.points))
-    shown = f"{len(plan.points)} points: {counts.get('complete', 0)} complete, {counts.get('failed', 0)} failed"
+    done = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
+    shown = f"{len(plan.points)} points: {done or 'none run'}"
     status = str(summary.get("status", STATUS_INCOMPLETE))
     if status == "complete" and (path / "INCOMPLETE").exists():
         status = STATUS_INCOMPLETE
+    swept = ",".join(k.split(".")[-1] for k in plan.swept_keys)
     return Entry(
-        _local(doc.get("created_utc")), "sweep", plan.name, kinds, status, shown, str(path)
-    )
+        _local(doc.get("created_utc")), "sweep", plan.name, kinds, status, shown, str(path),
+        f"sweeps {swept}" if swept else "",
+    )  # fmt: skip
+
+
+OVERRIDES_WIDTH = 40
+
+
+def _overrides(items: Any) -> str:
+    """A run's overrides, keys by their last part (``max_batch_requests=4``), cut to fit."""
+    if not isinstance(items, list) or not items:
+        return ""
+    parts = []
+    for item in map(str, items):
+        key, eq, value = item.partition("=")
+        parts.append(f"{key.split('.')[-1]}{eq}{value}")
+    text = " ".join(parts)
+    return text if len(text) <= OVERRIDES_WIDTH else text[: OVERRIDES_WIDTH - 3] + "..."
 
 
 def _headline_text(values: Mapping[str, float]) -> str:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpkv.core.config import LoadedConfig, load_config, lookup, read_yaml
 from cpkv.core.errors import ConfigError
 from cpkv.core.kinds import KINDS, KindSpec
 from cpkv.core.schema import build
+from cpkv.runs.rundir import bounded
 from cpkv.sweep.grid import COMMAND_LINE, Axis, axes_from_block, axes_from_overrides, expand
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
-NAME_LIMIT = 96
+NAME_LIMIT = 64  # a point directory's name, whatever is swept (bounded() keeps it apart)
+SWEEP_NAME_LIMIT = 40  # the configs' names joined, before they become "<first>+N-more"
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,8 @@ def plan_sweep(
         except ConfigError as err:
             raise _blame(err, axes, pt) from None
         keys.update(dict.fromkeys(pt))
-    sweep_name = name or "+".join(
-        dict.fromkeys(base.experiment.name for _, base, _, _ in per_config)
-    )
+    points = _names_per_config(points, width)
+    sweep_name = name or sweep_name_of([base.experiment.name for _, base, _, _ in per_config])
     return SweepPlan(
         sweep_name,
         tuple(map(str, configs)),
@@ -113,6 +114,15 @@ def plan_sweep(
         tuple(points),
         tuple(keys),
     )
+
+
+def sweep_name_of(config_names: Sequence[str]) -> str:
+    """The configs' names joined with ``+`` when that is short; else ``<first>+<N>-more``."""
+    names = list(dict.fromkeys(config_names))
+    joined = "+".join(names)
+    if len(joined) <= SWEEP_NAME_LIMIT or len(names) == 1:
+        return joined
+    return f"{names[0]}+{len(names) - 1}-more"
 
 
 def _applies(override: str, kind: object) -> bool:
@@ -194,13 +204,43 @@ def _point(
     )
 
 
-def point_name(index: int, width: int, config_name: str, swept: Mapping[str, Any]) -> str:
-    """``007_host-small_protocol=warm_request_pages=8+64`` (at most NAME_LIMIT characters)."""
-    parts = [f"{index:0{width}d}", config_name]
-    for key, value in swept.items():
-        shown = "+".join(map(_yaml_word, value)) if isinstance(value, list) else _yaml_word(value)
-        parts.append(f"{key.split('.')[-1]}={shown}")
-    return _UNSAFE.sub("-", "_".join(parts))[:NAME_LIMIT].rstrip("-_")
+def _names_per_config(points: list[Point], width: int) -> list[Point]:
+    """Every point of a config named alike: with its keys when every name fits NAME_LIMIT,
+    else with the values alone (:func:`point_name`)."""
+    long_sources = {
+        p.source
+        for p in points
+        if len(_full_name(p.index, width, p.config_name, p.swept, keyed=True)) > NAME_LIMIT
+    }
+    return [
+        p
+        if p.source not in long_sources
+        else replace(p, name=point_name(p.index, width, p.config_name, p.swept, keyed=False))
+        for p in points
+    ]
+
+
+def point_name(
+    index: int, width: int, config_name: str, swept: Mapping[str, Any], *, keyed: bool = True
+) -> str:
+    """``007_host-small_protocol=warm_request_pages=8+64``; without ``keyed``, the values
+    alone (``007_host-small_warm_8+64``; the sweep's summary names the keys). At most
+    NAME_LIMIT characters: a longer name keeps its start and a hash of the whole
+    (:func:`cpkv.runs.rundir.bounded`)."""
+    return bounded(_full_name(index, width, config_name, swept, keyed=keyed), NAME_LIMIT)
+
+
+def _full_name(
+    index: int, width: int, config_name: str, swept: Mapping[str, Any], *, keyed: bool
+) -> str:
+    head = [f"{index:0{width}d}", config_name]
+    values = [
+        "+".join(map(_yaml_word, v)) if isinstance(v, list) else _yaml_word(v)
+        for v in swept.values()
+    ]
+    if keyed:
+        values = [f"{k.split('.')[-1]}={v}" for k, v in zip(swept, values, strict=True)]
+    return _UNSAFE.sub("-", "_".join([*head, *values])).rstrip("-_")
 
 
 def _yaml_word(value: Any) -> str:

@@ -27,13 +27,19 @@ from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED, STATUS_INCO
 from cpkv.sweep.plan import Point, SweepPlan
 
 SWEEP_FILE, SUMMARY_JSON, SUMMARY_TXT = "sweep.yaml", "summary.json", "summary.txt"
+STATUS_SKIPPED = "skipped"
+"""A point that cannot run on this machine (no CUDA, an optional package missing): its
+config is valid, nothing was written for it, the sweep does not fail, and ``--resume``
+tries it again (on a machine that has what it needs it runs)."""
+STATUSES = (STATUS_COMPLETE, STATUS_SKIPPED, STATUS_FAILED, STATUS_INCOMPLETE)
 SWEEP_VERSION = 1
 SUPPORTED_SWEEP_VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
 class PointResult:
-    """How one point ended. ``status``: complete, failed or incomplete (not run or interrupted)."""
+    """How one point ended. ``status``: complete, skipped (cannot run here; ``error`` says
+    why), failed or incomplete (not run or interrupted)."""
 
     index: int
     name: str
@@ -112,7 +118,7 @@ def _point(entry: Any) -> Point:
 
 def sweep_status(results: Sequence[PointResult]) -> str:
     statuses = {r.status for r in results}
-    if statuses <= {STATUS_COMPLETE}:
+    if statuses <= {STATUS_COMPLETE, STATUS_SKIPPED}:
         return STATUS_COMPLETE
     if STATUS_INCOMPLETE in statuses:
         return STATUS_INCOMPLETE
@@ -131,10 +137,7 @@ def write_summary(path: Path, plan: SweepPlan, results: Mapping[int, PointResult
             "swept": point.swept, "status": res.status, "error": res.error, "seconds": res.seconds,
             "headline": res.headline,
         })  # fmt: skip
-    counts = {
-        s: sum(r.status == s for r in ordered)
-        for s in (STATUS_COMPLETE, STATUS_FAILED, STATUS_INCOMPLETE)
-    }
+    counts = {s: sum(r.status == s for r in ordered) for s in STATUSES}
     doc = {
         "sweep_version": SWEEP_VERSION,
         "name": plan.name,
@@ -177,44 +180,103 @@ def _summary_shape(doc: Any) -> bool:
     )
 
 
-def summary_table(doc: Mapping[str, Any], fmt: str = "text") -> str:
-    """One row per point: its swept values, status, headline metrics, error."""
-    points = doc.get("points") or []
+def summary_table(
+    doc: Mapping[str, Any], fmt: str = "text", columns: Sequence[str] | None = None
+) -> str:
+    """The sweep's points, one table per kind (and per set of headline metrics): each
+    completed point's swept values and headline; then the points that did not complete, with
+    why; then one line of counts. ``columns``: only these columns (:func:`summary_columns`),
+    in one table of every point."""
+    points = list(doc.get("points") or [])
     keys = list(doc.get("swept_keys") or [])
-    leaves = [k.split(".")[-1] for k in keys]
-    shown = leaves if len(set(leaves)) == len(leaves) else keys
+    if columns is not None or fmt == "csv":
+        rows, all_columns = _flat_rows(points, keys)
+        chosen = list(columns) if columns is not None else all_columns
+        return table(rows, chosen, fmt) + ("" if fmt == "csv" else "\n")
+    groups: dict[tuple[str, tuple[str, ...]], list[Mapping[str, Any]]] = {}
+    for pt in points:
+        if pt.get("status") == STATUS_COMPLETE:
+            metrics = tuple(pt.get("headline") or {})
+            groups.setdefault((str(pt.get("kind")), metrics), []).append(pt)
+    parts = []
+    for (kind, metrics), pts in groups.items():
+        swept = [k for k in keys if any(k in (pt.get("swept") or {}) for pt in pts)]
+        labels = _labels(swept)
+        rows = []
+        for pt in pts:
+            row = {"point": _index(pt), "config": pt.get("config_name")}
+            row.update(
+                {lab: (pt.get("swept") or {}).get(k) for lab, k in zip(labels, swept, strict=True)}
+            )
+            row.update({m: (pt.get("headline") or {}).get(m) for m in metrics})
+            rows.append(row)
+        names = ", ".join(dict.fromkeys(str(pt.get("config_name")) for pt in pts))
+        title = f"{kind}: {_clip(names, 70)}"
+        parts.append(
+            f"{'## ' if fmt == 'markdown' else ''}{title}\n"
+            + table(rows, ["point", "config", *labels, *metrics], fmt)
+        )
+    others = [pt for pt in points if pt.get("status") != STATUS_COMPLETE]
+    if others:
+        rows = [{"point": _index(pt), "config": pt.get("config_name"), "kind": pt.get("kind"),
+                 "status": pt.get("status"), "reason": _short(pt.get("error"), 100) or "-"}
+                for pt in others]  # fmt: skip
+        title = "not complete" if fmt != "markdown" else "## not complete"
+        parts.append(
+            f"{title}\n" + table(rows, ["point", "config", "kind", "status", "reason"], fmt)
+        )
+    parts.append(counts_line(doc))
+    return "\n\n".join(parts) + "\n"
+
+
+def counts_line(doc: Mapping[str, Any]) -> str:
+    """``sweep NAME: 8 points: 7 complete, 1 skipped``."""
+    counts = doc.get("counts") or {}
+    total = counts.get("points", len(doc.get("points") or []))
+    shown = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
+    return f"sweep {doc.get('name')}: {total} points: {shown or 'none run'}"
+
+
+def summary_columns(doc: Mapping[str, Any]) -> list[str]:
+    """Every column ``cpkv show SWEEP -c`` can pick."""
+    return _flat_rows(list(doc.get("points") or []), list(doc.get("swept_keys") or []))[1]
+
+
+def _flat_rows(
+    points: list[Mapping[str, Any]], keys: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    labels = _labels(keys)
     metrics = list(dict.fromkeys(m for pt in points for m in pt.get("headline") or {}))
     rows = []
     for pt in points:
-        row = {
-            "point": pt["name"].split("_")[0],
-            "config": pt.get("config_name"),
-            "kind": pt.get("kind"),
-            "status": pt["status"],
-        }
+        row = {"point": _index(pt), "name": pt.get("name"), "config": pt.get("config_name"),
+               "kind": pt.get("kind"), "status": pt.get("status")}  # fmt: skip
         row.update(
-            {
-                label: (pt.get("swept") or {}).get(key)
-                for label, key in zip(shown, keys, strict=True)
-            }
+            {lab: (pt.get("swept") or {}).get(k) for lab, k in zip(labels, keys, strict=True)}
         )
         row.update({m: (pt.get("headline") or {}).get(m) for m in metrics})
-        row["error"] = _short(pt.get("error"))
+        row["seconds"] = pt.get("seconds")
+        row["error"] = pt.get("error")
         rows.append(row)
-    columns = ["point", "config", "kind", *shown, "status", *metrics]
-    if any(r["error"] for r in rows):
-        columns.append("error")
-    counts = doc.get("counts") or {}
-    head = (
-        f"sweep {doc.get('name')}: {counts.get('points', len(points))} points, {counts.get('complete', 0)} complete, "
-        f"{counts.get('failed', 0)} failed, {counts.get('incomplete', 0)} incomplete"
-    )
-    if fmt == "csv":
-        return table(rows, columns, "csv")
-    return table(rows, columns, fmt) + "\n\n" + head + "\n"
+    columns = ["point", "name", "config", "kind", *labels, "status", *metrics, "seconds", "error"]
+    return rows, columns
 
 
-def _short(error: str | None, limit: int = 80) -> str | None:
+def _labels(keys: Sequence[str]) -> list[str]:
+    """Swept keys by their last part when that is unambiguous, else whole."""
+    leaves = [k.split(".")[-1] for k in keys]
+    return leaves if len(set(leaves)) == len(leaves) else list(keys)
+
+
+def _index(pt: Mapping[str, Any]) -> str:
+    return str(pt.get("name", "")).split("_")[0]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(error: str | None, limit: int = 100) -> str | None:
     if not error:
         return None
     line = error.strip().splitlines()[-1] if error.strip() else error

@@ -70,7 +70,10 @@ def prepare_stats(cfg: TraceStatsConfig) -> Callable[[RunContext], RunOutput]:
             "unlimited_cache_pct": stats.unlimited_cache_pct,
             "configured_cache_pct": rows[1].cache_pct,
         }
-        return RunOutput(rows=rows, summary=summary, notes=_notes(block))
+        directions = {"unlimited_cache_pct": "higher", "configured_cache_pct": "higher"}
+        return RunOutput(
+            rows=rows, summary=summary, notes=_notes(block), summary_directions=directions
+        )
 
     return execute
 
@@ -96,7 +99,14 @@ def prepare_curve(cfg: TraceCurveConfig) -> Callable[[RunContext], RunOutput]:
             "requests": len(trace.requests),
             "hicache_ratio": curve.hicache_ratio,
         }
-        return RunOutput(rows=points, summary=summary, notes=notes)
+        smallest = min(points, key=lambda p: p.capacity_pct)
+        largest = max(points, key=lambda p: p.capacity_pct)
+        summary["headline"] = {  # the two ends of the curve
+            "cache_pct_at_min_capacity": smallest.cache_pct,
+            "cache_pct_at_max_capacity": largest.cache_pct,
+        }
+        directions = dict.fromkeys(summary["headline"], "higher")
+        return RunOutput(rows=points, summary=summary, notes=notes, summary_directions=directions)
 
     return execute
 

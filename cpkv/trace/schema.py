@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from cpkv.core.memory import MemoryNeed, file_bytes
 from cpkv.core.schema import FieldError, non_empty, non_negative, positive, require
+from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
 from cpkv.trace.readers import TRACE_FORMATS
 from cpkv.trace.stats import DEFAULT_FRACTIONS
@@ -26,7 +27,10 @@ class TraceBlock:
     def validate(self) -> None:
         if self.format not in TRACE_FORMATS:
             allowed = ", ".join(TRACE_FORMATS.allowed())
-            raise FieldError("format", f"unknown trace format {self.format!r} (allowed: {allowed})")
+            hint = did_you_mean(self.format, TRACE_FORMATS.allowed())
+            raise FieldError(
+                "format", f"unknown trace format {self.format!r}{hint} (allowed: {allowed})"
+            )
         positive("block_size", self.block_size)
         non_negative("start", self.start)
         non_negative("limit", self.limit, allow_none=True)

@@ -25,6 +25,7 @@ from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.jsonl import check_fields, parse_object, read_text, require_file
 from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
 from cpkv.workload.request import Request, new_request
 from cpkv.workload.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
@@ -73,7 +74,8 @@ class WorkloadSpec:
         if self.source not in SOURCES:
             raise FieldError(
                 "source",
-                f"unknown workload source {self.source!r} (allowed: {', '.join(SOURCES.names())})",
+                f"unknown workload source {self.source!r}{did_you_mean(self.source, SOURCES.names())} "
+                f"(allowed: {', '.join(SOURCES.names())})",
             )
         require(self.block_size > 0, "block_size", f"must be > 0, got {self.block_size}")
         non_negative("start", self.start)

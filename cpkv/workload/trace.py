@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cpkv.core.errors import ConfigError
+from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import CachedRequest, replay
 from cpkv.trace.readers import TRACE_FORMATS, Trace, read_trace
 from cpkv.workload.request import Request
@@ -38,7 +39,8 @@ def check_trace_spec(spec: Any) -> None:
     if spec.format not in TRACE_FORMATS:
         allowed = ", ".join(TRACE_FORMATS.allowed())
         raise ConfigError(
-            f"admit.workload.format: unknown trace format {spec.format!r} (allowed: {allowed})"
+            f"admit.workload.format: unknown trace format {spec.format!r}"
+            f"{did_you_mean(spec.format, TRACE_FORMATS.allowed())} (allowed: {allowed})"
         )
 
 

@@ -8,7 +8,7 @@ import json
 import yaml
 
 from cpkv.core.config import load_config
-from tests.helpers.paths import REPO
+from tests.helpers.paths import REPO, check_printed
 
 ROOT = REPO
 
@@ -39,7 +39,7 @@ def test_default_run_is_the_seed_grid(cli) -> None:
         "rem_total_tokens": 1
     }
     assert "duration_us" in doc["columns"]["timing"]
-    assert (run / "results.txt").read_text() in res.output
+    check_printed(run, res.output)
     assert "stopped_budget" in (run / "results.txt").read_text().splitlines()[0]
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from cpkv.core.config import load_config
+from tests.helpers.paths import check_printed
 
 SMALL = [
     "alloc_host.host_sizes_gb=[]",
@@ -51,7 +52,7 @@ def test_run_writes_the_run_directory_contract(cli) -> None:
     assert (
         yaml.safe_load((run / "overrides.yaml").read_text())[-1] == "alloc_host.request_pages=[1,8]"
     )
-    assert (run / "results.txt").read_text() in res.output
+    check_printed(run, res.output)
     # the resolved config re-loads to the same experiment
     again = load_config("alloc_host", run / "config.yaml")
     assert again.resolved == yaml.safe_load((run / "config.yaml").read_text())
@@ -87,7 +88,7 @@ def test_same_seed_same_rows_apart_from_timings(cli) -> None:
     for _ in range(2):
         assert cli("alloc", "host", *SMALL, "alloc_host.request_pages=[4]").exit_code == 0
     a, b = (cli.results(r) for r in cli.run_dirs())
-    timing = set(a["columns"]["timing"])
+    timing = set(a["columns"]["timing"]) | set(a["columns"]["samples"])
     strip = lambda doc: [{k: v for k, v in r.items() if k not in timing} for r in doc["rows"]]  # noqa: E731
     assert strip(a) == strip(b)
 
@@ -255,3 +256,31 @@ def test_rounds_split_the_samples_and_keep_the_answers(cli, spy, protocol) -> No
         one = cli.results([d for d in cli.run_dirs() if d != run][0])["rows"]
         keys = ("impl", "method", "op", "contiguous_ratio", "repeat")
         assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in one]
+
+
+def test_vs_fifo_is_each_rows_p50_and_p99_over_fifos(cli) -> None:
+    """vs_fifo_p50 / vs_fifo_p99: this row's p50 (p99) over the FIFO row's of the same impl and
+    case, measured in the same run; 1.0 on the FIFO rows; both columns in the table."""
+    res = cli(
+        "alloc",
+        "host",
+        *SMALL,
+        "alloc_host.request_pages=[4,8]",
+        "alloc_host.impls=[reference,fast]",
+    )
+    assert res.exit_code == 0, res.output
+    doc = cli.results(cli.run_dirs()[0])
+    assert doc["table_columns"][-2:] == ["vs_fifo_p50", "vs_fifo_p99"]
+    key = lambda r: (r["impl"], r["pattern"], r["request_pages"])  # noqa: E731
+    fifo = {key(r): r for r in doc["rows"] if r["method"] == "fifo"}
+    assert len(fifo) == len(doc["rows"]) / 2
+    for row in doc["rows"]:
+        base = fifo[key(row)]
+        assert row["vs_fifo_p50"] == row["p50_us"] / base["p50_us"]
+        assert row["vs_fifo_p99"] == row["p99_us"] / base["p99_us"]
+        if row["method"] == "fifo":
+            assert (row["vs_fifo_p50"], row["vs_fifo_p99"]) == (1.0, 1.0)
+    # one method only: no ratio columns
+    assert cli("alloc", "host", *SMALL, "alloc_host.methods=[fifo]").exit_code == 0
+    one = cli.results(cli.run_dirs()[1])
+    assert "vs_fifo_p50" not in one["table_columns"] and one["rows"][0]["vs_fifo_p50"] is None

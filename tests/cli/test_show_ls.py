@@ -88,12 +88,13 @@ def test_ls_lists_runs_and_sweeps_with_status(cli, tmp_path: Path, fake_kind) ->
     res = cli("ls", str(root), output=False)
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[0].split() == ["time", "type", "name", "kind", "status", "headline", "path"]
-    body = [ln.split() for ln in lines[2:]]
-    assert [(r[2], r[3], r[4], r[5], r[6]) for r in body] == [
-        ("run", "host_base", "alloc_host", "complete", "gmean_p50_us=31.62"),
-        ("run", "host_base", "alloc_host", "failed", "boom"),
-        ("sweep", "echo", "sweeptest", "complete", "2"),
+    header = ["time", "type", "name", "kind", "status", "overrides", "headline", "path"]
+    assert lines[0].split() == header
+    entries = json.loads(cli("ls", str(root), "-f", "json", output=False).output)
+    assert [(e["type"], e["name"], e["kind"], e["status"], e["overrides"], e["headline"]) for e in entries] == [
+        ("run", "host_base", "alloc_host", "complete", "", "gmean_p50_us=31.62"),
+        ("run", "host_base", "alloc_host", "failed", "", "boom"),
+        ("sweep", "echo", "sweeptest", "complete", "sweeps scale", "2 points: 2 complete"),
     ]  # fmt: skip
     doc = json.loads(cli("ls", str(root), "--points", "-f", "json", output=False).output)
     assert [e["type"] for e in doc] == ["run", "run", "sweep", "point", "point"]
@@ -109,9 +110,9 @@ def test_ls_lists_runs_and_sweeps_with_status(cli, tmp_path: Path, fake_kind) ->
     )
     assert [r["status"] for r in csv_rows] == ["complete", "failed", "complete"]
     markdown = cli("ls", str(root), "-f", "markdown", output=False).output.splitlines()
-    assert [c.strip() for c in markdown[0].strip("|").split("|")] == lines[0].split()
+    assert [c.strip() for c in markdown[0].strip("|").split("|")] == header
     assert set(markdown[1].replace("|", "")) <= {"-", " "}  # a separator row, then one per entry
-    assert [c.strip() for c in markdown[3].strip("|").split("|")][4:6] == ["failed", "boom"]
+    assert [c.strip() for c in markdown[3].strip("|").split("|")][4:7] == ["failed", "", "boom"]
     assert (
         "no runs under"
         in cli(
@@ -136,3 +137,36 @@ def test_show_a_sweep_renders_its_summary(cli, tmp_path: Path, fake_kind) -> Non
     )
     # headline of kind sweeptest: mean tokens over ticks 0..2 at scale s = 10 * s * 2
     assert [(r["scale"], float(r["mean_tokens"])) for r in rows] == [("1.0", 20.0), ("2.0", 40.0)]
+
+
+def test_show_columns_of_a_sweep(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811
+    cfg = tmp_path / "e.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"kind": "sweeptest", "name": "echo", "sweep": {"sweeptest.scale": [1.0, 2.0]}}
+        )
+    )
+    sweep = run_sweep([str(cfg)], root=tmp_path / "exp").path
+    res = cli("show", str(sweep), "-c", "point,scale,mean_tokens", output=False)
+    assert res.exit_code == 0, res.output
+    assert [ln.split() for ln in res.output.splitlines()] == [
+        ["point", "scale", "mean_tokens"], ["-------", "-------", "-------------"],
+        ["000", "1.00", "20.00"], ["001", "2.00", "40.00"],
+    ]  # fmt: skip
+    res = cli("show", str(sweep), "-c", "nope", output=False)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert (
+        "cpkv: error: --columns nope: not a column of this sweep's summary (columns: point, name,"
+        in res.output
+    )
+    res = cli("show", str(sweep), "-c", "statsu", output=False)
+    assert res.exit_code == 2 and "did you mean 'status'?" in res.output
+
+
+def test_ls_tells_runs_of_one_config_apart(cli, tmp_path: Path) -> None:
+    assert cli("admit").exit_code == 0
+    assert cli("admit", "admit.cp.max_batch_requests=4", "admit.page_size=16").exit_code == 0
+    entries = json.loads(cli("ls", str(cli.root), "-f", "json", output=False).output)
+    assert [e["overrides"] for e in entries] == ["", "max_batch_requests=4 page_size=16"]
+    text = cli("ls", str(cli.root), output=False).output
+    assert "max_batch_requests=4 page_size=16" in text.splitlines()[3]

@@ -52,12 +52,16 @@ def test_a_planted_regression_exits_1(cli) -> None:
     assert [(r["method"], r["request_pages"]) for r in d.only_b] == [("fifo", 64)] and not d.only_a
     assert d.config_changes == [("alloc_host.request_pages", [8], [8, 64])]
     text = res.output
-    assert text.index("config differences") < text.index(
-        "metrics:"
-    )  # config differences come first
+    # config differences, then the summary, then the rows; the verdict is the last line
+    assert text.index("config differences") < text.index("summary (A -> B):") < text.index("rows:")
     assert "- alloc_host.request_pages: [8] -> [8, 64]" in text
-    assert "verdict: REGRESSION (4 worse)" in text
+    assert text.splitlines()[-1] == "verdict: REGRESSION (rows: 1 of 2 worse)"
     assert "rows only in B:\n- method=fifo, request_pages=64" in text
+    # the changed row, one line: its metrics that moved, A -> B (change)
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("contiguous")]
+    assert line.split()[:5] == ["contiguous", "8", "100", "->", "150"] and line.endswith("worse")
+    # these saved rows have no raw samples: the interval rule judged them, and the output says so
+    assert "4 by the interval rule" in text
 
 
 def test_threshold_option_and_only_changed(cli) -> None:
@@ -68,9 +72,11 @@ def test_threshold_option_and_only_changed(cli) -> None:
     )
     assert res.exit_code == 1
     rows = [ln.split() for ln in res.output.splitlines() if ln.startswith(("fifo", "contiguous"))]
-    # with --only-changed only the significant change is listed: contiguous p50 100 -> 150
-    assert rows == [["contiguous", "8", "p50_us", "100", "150", "1.500x", "+50.0%", "worse"]]
-    assert "verdict: REGRESSION (1 worse); 1 worse, 9 same" in res.output
+    # only the significant change is listed (the default now): contiguous p50 100 -> 150;
+    # p95 (+45%), p99 (+42%) and the mean (+49%) are within 60%
+    assert rows == [["contiguous", "8", "100", "->", "150", "(+50.0%)", "worse"]]
+    assert "2 rows compared: 1 worse, 1 same (metrics: 1 worse)" in res.output
+    assert res.output.splitlines()[-1] == "verdict: REGRESSION (rows: 1 of 2 worse)"
 
 
 def test_noise_does_not_count_and_better_is_reported(cli) -> None:
@@ -152,7 +158,7 @@ def test_no_matching_rows_is_unusable_and_says_why(cli, tmp_path: Path) -> None:
 
 def test_metric_option(cli) -> None:
     res = cli("diff", BASE, SLOWER, "--metric", "contiguous_ratio", output=False)
-    assert res.exit_code == 0 and "p50_us" not in res.output.split("metrics:")[1]
+    assert res.exit_code == 0 and "p50_us" not in res.output.split("\nrows:")[1]
     assert cli("diff", BASE, SLOWER, "--metric", "nope", output=False).exit_code == 2
 
 
@@ -198,5 +204,5 @@ def test_markdown_is_a_report_with_a_table(cli) -> None:
     assert "## config differences (A -> B)" in lines and "## rows only in B" in lines
     header = next(i for i, ln in enumerate(lines) if ln.startswith("| method"))
     assert set(lines[header + 1].replace("|", "")) <= {"-", " "}  # the separator row
-    row = [c.strip() for c in lines[header + 7].strip("|").split("|")]  # after 5 fifo rows
-    assert row == ["contiguous", "8", "p50_us", "100", "150", "1.500x", "+50.0%", "worse"]
+    row = [c.strip() for c in lines[header + 2].strip("|").split("|")]
+    assert row[:3] == ["contiguous", "8", "100 -> 150 (+50.0%)"] and row[-1] == "worse"

@@ -31,12 +31,13 @@ def test_sweeps_point_by_point(cli, tmp_path: Path, fake_kind) -> None:  # noqa:
     doc = json.loads((point / "results.json").read_text())
     doc["rows"][2]["tokens"] = 1.0
     (point / "results.json").write_text(json.dumps(doc))
-    res = cli("diff", str(a), str(c), "--only-changed", output=False)
-    assert res.exit_code == 1
-    assert (
-        "echo_scale=2.0" in res.output
-        and "tokens" in res.output
-        and "REGRESSION (1 worse)" in res.output
+    res = cli("diff", str(a), str(c), output=False)
+    assert res.exit_code == 1, res.output
+    # the point's headline (mean tokens over its rows) and its row: both worse (higher is better)
+    assert "echo_scale=2.0  mean_tokens" in res.output
+    assert "echo_scale=2.0  2       60 -> 1 (-98.3%)  worse" in res.output
+    assert res.output.splitlines()[-1] == (
+        "verdict: REGRESSION (summary: 1 worse (mean_tokens); rows: 1 of 6 worse)"
     )
     # B swept another key too: its points do not match A's, so nothing can be compared
     res = cli("diff", str(a), str(b), output=False)

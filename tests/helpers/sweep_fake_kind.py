@@ -2,7 +2,8 @@
 
 Rows: one per (tag, tick): tokens = 10 * scale * (tick + 1), budget_tokens = 100 - 10 * tick * scale.
 ``fail_on_scale``: the run raises at that scale (a failing point); ``scale < 0`` is a user error
-caught in prepare (no run directory).
+caught in prepare (no run directory); ``needs_device: true`` cannot run here (prepare raises
+UnsupportedError, as a CUDA config does on a machine without CUDA).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cpkv.core.errors import InputError
+from cpkv.core.errors import InputError, UnsupportedError
 from cpkv.core.schema import positive
 from cpkv.runs.results import RunOutput, metric, outcome
 
@@ -22,6 +23,7 @@ class EchoBlock:
     scale: float = 1.0
     fail_on_scale: float | None = None
     tags: tuple[str, ...] = ("a",)
+    needs_device: bool = False
 
     def validate(self) -> None:
         positive("ticks", self.ticks)
@@ -48,6 +50,8 @@ def prepare(cfg: EchoConfig):
     block = cfg.sweeptest
     if block.scale < 0:
         raise InputError(f"sweeptest.scale: must be >= 0, got {block.scale}")
+    if block.needs_device:
+        raise UnsupportedError("sweeptest.needs_device: this machine has no such device")
 
     def execute(ctx):
         if block.fail_on_scale is not None and block.scale == block.fail_on_scale:

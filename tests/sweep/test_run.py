@@ -60,6 +60,7 @@ def test_cli_sweep_writes_the_sweep_directory(cli, tmp_path: Path) -> None:
     assert doc["status"] == "complete" and doc["counts"] == {
         "points": 4,
         "complete": 4,
+        "skipped": 0,
         "failed": 0,
         "incomplete": 0,
     }
@@ -70,16 +71,11 @@ def test_cli_sweep_writes_the_sweep_directory(cli, tmp_path: Path) -> None:
     assert all(p["headline"]["gmean_p50_us"] > 0 for p in doc["points"])
     text = (sweep / "summary.txt").read_text()
     assert text in res.output
-    header = text.splitlines()[0].split()
-    assert header[:7] == [
-        "point",
-        "config",
-        "kind",
-        "protocol",
-        "request_pages",
-        "status",
-        "gmean_p50_us",
-    ]
+    # one table per kind, titled with the kind and its configs; the counts line last
+    assert text.splitlines()[0] == "alloc_host: host-tiny"
+    header = text.splitlines()[1].split()
+    assert header[:5] == ["point", "config", "protocol", "request_pages", "gmean_p50_us"]
+    assert text.splitlines()[-1] == "sweep host-tiny: 4 points: 4 complete"
     assert yaml.safe_load((sweep / "sweep.yaml").read_text())["points"][3]["overrides"] == [
         "alloc_host.protocol=warm", "alloc_host.request_pages=[8]"
     ]  # fmt: skip
@@ -91,12 +87,15 @@ def test_dry_run_lists_points_and_writes_nothing(cli, tmp_path: Path) -> None:
         "sweep", cfg, "alloc_host.repeat=range(2,5)", "alloc_host.protocol=cold,warm", "--dry-run"
     )
     assert res.exit_code == 0, res.output
-    assert "6 points, 6 to run, 6 timed (dry run: nothing ran)" in res.output
+    assert (
+        "6 points: 6 to run (6 ok, 0 would be skipped, 0 would fail), 0 done, 6 timed "
+        "(dry run: nothing ran)" in res.output
+    )
     assert "005_host-tiny_repeat=4_protocol=warm" in res.output
     res = cli("sweep", cfg, "alloc_host.repeat=2,3", "alloc_host.protocol=cold,warm", "--zip",
               "alloc_host.repeat,alloc_host.protocol", "--dry-run")  # fmt: skip
     assert (
-        "2 points, 2 to run" in res.output and "001_host-tiny_repeat=3_protocol=warm" in res.output
+        "2 points: 2 to run" in res.output and "001_host-tiny_repeat=3_protocol=warm" in res.output
     )
     assert not cli.root.exists()
 
@@ -345,7 +344,7 @@ def test_resume_after_an_interrupted_sweep(cli, tmp_path: Path, fake_kind) -> No
     assert [r["tokens"] for r in rows] == [40.0, 80.0]  # scale 4: 10 * 4 * (tick + 1)
     # resuming a complete sweep runs nothing
     res = cli("sweep", "--resume", str(sweep), "--dry-run", output=False)
-    assert "4 points, 0 to run" in res.output
+    assert "4 points: 0 to run" in res.output
 
 
 def test_resume_refuses_what_it_cannot_read(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811

@@ -244,8 +244,9 @@ def test_perf_configs_load(monkeypatch):
         for name in ("admit_100k", "admit_100k_release", "admit_100k_paged")
     }
     for b in blocks.values():
-        assert b.workload.source == "jsonl" and b.workload.synthetic.count == 100_000
-        assert b.workload.path == "experiments/workloads/admit_100k.jsonl"
+        # drawn on the fly: a fresh checkout runs them without writing a file first
+        assert b.workload.source == "synthetic" and b.workload.synthetic.count == 100_000
+        assert b.workload.path is None
         assert (b.available_tokens, b.cp.max_total_cached_tokens) == (200_000, 131072)
     assert not blocks["admit_100k"].release_each_tick
     assert blocks["admit_100k_release"].release_each_tick
@@ -255,3 +256,31 @@ def test_perf_configs_load(monkeypatch):
         8192,
         True,
     )
+
+
+def test_the_perf_configs_synthetic_source_admits_like_the_file_it_writes(cli, tmp_path) -> None:
+    """configs/perf/admit_100k*.yaml draw their requests on the fly; before, they read the JSONL
+    file `--write-workload` wrote from the same spec. The admission records must not differ
+    (here on the first 3,000 requests of each variant, timings aside)."""
+    count = "admit.workload.synthetic.count=3000"
+    for name in ("admit_100k", "admit_100k_release", "admit_100k_paged"):
+        config = str(REPO / f"configs/perf/{name}.yaml")
+        path = tmp_path / f"{name}.jsonl"
+        assert cli("admit", config, count, "--write-workload", str(path)).exit_code == 0
+        before = set(cli.run_dirs())
+        assert cli("admit", config, count).exit_code == 0
+        from_file = ["admit.workload.source=jsonl", f"admit.workload.path={path}"]
+        assert cli("admit", config, *from_file).exit_code == 0
+        synthetic, jsonl = sorted(set(cli.run_dirs()) - before)
+
+        def records(run):
+            ticks = [
+                {k: v for k, v in json.loads(line).items() if k != "duration_us"}
+                for line in (run / "ticks.jsonl").read_text().splitlines()
+            ]
+            summary = cli.results(run)["summary"]
+            return ticks, {
+                k: v for k, v in summary.items() if k not in ("timing", "duration_us", "workload")
+            }
+
+        assert records(synthetic) == records(jsonl), name

@@ -17,7 +17,10 @@ samples of many rows rather than in all samples of one.
 ``ops: [mixed]`` replays one seeded alloc/free workload on every impl instead
 (:mod:`cpkv.alloc.host.mixed`). When ``reference`` runs next to other impls, each row gets
 ``vs_reference``: the reference's p50 over this row's p50 for the same case (for mixed rows,
-the ratio of total times), so speed-ups are measured side by side in one run.
+the ratio of total times), so speed-ups are measured side by side in one run. When both
+methods run, each row gets ``vs_fifo_p50`` and ``vs_fifo_p99``: this row's p50 (p99) over the
+FIFO row's p50 (p99) of the same impl and case, from the same run (the price of asking for a
+contiguous selection; 1.0 on the FIFO rows).
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ from cpkv.alloc.host.impls import HOST_IMPLS
 from cpkv.alloc.host.layouts import free_slots
 from cpkv.alloc.host.mixed import KINDS, Replay, median_replay, workload
 from cpkv.alloc.host.schema import AllocHostBlock, AllocHostConfig
-from cpkv.alloc.rows import TABLE_COLUMNS, BenchIdentity, TimedFields, round_shares, timed_fields
+from cpkv.alloc.rows import (
+    TABLE_COLUMNS,
+    BenchIdentity,
+    TimedFields,
+    bench_headline,
+    round_shares,
+    timed_fields,
+)
 from cpkv.core.kinds import RunContext
 from cpkv.core.timing import Stats, sample, summarize, timed
 from cpkv.runs.results import RunOutput, metric
@@ -45,6 +55,8 @@ class HostBenchRow(TimedFields, BenchIdentity):
 
     total_us: float = metric(unit="us", timing=True, default=0.0)
     vs_reference: float | None = metric(unit="x", timing=True, lower_is_better=False, default=None)
+    vs_fifo_p50: float | None = metric(unit="x", timing=True, default=None)
+    vs_fifo_p99: float | None = metric(unit="x", timing=True, default=None)
 
 
 def is_page_contiguous(selected: Any, page_size: int) -> bool:
@@ -133,13 +145,14 @@ def prepare(cfg: AllocHostConfig) -> Callable[[RunContext], RunOutput]:
             base = free_slots(total, max(block.request_pages), block.page_size, pattern, cfg.seed)
             rows.extend(run_mixed(block, cfg.seed, total, pattern, base))
         ctx.report(steps, steps, "done")
-        rows = with_ratios(rows)
+        rows = with_fifo_ratios(with_ratios(rows))
         summary = {
             "cases": len(cases) + len(mixed),
             "rows": len(rows),
             "pool_pages": block.pool_pages(),
             "protocol": block.protocol if cases else "replay",  # mixed rows: their own
             "page_size": block.page_size,
+            "headline": bench_headline(rows),
         }
         columns = table_columns(block)
         return RunOutput(rows=rows, summary=summary, table_columns=columns, notes=notes)
@@ -242,7 +255,31 @@ def table_columns(block: AllocHostBlock) -> tuple[str, ...]:
     impls = {HOST_IMPLS.canonical(i) for i in block.impls}
     if "reference" in impls and len(impls) > 1:
         extra += ("vs_reference",)
+    if {"fifo", "contiguous"} <= set(block.methods) and {"alloc", "free"} & set(block.ops):
+        extra += ("vs_fifo_p50", "vs_fifo_p99")
     return TABLE_COLUMNS + extra
+
+
+def with_fifo_ratios(rows: list[HostBenchRow]) -> list[HostBenchRow]:
+    """Rows with ``vs_fifo_p50`` / ``vs_fifo_p99`` filled in where FIFO measured the same impl
+    and case (mixed rows have no FIFO twin)."""
+
+    def key(row: HostBenchRow) -> tuple:
+        return (row.impl, row.op, row.protocol, row.pattern, row.total_pages, row.request_pages)
+
+    fifo = {key(r): r for r in rows if r.method == "fifo" and r.op != "mixed"}
+    if not any(r.method == "contiguous" and r.op != "mixed" for r in rows):
+        return rows  # nothing to compare FIFO with
+    out = []
+    for row in rows:
+        base = fifo.get(key(row)) if row.op != "mixed" else None
+        if base is None or base.p50_us <= 0 or base.p99_us <= 0:
+            out.append(row)
+            continue
+        out.append(
+            replace(row, vs_fifo_p50=row.p50_us / base.p50_us, vs_fifo_p99=row.p99_us / base.p99_us)
+        )
+    return out
 
 
 def with_ratios(rows: list[HostBenchRow]) -> list[HostBenchRow]:

@@ -35,7 +35,14 @@ from cpkv.alloc.l1.impls import L1_IMPLS
 from cpkv.alloc.l1.layouts import make_free_pages, make_page_owners
 from cpkv.alloc.l1.reference import is_selection_contiguous, make_l1_allocator, resolve_device
 from cpkv.alloc.l1.schema import AllocL1Block, AllocL1Config
-from cpkv.alloc.rows import TABLE_COLUMNS, BenchIdentity, TimedFields, round_shares, timed_fields
+from cpkv.alloc.rows import (
+    TABLE_COLUMNS,
+    BenchIdentity,
+    TimedFields,
+    bench_headline,
+    round_shares,
+    timed_fields,
+)
 from cpkv.core.kinds import RunContext
 from cpkv.core.timing import Stats, cuda_sync, sample, summarize
 from cpkv.runs.results import RunOutput, metric
@@ -129,6 +136,7 @@ def prepare(cfg: AllocL1Config) -> Callable[[RunContext], RunOutput]:
             "protocol": block.protocol,
             "device": str(device),
             "vs_reference_p50": speedups,
+            "headline": bench_headline(rows),
         }
         notes = [
             f"fast vs reference p50, {name}: median {s['median']:.2f}x "

@@ -1,0 +1,87 @@
+"""Usage errors are one line and exit 2 (with "did you mean"); help texts name real keys."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from cpkv.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_an_unknown_command_is_one_line_and_exit_2() -> None:
+    for args, expected in (
+        (("nope",), "cpkv: error: unknown command 'nope' (commands: admit, fit-cost, sweep,"),
+        (("admti",), "cpkv: error: unknown command 'admti'; did you mean 'admit'?"),
+        (
+            ("alloc", "hots"),
+            "cpkv: error: unknown command 'hots'; did you mean 'host'? (commands: host, l1)",
+        ),
+        (("trace", "stat"), "did you mean 'stats'?"),
+    ):
+        res = run(*args)
+        assert res.exit_code == 2, res.output
+        assert len(res.output.strip().splitlines()) == 1 and expected in res.output
+
+
+def test_other_usage_errors_are_one_line_too() -> None:
+    res = run("ls", "--nope")
+    assert (
+        res.exit_code == 2
+        and res.output.strip() == "cpkv: error: No such option: --nope (see `cpkv ls --help`)"
+    )
+    res = run("diff", "a")
+    assert (
+        res.exit_code == 2
+        and res.output.strip() == "cpkv: error: Missing argument 'B' (see `cpkv diff --help`)"
+    )
+    res = run("alloc")  # no arguments: the group's help, as before
+    assert "Commands" in res.output and "host" in res.output
+
+
+def test_help_examples_use_keys_of_their_command() -> None:
+    for args, key in (
+        (("alloc", "host"), "alloc_host."),
+        (("alloc", "l1"), "alloc_l1."),
+        (("admit",), "admit."),
+    ):
+        text = run(*args, "--help").output
+        arg_help = text[text.index("Arguments:") : text.index("Options:")]
+        assert key in arg_help and all(
+            other not in arg_help
+            for other in ("admit.page_size", "alloc_host.", "alloc_l1.")
+            if not other.startswith(key)
+        ), arg_help
+
+
+def test_diff_help_describes_the_rank_test() -> None:
+    text = " ".join(run("diff", "--help").output.split())
+    assert "Mann-Whitney U" in text and "--alpha" in text and "--all" in text
+    assert "p05..p95" not in text  # the old spread rule is gone from the help
+
+
+def test_unknown_config_keys_and_names_suggest_the_close_one() -> None:
+    from cpkv.core.config import load_config
+    from cpkv.core.errors import ConfigError
+
+    cases = {
+        "alloc_host.pagesize=3": "alloc_host.pagesize: unknown key; did you mean 'page_size'?",
+        "alloc_host.impls=[refrence]": "unknown value 'refrence'; did you mean 'reference'?",
+        "alloc_host.protocol=wram": "unknown value 'wram'; did you mean 'warm'?",
+        "alloc_host.zzz=1": "alloc_host.zzz: unknown key (allowed here:",
+    }
+    for override, message in cases.items():
+        try:
+            load_config("alloc_host", None, [override])
+        except ConfigError as err:
+            assert message in str(err), str(err)
+        else:
+            raise AssertionError(override)
+    try:
+        load_config("admit", None, ["admit.workload.source=jsnol"])
+    except ConfigError as err:
+        assert "did you mean 'jsonl'?" in str(err)
