@@ -234,6 +234,7 @@ def adder_step(sim: Any, decoded: int) -> None:
         extend = res.chunk_tokens
         sim.prefill_tokens += extend
         sim.prefill_context += chunked.filled_tokens + extend
+        sim.prefill_attention_pairs += extend * chunked.filled_tokens + extend * (extend + 1) // 2
         chunked.filled_tokens += extend
         chunked.prefilled += extend
         if res.chunk_done:
@@ -246,6 +247,7 @@ def adder_step(sim: Any, decoded: int) -> None:
         sim.admit(r, device, host, None)
         sim.prefill_tokens += extend
         sim.prefill_context += r.filled_tokens + extend
+        sim.prefill_attention_pairs += extend * r.filled_tokens + extend * (extend + 1) // 2
         r.filled_tokens += extend
         r.prefilled += extend
         if cut:

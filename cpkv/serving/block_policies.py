@@ -99,6 +99,7 @@ def _chunk(sim: Any, r: Req, budget: int) -> int:
     extend = min(r.fill_tokens - r.filled_tokens, sim.chunk_tokens, budget)
     sim.prefill_tokens += extend
     sim.prefill_context += r.filled_tokens + extend
+    sim.prefill_attention_pairs += extend * r.filled_tokens + extend * (extend + 1) // 2
     r.filled_tokens += extend
     r.prefilled += extend
     return extend

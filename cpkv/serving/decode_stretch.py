@@ -36,7 +36,7 @@ def decode_stretch(sim: Any) -> int:
     unreserved_by_phase, running_by_phase = pool.unreserved_by_phase, pool.running_by_phase
     free, used, step, now = pool.free_blocks, pool.used_blocks, pool.decode_steps, sim.now
     capacity, context_base_sum = pool.capacity_blocks, pool.context_base_sum
-    iteration_us = sim.settings.cost.iteration_us
+    batch_us = sim.settings.cost.batch_us
     ratio, floor, decay = sim.ratio.current, sim.ratio.min_ratio, sim.ratio.decay_per_step
     starts, durations, used_samples, held_samples, running_samples, waiting_samples = sim.timeline
     iterations = 0
@@ -47,7 +47,7 @@ def decode_stretch(sim: Any) -> int:
             break
         free -= need
         used += running_by_phase[phase]
-        duration = iteration_us(0, running, context_base_sum + running * step, 0)
+        duration = batch_us(0, running, context_base_sum + running * step, 0, 0, 0)
         starts.append(now)
         durations.append(duration)
         used_samples.append(used)

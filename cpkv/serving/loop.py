@@ -15,7 +15,7 @@ Each iteration (one forward pass), at simulated time ``now``:
    blocks for its prompt minus its L1 hit at once, loads its L2 hit back (when at least
    ``load_back_threshold`` tokens) and computes the rest, chunk by chunk;
 4. a request whose prompt is complete generates its first token (a block may be needed);
-5. the iteration takes :meth:`~cpkv.serving.cost.model.CostModel.iteration_us`; at its end
+5. the iteration takes :meth:`~cpkv.serving.cost.model.CostModel.batch_us`; at its end
    the tokens are stamped, requests that generated ``max_new_tokens`` tokens finish, free
    their blocks and (trace workloads) insert their prompt blocks into the tiered cache,
    and preempted requests go back to the queue (or are aborted).
@@ -120,6 +120,7 @@ class Sim:
         self.counters["rejects"] = {}
         self.timeline = ([], [], [], [], [], [])
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
+        self.prefill_attention_pairs = 0
         self.stalled = 0
 
     def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
@@ -191,6 +192,7 @@ class Sim:
         pool.event_iteration = self.iterations
         idle = not (pool.n_running or self.prefilling or self.chunked)
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
+        self.prefill_attention_pairs = 0
         self.completed = []
         decoded, decode_context, finishing = pool.decode() if pool.n_running else (0, 0, [])
         if decoded or pool.preempted:
@@ -212,8 +214,13 @@ class Sim:
                 pool.join(r, r.kv_tokens)
                 if r.generated >= r.max_new_tokens:
                     finishing.append(r)
-        duration = settings.cost.iteration_us(
-            self.prefill_tokens, decoded, decode_context + self.prefill_context, self.loaded
+        duration = settings.cost.batch_us(
+            self.prefill_tokens,
+            decoded,
+            decode_context,
+            self.prefill_context,
+            self.prefill_attention_pairs,
+            self.loaded,
         )
         start = self.now
         self.now = now = start + duration

@@ -81,6 +81,29 @@ class CostModel:
             + load * loaded_tokens
         )
 
+    def batch_us(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        loaded_tokens: int,
+    ) -> float:
+        """Time of one iteration as the serving loop describes it (the interface every cost
+        model offers): ``decode_context_tokens`` is the context the decoding requests read,
+        ``prefill_context_tokens`` the sum over prefill chunks of (tokens before the chunk +
+        the chunk), ``prefill_attention_pairs`` the query-key pairs causal prefill attention
+        computes: for a chunk of ``e`` tokens after ``p`` tokens, ``e * p + e * (e + 1) / 2``
+        (each new token attends to everything before it and to itself), summed over chunks.
+        The linear model charges both contexts alike and ignores the pairs."""
+        return self.iteration_us(
+            prefill_tokens,
+            decode_requests,
+            decode_context_tokens + prefill_context_tokens,
+            loaded_tokens,
+        )
+
     def describe(self) -> dict[str, float | int | None]:
         """The coefficients as a plain dict (for summaries and notes)."""
         return {
