@@ -48,6 +48,29 @@ class Req:
             r.hash_ids,
         )
         self.fixed_l1_tokens, self.fixed_l2_tokens = r.l1_cached_tokens, r.l2_cached_tokens
+        self._fresh()
+
+    @classmethod
+    def new(
+        cls,
+        i: int,
+        rid: str,
+        arrival_us: float,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        l1_cached_tokens: int,
+        l2_cached_tokens: int,
+        hash_ids: tuple[int, ...] | None,
+    ) -> Req:
+        """Request ``i`` from its fields (lazy arrival streams build them one by one)."""
+        r = cls.__new__(cls)
+        r.index, r.rid, r.arrival_us = i, rid, arrival_us
+        r.prompt_tokens, r.max_new_tokens, r.hash_ids = prompt_tokens, max_new_tokens, hash_ids
+        r.fixed_l1_tokens, r.fixed_l2_tokens = l1_cached_tokens, l2_cached_tokens
+        r._fresh()
+        return r
+
+    def _fresh(self) -> None:
         self.state, self.epoch, self.generated = PENDING, 0, 0
         self.fill_tokens = self.device_prefix = self.host_hit = self.filled_tokens = (
             self.kv_tokens

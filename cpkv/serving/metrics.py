@@ -15,16 +15,30 @@ generates it):
   over iterations;
 * recomputed tokens = KV tokens that preemptions discarded (to be computed again);
   ``recompute_bytes`` in the summary = those x ``admit.cost.kv_bytes_per_token``.
+
+Every number is exact, whatever the run's length, and computed as it always was: requests
+are counted as they end (:class:`RequestStats`), their ``requests.jsonl`` lines are written
+as they end (in input order: a line waits only for the earlier requests still running),
+and each latency series is kept whole but compact (8 bytes per request: one ``array('d')``
+per series), so percentiles and means come from all the values, sorted, the mean being
+their sum in ascending order as before. The KV integrals come from the iteration log
+(:mod:`cpkv.serving.iteration_log`), the timeline from its samples read back once the
+makespan is known (:func:`timeline_points`); sums are sequential, in the order the
+iterations ran, as ``sum()`` and ``+=`` add them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from cpkv.runs.results import metric, outcome
+from cpkv.serving.iteration_log import Integrals
 from cpkv.serving.kv_pool import FINISHED, REJECTED, Req
 from cpkv.serving.loop import SimResult
 from cpkv.serving.schema import SloSpec
@@ -111,133 +125,310 @@ def latencies(r: Req) -> dict[str, float | None]:
     return {"queue": ms(r.admitted_us), "ttft": ms(r.first_token_us), "tpot": tpot, "e2e": e2e}
 
 
-def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
-    """The run's :class:`ServingRow`."""
-    reqs = res.requests
-    lat = [latencies(r) for r in reqs]
-    stats: dict[str, float | None] = {}
-    for name in SERIES:
-        values = sorted(
-            x[name]
-            for x, r in zip(lat, reqs, strict=True)
-            if x[name] is not None and (name == "queue" or r.state == FINISHED)
-        )
-        stats[f"{name}_mean_ms"] = sum(values) / len(values) if values else None
-        for q in PERCENTILES:
-            stats[f"{name}_p{q}_ms"] = percentile(values, q)
-    finished = [r for r in reqs if r.state == FINISHED]
-    good = sum(
-        slo.met(x["ttft"], x["tpot"]) for x, r in zip(lat, reqs, strict=True) if r.state == FINISHED
+_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json's own, in C
+
+
+class RequestStats:
+    """The requests of a run as they end (:meth:`done`): counts, latency series, goodput,
+    and their ``requests.jsonl`` lines, handed to ``write`` in input order (None: not
+    written). A line waits in memory only while an earlier request is still live."""
+
+    def __init__(self, slo: SloSpec, write: Callable[[str], Any] | None = None) -> None:
+        self.slo, self.write = slo, write
+        self.pending: dict[int, str] = {}
+        self.next_index = 0
+        self.ready: list[str] = []
+        self.series = {name: array("d") for name in SERIES}
+        self.requests = self.finished = self.rejected = self.admitted = 0
+        self.preemptions = self.recomputed = self.generated = self.good = 0
+
+    def done(self, r: Req) -> None:
+        """``r`` finished or was rejected: count it, keep its latencies, write its line."""
+        arrival, admitted, first, end = r.arrival_us, r.admitted_us, r.first_token_us, r.finished_us
+        finished = r.state == FINISHED
+        queue = None if admitted is None else (admitted - arrival) / 1000.0
+        ttft = None if first is None else (first - arrival) / 1000.0
+        tpot = e2e = None
+        self.requests += 1
+        self.preemptions += r.preemptions
+        self.recomputed += r.recomputed
+        series = self.series
+        if queue is not None:
+            self.admitted += 1
+            series["queue"].append(queue)
+        if finished:
+            generated = r.generated
+            if first is not None and generated >= 2:
+                tpot = (end - first) / 1000.0 / (generated - 1)
+                series["tpot"].append(tpot)
+            e2e = (end - arrival) / 1000.0
+            series["e2e"].append(e2e)
+            if ttft is not None:
+                series["ttft"].append(ttft)
+            self.finished += 1
+            self.generated += generated
+            if self.slo.met(ttft, tpot):
+                self.good += 1
+        elif r.state == REJECTED:
+            self.rejected += 1
+        if self.write is None:
+            return
+        line = request_line(r, finished, queue, ttft, tpot, e2e)
+        if r.index == self.next_index:
+            self.ready.append(line)
+            self.next_index += 1
+            pending = self.pending
+            while pending and self.next_index in pending:
+                self.ready.append(pending.pop(self.next_index))
+                self.next_index += 1
+            if len(self.ready) >= 4096:
+                self.flush()
+        else:
+            self.pending[r.index] = line
+
+    def flush(self) -> None:
+        """Hand the lines that are ready to ``write``."""
+        if self.ready and self.write is not None:
+            self.write("".join(self.ready))
+            self.ready = []
+
+    def close(self) -> None:
+        """Every request has ended: write the last lines."""
+        if self.pending:
+            raise RuntimeError(
+                f"internal error: request {self.next_index} never ended "
+                f"({len(self.pending)} later ones did)"
+            )
+        self.flush()
+
+    def latency_stats(self) -> dict[str, float | None]:
+        """``<series>_mean_ms`` and ``<series>_p<q>_ms`` for every series, from all values."""
+        stats: dict[str, float | None] = {}
+        for name in SERIES:
+            values = np.sort(np.frombuffer(self.series[name], dtype=np.float64))
+            if len(values):
+                total = float(np.cumsum(values)[-1])  # ascending, one by one, as sum() adds
+                stats[f"{name}_mean_ms"] = total / len(values)
+            else:
+                stats[f"{name}_mean_ms"] = None
+            listed = _Sorted(values)
+            for q in PERCENTILES:
+                stats[f"{name}_p{q}_ms"] = percentile(listed, q)
+        return stats
+
+
+class _Sorted:
+    """Sorted values as Python floats on demand (what :func:`percentile` reads)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, k: int) -> float:
+        return float(self.values[k])
+
+
+def request_line(
+    r: Req,
+    finished: bool,
+    queue: float | None,
+    ttft: float | None,
+    tpot: float | None,
+    e2e: float | None,
+) -> str:
+    """``r``'s ``requests.jsonl`` line: the JSON object ``json.dumps`` writes (compact
+    separators, times rounded to 6 decimals by :func:`round6`), built directly."""
+    admitted, first, end = r.admitted_us, r.first_token_us, r.finished_us
+    reason = r.reject_reason
+    num = round6
+    return (
+        f'{{"rid":{_quote(r.rid)},"status":"{"finished" if finished else "rejected"}",'
+        f'"reason":{"null" if reason is None else _quote(reason)},'
+        f'"arrival_ms":{num(r.arrival_us / 1000.0)},'
+        f'"admitted_ms":{"null" if admitted is None else num(admitted / 1000.0)},'
+        f'"first_token_ms":{"null" if first is None else num(first / 1000.0)},'
+        f'"finish_ms":{"null" if end is None else num(end / 1000.0)},'
+        f'"queue_ms":{"null" if queue is None else num(queue)},'
+        f'"ttft_ms":{"null" if ttft is None else num(ttft)},'
+        f'"tpot_ms":{"null" if tpot is None else num(tpot)},'
+        f'"e2e_ms":{"null" if e2e is None else num(e2e)},'
+        f'"prompt_tokens":{r.prompt_tokens},"max_new_tokens":{r.max_new_tokens},'
+        f'"output_tokens":{r.generated},"computed_prompt_tokens":{r.prefilled},'
+        f'"preemptions":{r.preemptions},"recomputed_tokens":{r.recomputed},'
+        f'"l1_hit_tokens":{"null" if r.l1_hit is None else r.l1_hit},'
+        f'"l2_hit_tokens":{"null" if r.l2_hit is None else r.l2_hit}}}\n'
     )
-    span = res.end_us / 1e6
+
+
+def round6(x: float) -> str:
+    """``repr(round(x, 6))`` (how ``json.dumps`` writes a time rounded to 6 decimals), three
+    times faster: between 1e-4 and 1e9 it is ``'%.6f' % x`` without its trailing zeros (the
+    same correctly rounded digits; at most 15 significant digits, so that the shortest
+    repr of the rounded float is exactly them; ``repr`` writes such numbers without an
+    exponent); elsewhere ``repr(round(x, 6))`` itself."""
+    if 1e-4 <= x < 1e9:
+        text = ("%.6f" % x).rstrip("0")
+        return text + "0" if text[-1] == "." else text
+    return repr(round(x, 6))
+
+
+def stats_of(requests: Iterable[Req], slo: SloSpec) -> RequestStats:
+    """:class:`RequestStats` of requests kept whole (no lines written)."""
+    stats = RequestStats(slo)
+    for r in requests:
+        stats.done(r)
+    return stats
+
+
+def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
+    """The :class:`ServingRow` of a run that kept its requests (:func:`~cpkv.serving.loop.simulate`)."""
+    assert res.requests is not None, "summary_row needs the requests: use row_of for a stream"
+    return row_of(stats_of(res.requests, slo), res.integrals, res.end_us, capacity_blocks)
+
+
+def row_of(
+    stats: RequestStats, totals: Integrals, end_us: float, capacity_blocks: int
+) -> ServingRow:
+    """The run's :class:`ServingRow` from its requests' stats and its iterations' integrals."""
+    span = end_us / 1e6
     per_s = (lambda v: v / span) if span > 0 else (lambda v: None)
-    used, held, busy = _weighted(res)
+    n = totals.iterations
+    if end_us > 0:  # time integrals (block-us); with zero-time iterations, means per iteration
+        used, held, busy = totals.used_block_us, totals.held_block_us, bool(n)
+    else:
+        used = totals.used_sum / n if n else 0.0
+        held = totals.held_sum / n if n else 0.0
+        busy = bool(n)
     cap = capacity_blocks * (span * 1e6 if span > 0 else 1.0)
+    requests = stats.requests
     return ServingRow(
-        requests=len(reqs),
-        finished=len(finished),
-        rejected=sum(r.state == REJECTED for r in reqs),
-        admission_rate_pct=100.0 * sum(r.admitted_us is not None for r in reqs) / max(1, len(reqs)),
-        preemptions=sum(r.preemptions for r in reqs),
-        recomputed_tokens=sum(r.recomputed for r in reqs),
-        **stats,
-        throughput_tokens_per_s=per_s(sum(r.generated for r in finished)),
-        throughput_requests_per_s=per_s(len(finished)),
-        goodput_requests_per_s=per_s(good),
-        slo_attainment_pct=100.0 * good / max(1, len(reqs)),
+        requests=requests,
+        finished=stats.finished,
+        rejected=stats.rejected,
+        admission_rate_pct=100.0 * stats.admitted / max(1, requests),
+        preemptions=stats.preemptions,
+        recomputed_tokens=stats.recomputed,
+        **stats.latency_stats(),
+        throughput_tokens_per_s=per_s(stats.generated),
+        throughput_requests_per_s=per_s(stats.finished),
+        goodput_requests_per_s=per_s(stats.good),
+        slo_attainment_pct=100.0 * stats.good / max(1, requests),
         kv_util_mean_pct=100.0 * used / cap if busy else 0.0,
-        kv_util_peak_pct=100.0 * max(res.timeline[2], default=0) / capacity_blocks,
+        kv_util_peak_pct=100.0 * (totals.used_peak if n else 0) / capacity_blocks,
         kv_held_mean_pct=100.0 * held / cap if busy else 0.0,
         makespan_s=span,
-        iterations=res.iterations,
+        iterations=n,
     )
-
-
-def _weighted(res: SimResult) -> tuple[float, float, bool]:
-    """Time integrals of used and held blocks (block-us); with zero-time iterations,
-    plain sums over iterations (so that the mean is per iteration)."""
-    t0, dt, used, held = res.timeline[:4]
-    if res.end_us > 0:
-        return (
-            sum(u * d for u, d in zip(used, dt, strict=True)),
-            sum(h * d for h, d in zip(held, dt, strict=True)),
-            bool(dt),
-        )
-    n = len(used)
-    return (sum(used) / n if n else 0.0, sum(held) / n if n else 0.0, bool(n))
 
 
 def request_lines(res: SimResult) -> str:
-    """``requests.jsonl``: one JSON object per request, in input order."""
+    """``requests.jsonl`` of a run that kept its requests: one JSON object per request, in
+    input order."""
+    assert res.requests is not None
     out = []
     for r in res.requests:
         lat = latencies(r)
-        out.append(
-            {
-                "rid": r.rid,
-                "status": "finished" if r.state == FINISHED else "rejected",
-                "reason": r.reject_reason,
-                "arrival_ms": _round(r.arrival_us / 1000.0),
-                "admitted_ms": _t(r.admitted_us),
-                "first_token_ms": _t(r.first_token_us),
-                "finish_ms": _t(r.finished_us),
-                "queue_ms": _round(lat["queue"]),
-                "ttft_ms": _round(lat["ttft"]),
-                "tpot_ms": _round(lat["tpot"]),
-                "e2e_ms": _round(lat["e2e"]),
-                "prompt_tokens": r.prompt_tokens,
-                "max_new_tokens": r.max_new_tokens,
-                "output_tokens": r.generated,
-                "computed_prompt_tokens": r.prefilled,
-                "preemptions": r.preemptions,
-                "recomputed_tokens": r.recomputed,
-                "l1_hit_tokens": r.l1_hit,
-                "l2_hit_tokens": r.l2_hit,
-            }
-        )
-    return "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in out)
-
-
-def _t(us: float | None) -> float | None:
-    return None if us is None else _round(us / 1000.0)
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 6)
+        finished = r.state == FINISHED
+        out.append(request_line(r, finished, lat["queue"], lat["ttft"], lat["tpot"], lat["e2e"]))
+    return "".join(out)
 
 
 def timeline(res: SimResult, capacity_blocks: int, points: int) -> list[dict[str, float]]:
     """KV utilisation over time in ``points`` equal buckets of [0, makespan]."""
-    t0s, dts, used, held, running, waiting = res.timeline
-    end = res.end_us
-    if end <= 0 or not t0s:
+    if res.samples is None:
+        return []
+    return timeline_points(res.samples.chunks(), res.end_us, capacity_blocks, points)
+
+
+def timeline_points(
+    chunks: Iterable[tuple[np.ndarray, ...]], end: float, capacity_blocks: int, points: int
+) -> list[dict[str, float]]:
+    """KV utilisation over time in ``points`` equal buckets of [0, ``end``], from the
+    iterations' samples ``(t0, dt, used, held, running, waiting)`` in order.
+
+    An iteration adds ``value x part`` to each bucket it overlaps, ``part`` being
+    ``min(stop, edge) - start`` of its piece in that bucket (the bucket of a start is
+    ``min(int(start / width), points - 1)``; the last bucket takes whatever is left), and
+    each bucket adds its pieces one by one in iteration order: the float operations of a
+    loop over the iterations, done on arrays."""
+    if end <= 0:
         return []
     width = end / points
-    acc = [[0.0, 0.0, 0.0, 0.0, 0.0] for _ in range(points)]  # used, held, running, waiting, peak
-    for t0, dt, u, h, n, w in zip(t0s, dts, used, held, running, waiting, strict=True):
-        k = min(int(t0 / width), points - 1)
-        t, stop = t0, t0 + dt
-        while True:
-            edge = (k + 1) * width if k < points - 1 else stop
-            part = min(stop, edge) - t
-            a = acc[k]
-            a[0] += u * part
-            a[1] += h * part
-            a[2] += n * part
-            a[3] += w * part
-            a[4] = max(a[4], u)
-            if stop <= edge or k == points - 1:
-                break
-            t, k = edge, k + 1
+    acc = np.zeros((points, 4))  # used, held, running, waiting (x time)
+    peak: list[float | int] = [0.0] * points
+    seen = False
+    for t0, dt, used, held, running, waiting in chunks:
+        if len(t0):
+            seen = True
+            _add_chunk(acc, peak, width, points, t0, dt, used, held, running, waiting)
+    if not seen:
+        return []
     scale = 100.0 / capacity_blocks
     return [
         {
             "t_s": round(k * width / 1e6, 6),
-            "kv_used_mean_pct": round(a[0] / width * scale, 4),
-            "kv_used_peak_pct": round(a[4] * scale, 4),
-            "kv_held_mean_pct": round(a[1] / width * scale, 4),
-            "running_mean": round(a[2] / width, 4),
-            "waiting_mean": round(a[3] / width, 4),
+            "kv_used_mean_pct": round(float(a[0]) / width * scale, 4),
+            "kv_used_peak_pct": round(peak[k] * scale, 4),
+            "kv_held_mean_pct": round(float(a[1]) / width * scale, 4),
+            "running_mean": round(float(a[2]) / width, 4),
+            "waiting_mean": round(float(a[3]) / width, 4),
         }
         for k, a in enumerate(acc)
     ]
+
+
+def _add_chunk(acc, peak, width, points, t0, dt, used, held, running, waiting) -> None:
+    last = points - 1
+    bucket = np.minimum((t0 / width).astype(np.int64), last)
+    stop = t0 + dt
+    edge = np.where(bucket < last, (bucket + 1) * width, stop)
+    part = np.minimum(stop, edge) - t0
+    order = np.arange(len(t0))
+    values = [used * part, held * part, running * part, waiting * part]
+    peaks = used
+    crossing = np.flatnonzero((stop > edge) & (bucket < last))
+    if len(crossing):  # the pieces of iterations that run on into later buckets
+        extra_b, extra_i, extra_parts = [], [], []
+        for i in crossing.tolist():
+            k, t, end = int(bucket[i]) + 1, float(edge[i]), float(stop[i])
+            while True:
+                e = (k + 1) * width if k < last else end
+                extra_b.append(k)
+                extra_i.append(i)
+                extra_parts.append(min(end, e) - t)
+                if end <= e or k == last:
+                    break
+                t, k = e, k + 1
+        ib = np.array(extra_i)
+        pieces = np.array(extra_parts)
+        bucket = np.concatenate([bucket, np.array(extra_b, dtype=np.int64)])
+        order = np.concatenate([order, ib])
+        values = [
+            np.concatenate([v, s[ib] * pieces])
+            for v, s in zip(values, (used, held, running, waiting), strict=True)
+        ]
+        peaks = np.concatenate([used, used[ib]])
+        sort = np.lexsort((order, bucket))  # by bucket, then iteration order
+        bucket = bucket[sort]
+        values = [v[sort] for v in values]
+        peaks = peaks[sort]
+    elif len(bucket) > 1 and bool(np.any(bucket[1:] < bucket[:-1])):
+        sort = np.argsort(bucket, kind="stable")
+        bucket = bucket[sort]
+        values = [v[sort] for v in values]
+        peaks = peaks[sort]
+    cuts = np.flatnonzero(bucket[1:] != bucket[:-1]) + 1
+    starts = [0, *cuts.tolist()]
+    ends = [*cuts.tolist(), len(bucket)]
+    for a, b in zip(starts, ends, strict=True):
+        k = int(bucket[a])
+        for s in range(4):
+            sums = np.empty(b - a + 1)
+            sums[0] = acc[k, s]
+            sums[1:] = values[s][a:b]
+            acc[k, s] = np.cumsum(sums, out=sums)[-1]
+        top = int(peaks[a:b].max())
+        if top > peak[k]:
+            peak[k] = top

@@ -18,14 +18,10 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
-from cpkv.serving.loop import SimSettings, simulate
-from cpkv.serving.metrics import (
-    TABLE_COLUMNS,
-    request_lines,
-    summary_row,
-    timeline,
-)
-from cpkv.serving.workload import load_serving_workload, with_arrivals
+from cpkv.serving.iteration_log import IterationLog
+from cpkv.serving.loop import Sim, SimSettings
+from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of, timeline_points
+from cpkv.serving.workload import load_serving_workload
 
 
 def settings_from(block: Any, cost: Any) -> SimSettings:
@@ -70,7 +66,6 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     """Read the workload and the cost points (user errors surface here), then simulate."""
     block = cfg.admit
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
-    requests = with_arrivals(workload.requests, block.arrivals, cfg.seed)
     fit = None
     cost = block.cost
     if cost.fit_points is not None:
@@ -79,27 +74,43 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     settings = settings_from(block, cost)
 
     def execute(ctx: RunContext) -> RunOutput:
-        ctx.report(0, 1, f"serving {len(requests)} requests, policy {block.policy}")
-        res = simulate(requests, settings, workload.new_cache())
-        ctx.report(1, 1, "done")
+        count = workload.size
+        ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
         cap = settings.capacity_blocks
-        row = summary_row(res, block.slo, cap)
-        points = timeline(res, cap, block.serving.timeline_points)
+        lines = ctx.stream("requests.jsonl")  # written as requests end
+        stats = RequestStats(block.slo, lines.write)
+        samples = IterationLog(cap, settings.block_size, keep=False, spill_dir=ctx.run_dir)
+        try:
+            sim = Sim(
+                settings, workload.new_cache(), sink=stats, samples=samples,
+                arrivals=workload.arriving(block.arrivals, cfg.seed),
+            )  # fmt: skip
+            res = sim.run()
+            stats.close()
+            points = timeline_points(
+                samples.chunks(), res.end_us, cap, block.serving.timeline_points
+            )
+        finally:
+            samples.discard()
+        ctx.report(1, 1, "done")
+        row = row_of(stats, res.integrals, res.end_us, cap)
         extras = {
-            "requests.jsonl": request_lines(res),
             "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in points),
         }
+        kept = lines.text()
+        if kept is not None:  # no run directory: the lines were kept in memory
+            extras = {"requests.jsonl": kept, **extras}
         notes = _notes(block, settings, fit)
         too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
         if too_big:
             notes.append(
-                f"{too_big} of {len(requests)} requests could never fit the KV pool even alone "
+                f"{too_big} of {count} requests could never fit the KV pool even alone "
                 f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
                 "raise admit.kv.capacity_blocks or admit.kv.block_size"
             )
         return RunOutput(
             rows=[row],
-            summary={**_summary(block, settings, res, fit), "headline": _headline(row)},
+            summary={**_summary(block, settings, res, stats, fit), "headline": _headline(row)},
             extras=extras,
             table_columns=TABLE_COLUMNS,
             notes=notes,
@@ -116,7 +127,7 @@ def _headline(row: Any) -> dict[str, float]:
     }
 
 
-def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
+def _summary(block: Any, s: SimSettings, res: Any, stats: Any, fit: Any) -> dict[str, Any]:
     c = res.counters
     out = {
         "mode": "serving",
@@ -134,7 +145,7 @@ def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
         "decode_tokens": c["decode_tokens"],
         "l1_hit_tokens": c["l1_hit_tokens"],
         "l2_loaded_tokens": c["loaded_tokens"],
-        "recompute_bytes": sum(r.recomputed for r in res.requests) * s.cost.kv_bytes_per_token,
+        "recompute_bytes": stats.recomputed * s.cost.kv_bytes_per_token,
         "cost_model": s.cost.describe(),
         "slo": to_dict(block.slo),
     }
