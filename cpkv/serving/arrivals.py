@@ -121,8 +121,30 @@ def drawn_in_order(rows: Iterable[tuple], times: Iterator[float] | None, speedup
                 ms = ms / speedup
             yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
         return
-    for i, ((rid, _, prompt, max_new, l1, l2, hashes), ms) in enumerate(zip(rows, times)):
+    for i, ((rid, _, prompt, max_new, l1, l2, hashes), ms) in enumerate(zip(rows, times, strict=False)):  # times: endless
         yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
+
+
+def synthetic_arrivals(
+    spec: Any, default_max_new_tokens: int, arrivals: Any, seed: int
+) -> Iterator[Req]:
+    """The ``synthetic`` source's requests (``spec``: ``admit.workload``, its seed set) as
+    Reqs, drawn one at a time: the draws of :func:`cpkv.workload.synthetic.synthetic_draws`
+    and the times of :func:`arrival_times` (the requests have no time of their own: with
+    ``trace`` arrivals they all arrive at 0, in input order)."""
+    from cpkv.workload.synthetic import synthetic_samplers
+
+    l1, l2, ext, mx = synthetic_samplers(spec)
+    new = Req.new
+    poisson = arrivals.process == "poisson"
+    draw, rate, t, us = random.Random(seed).expovariate, arrivals.rate_rps, 0.0, 0.0
+    for k in range(spec.synthetic.count):
+        a, b, e = l1(), l2(), ext()
+        max_new = default_max_new_tokens if mx is None else mx()
+        if poisson:
+            t += draw(rate) * 1000.0
+            us = t * 1000.0
+        yield new(k, f"s{k}", us, a + b + e, max_new, a, b, None)
 
 
 def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: int) -> Iterator[Req]:

@@ -17,7 +17,7 @@ Per iteration the stretch adds the iteration's duration to the clock and nothing
   ``a = fixed + prefill * 0 + decode * running``: the same float operations, in the same
   order, as :meth:`~cpkv.serving.cost.model.CostModel.iteration_us` (its last term,
   ``+ load * 0``, adds +0.0 to a non-negative number and changes nothing), checked against
-  ``batch_us`` when a run starts;
+  ``batch_us`` when a run starts (any other model: ``batch_us``, once per iteration);
 * the context read grows by ``running`` tokens a step;
 * the blocks each step needs come from ``unreserved_by_phase[(-step) % block]`` (the
   blocks it uses from ``running_by_phase``): while ``free // unreserved`` steps fit
@@ -41,29 +41,38 @@ from cpkv.serving.cost.model import CostModel
 from cpkv.serving.iteration_log import LINEAR, LOGGED
 from cpkv.serving.kv_pool import RUNNING
 
-_PROBES = ((1, 0), (1, 1), (3, 7), (17, 123_457), (250, 1_000_003), (4096, 987_654_321))
+_PROBES = (
+    (0, 1, 0, 0, 0, 0), (0, 1, 1, 0, 0, 0), (0, 3, 7, 0, 0, 0), (0, 17, 123_457, 0, 0, 0),
+    (0, 250, 1_000_003, 0, 0, 0), (0, 4096, 987_654_321, 0, 0, 0), (1, 0, 0, 1, 1, 0),
+    (8192, 7, 99_991, 8192, 33_558_528, 4096), (1023, 0, 0, 5000, 3_000_000, 77),
+    (3, 250, 2_000_003, 100_000, 300_000_000, 0), (0, 0, 0, 0, 0, 123_457),
+)  # fmt: skip
+"""(prefill, decode requests, decode context, prefill context, attention pairs, loaded)"""
 
 
-def linear_costs(cost: Any) -> tuple[float, float, float] | None:
-    """``(fixed + prefill * 0, decode, ctx)`` when ``cost`` is the linear
-    :class:`~cpkv.serving.cost.model.CostModel` with float coefficients, so that a decode
-    step of ``n`` requests reading ``c`` context tokens takes ``(first + decode * n) + ctx * c``,
-    exactly ``cost.batch_us(0, n, c, 0, 0, 0)``; else None (durations come from ``batch_us``,
-    one call per iteration). The identity is checked on a few probes, so a model whose
-    arithmetic changed falls back to ``batch_us`` instead of giving different times."""
+def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
+    """``(fixed, prefill, decode, ctx, load)`` when ``cost`` is the linear
+    :class:`~cpkv.serving.cost.model.CostModel` with float coefficients: then
+    ``cost.batch_us(p, d, cd, cp, pairs, l)`` is exactly
+    ``fixed + prefill * p + decode * d + ctx * (cd + cp) + load * l`` (the expression of
+    :meth:`~cpkv.serving.cost.model.CostModel.iteration_us`, evaluated in the same order),
+    which the loop evaluates inline. Else None: every duration comes from ``batch_us``. The
+    identity is checked on probes, so a model whose arithmetic changed falls back to
+    ``batch_us`` instead of giving other times."""
     if type(cost) is not CostModel:
         return None
     try:
-        fixed, prefill, decode, ctx, load = cost.coefficients()
+        coefficients = cost.coefficients()
+        fixed, prefill, decode, ctx, load = coefficients
     except (AttributeError, TypeError, ValueError):
         return None
-    if not all(type(v) is float and v >= 0.0 for v in (fixed, prefill, decode, ctx, load)):
+    if not all(type(v) is float and 0.0 <= v < float("inf") for v in coefficients):
         return None
-    first = fixed + prefill * 0
-    for n, c in _PROBES:
-        if (first + decode * n) + ctx * c != cost.batch_us(0, n, c, 0, 0, 0):
+    for p, d, cd, cp, pairs, loaded in _PROBES:
+        inline = fixed + prefill * p + decode * d + ctx * (cd + cp) + load * loaded
+        if inline != cost.batch_us(p, d, cd, cp, pairs, loaded):
             return None
-    return first, decode, ctx
+    return fixed, prefill, decode, ctx, load
 
 
 def decode_stretch(sim: Any) -> int:
@@ -78,22 +87,29 @@ def decode_stretch(sim: Any) -> int:
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
     durations = log.durations
+    pop = heapq.heappop
     total = 0
     while True:
-        while heap and not (heap[0][3].epoch == heap[0][2] and heap[0][3].state == RUNNING):
-            heapq.heappop(heap)  # entries of requests that left
+        while heap:
+            top = heap[0]
+            r = top[3]
+            if r.epoch == top[2] and r.state == RUNNING:
+                break
+            pop(heap)  # an entry of a request that left
         running = pool.n_running
-        if not heap or not running:
+        if not running:
             break
         finish_step = heap[0][0]  # the step at which the first request generates its last token
         step, free = pool.decode_steps, pool.free_blocks
         wanted = finish_step - step  # iterations up to and including that one
-        unreserved = sum(unreserved_by_phase)
-        fit = min(wanted, free // unreserved) if unreserved else wanted
+        unreserved = pool.n_unreserved
+        fit = wanted if not unreserved or free >= unreserved * wanted else free // unreserved
         context = pool.context_base_sum + running * step
         start, k = now, 0
         if linear is not None:
-            kind, a, ctx = LINEAR, linear[0] + linear[1] * running, linear[2]
+            # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
+            # term adds +0.0 to a non-negative sum, which changes nothing
+            kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
             c = context
             while k < fit and now < horizon:
                 now += a + ctx * c
@@ -107,7 +123,7 @@ def decode_stretch(sim: Any) -> int:
                 now += duration
                 k += 1
         if k == fit < wanted and now < horizon:  # near a full pool: step by step
-            left = free - _phase_sum(unreserved_by_phase, step, k, block)
+            left = free - _cycle_sum(_phases(unreserved_by_phase, step, min(k, block), block), k)
             while k < wanted and now < horizon:
                 need = unreserved_by_phase[-(step + k) % block]
                 if need > left:
@@ -123,12 +139,21 @@ def decode_stretch(sim: Any) -> int:
                 k += 1
         if not k:
             break
-        m = min(k, block)
-        grow = _phases(running_by_phase, step, m, block)
-        need = _phases(unreserved_by_phase, step, m, block)
+        m = k if k < block else block
+        p = -step % block  # the first step's phase; the next ones count down
+        if m <= p + 1:
+            grow = running_by_phase[p - m + 1 : p + 1][::-1]
+        else:
+            grow = (running_by_phase[p::-1] + running_by_phase[:p:-1])[:m]
+        grown = sum(grow) if k == m else _cycle_sum(grow, k)
+        if unreserved == running:  # nothing reserved: what a step needs is what it uses
+            need, needed = None, grown
+        else:
+            need = _phases(unreserved_by_phase, step, m, block)
+            needed = _cycle_sum(need, k)
         log.stretch(kind, k, start, running, a, context, pool.used_blocks, free, grow, need, now)
-        pool.free_blocks = free - _cycle_sum(need, k)
-        pool.used_blocks += _cycle_sum(grow, k)
+        pool.free_blocks = free - needed
+        pool.used_blocks += grown
         pool.decode_steps = step + k
         sim.now = now
         ratio = sim.ratio
@@ -142,13 +167,14 @@ def decode_stretch(sim: Any) -> int:
         sim.iterations += k
         sim.counters["decode_tokens"] += running * k
         sim.stalled = 0
-        pool.migrate_clipped()
+        if pool.clip_heap:
+            pool.migrate_clipped()
         total += k
         if k < wanted:
             break  # the horizon, or a step whose growth does not fit
         finishing = []
         while heap and heap[0][0] <= finish_step:
-            _, _, epoch, r = heapq.heappop(heap)
+            _, _, epoch, r = pop(heap)
             if r.epoch == epoch and r.state == RUNNING:
                 finishing.append(r)
         sim.finish_decoded(finishing, now)
@@ -173,8 +199,3 @@ def _cycle_sum(seq: list[int], k: int) -> int:
         return sum(seq)
     whole, rest = divmod(k, len(seq))
     return whole * sum(seq) + sum(seq[:rest])
-
-
-def _phase_sum(counts: list[int], step: int, k: int, block: int) -> int:
-    """``sum(counts[(-(step + j)) % block] for j < k)``."""
-    return _cycle_sum(_phases(counts, step, min(k, block), block), k) if k else 0

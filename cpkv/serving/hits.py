@@ -39,9 +39,10 @@ class PrefixHits:
     def hit(self, r: Req) -> tuple[int, int]:
         """``(D, H)``: the L1 hit and the L2 hit after it, in whole blocks."""
         block = self.block_size
-        if self.cache is None or r.hash_ids is None:
-            device = floor_page(r.fixed_l1_tokens, block)
-            return device, floor_page(r.fixed_l1_tokens + r.fixed_l2_tokens, block) - device
+        if self.cache is None or r.hash_ids is None:  # floor_page, inline
+            l1 = r.fixed_l1_tokens
+            device = l1 // block * block
+            return device, (l1 + r.fixed_l2_tokens) // block * block - device
         memo = self.memo.get(r.index)
         if memo is not None and memo[0] == self.version:
             return memo[1], memo[2]

@@ -28,6 +28,7 @@ with the number of iterations.
 
 from __future__ import annotations
 
+import struct
 import tempfile
 from array import array
 from dataclasses import dataclass
@@ -35,14 +36,20 @@ from typing import Any
 
 import numpy as np
 
-FULL, LINEAR, LOGGED = 0, 1, 2
+FULL, LINEAR, LOGGED, APART = 0, 1, 2, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
-stretch whose durations were logged."""
+stretch whose durations were logged; ``| APART``: the stretch logged its needed-block counts
+apart from its used-block counts (a running request holds a reservation)."""
 WIDTH = 10
-"""Doubles per segment: kind, iterations, start, running, waiting, then (full) duration,
-used, held or (stretch) the duration's constant term, context at the first step, used and
-free blocks before it; last, whether the loop jumped over idle time just before it."""
-FLUSH_SEGMENTS = 16384
+"""Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
+term, the context the first step reads (each step reads ``running`` more), the blocks used
+and free after the first step's allocations *less that step's growth*, and whether the loop
+jumped over idle time just before it. A full iteration is a one-step segment whose
+constant term is its duration, context 0, growth 0 (one logged count of 0): its used and
+free blocks are its own."""
+SEGMENT = struct.Struct(f"<{WIDTH}d")
+"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append)."""
+FLUSH_BYTES = 16384 * SEGMENT.size
 """Segments logged before a batch is expanded."""
 
 
@@ -66,7 +73,7 @@ class IterationLog:
         self, capacity_blocks: int, block_size: int, keep: bool, spill_dir: Any = None
     ) -> None:
         self.capacity_blocks, self.block_size = capacity_blocks, block_size
-        self.records = array("d")
+        self.records = bytearray()  # packed segments
         self.phase_counts = array("q")  # per stretch: m counts of used growth, m of needed
         self.durations = array("d")  # LOGGED stretches
         self.context_coef = 0.0  # LINEAR stretches: duration = a + context_coef * context
@@ -82,12 +89,14 @@ class IterationLog:
     def full(
         self, start: float, duration: float, used: int, held: int, running: int, waiting: int
     ) -> None:
-        """One full iteration."""
-        self.records.extend(
-            (FULL, 1, start, running, waiting, duration, used, held, 0, self.jumped)
-        )
+        """One full iteration (the loop packs it inline: the same record)."""
+        self.records += SEGMENT.pack(
+            FULL, 1, start, running, waiting, duration, 0, used, self.capacity_blocks - held,
+            self.jumped,
+        )  # fmt: skip
+        self.phase_counts.append(0)
         self.jumped = 0.0
-        if len(self.records) >= FLUSH_SEGMENTS * WIDTH:
+        if len(self.records) >= FLUSH_BYTES:
             self.flush(start + duration)
 
     def stretch(
@@ -101,21 +110,23 @@ class IterationLog:
         used: int,
         free: int,
         grow: list[int],
-        need: list[int],
+        need: list[int] | None,
         end: float,
     ) -> None:
         """``steps`` decode-only iterations of ``running`` requests from ``start`` to ``end``:
         ``a`` (LINEAR) the durations' constant term, ``context`` the context the first step
-        reads (each step reads ``running`` more), ``used`` / ``free`` the blocks before it,
-        ``grow`` / ``need`` the blocks used / taken from the free ones by each of the first
-        ``min(steps, block_size)`` steps (the same counts repeat every ``block_size`` steps)."""
-        self.records.extend(
-            (kind, steps, start, running, 0, a, context, used, free, self.jumped)
-        )
+        reads, ``used`` / ``free`` the blocks before it, ``grow`` / ``need`` the blocks used /
+        taken from the free ones by each of the first ``min(steps, block_size)`` steps (the
+        same counts repeat every ``block_size`` steps; ``need`` None: the same as ``grow``)."""
+        self.records += SEGMENT.pack(
+            kind if need is None else kind | APART, steps, start, running, 0, a, context,
+            used, free, self.jumped,
+        )  # fmt: skip
         self.jumped = 0.0
-        self.phase_counts.extend(grow)
-        self.phase_counts.extend(need)
-        if len(self.records) >= FLUSH_SEGMENTS * WIDTH:
+        self.phase_counts.fromlist(grow)
+        if need is not None:
+            self.phase_counts.fromlist(need)
+        if len(self.records) >= FLUSH_BYTES:
             self.flush(end)
 
     def idle_jump(self) -> None:
@@ -127,10 +138,11 @@ class IterationLog:
         """Expand the logged segments (``now``: the loop's time after the last one)."""
         if not self.records:
             return
-        rec = np.frombuffer(self.records, dtype=np.float64).reshape(-1, WIDTH).copy()
+        rec = np.frombuffer(bytes(self.records), dtype=np.float64).reshape(-1, WIDTH)
         counts = np.frombuffer(self.phase_counts, dtype=np.int64).copy()
         logged = np.frombuffer(self.durations, dtype=np.float64).copy()
-        del self.records[:], self.phase_counts[:], self.durations[:]
+        self.records = bytearray()
+        del self.phase_counts[:], self.durations[:]
         t0, dt, used, held, running, waiting = self._expand(rec, counts, logged, now)
         totals = self.totals
         totals.iterations += len(dt)
@@ -156,22 +168,30 @@ class IterationLog:
         kind = rec[:, 0].astype(np.int64)
         steps = rec[:, 1].astype(np.int64)
         total = int(steps.sum())
-        seg = np.repeat(np.arange(len(rec)), steps)
         first = np.cumsum(steps) - steps  # each segment's first iteration
-        j = np.arange(total) - first[seg]  # the step within its segment
-        running = rec[seg, 3].astype(np.int64)
-        waiting = rec[seg, 4].astype(np.int64)
-        dt = np.empty(total)
-        used = np.empty(total, dtype=np.int64)
-        held = np.empty(total, dtype=np.int64)
-        full = kind == FULL
-        at = first[full]
-        dt[at] = rec[full, 5]
-        used[at] = rec[full, 6].astype(np.int64)
-        held[at] = rec[full, 7].astype(np.int64)
-        stretch = ~full
-        if stretch.any():
-            self._expand_stretches(rec, counts, logged, kind, seg, j, stretch, dt, used, held)
+        j = np.arange(total) - np.repeat(first, steps)  # the step within its segment
+        running = np.repeat(rec[:, 3].astype(np.int64), steps)
+        waiting = np.repeat(rec[:, 4].astype(np.int64), steps)
+        # durations: a full iteration's own (its context term is 0.0), a LINEAR stretch's
+        # a + ctx * context, a LOGGED one's as logged
+        context = np.repeat(rec[:, 6].astype(np.int64), steps) + running * j
+        dt = np.repeat(rec[:, 5], steps) + self.context_coef * context
+        if len(logged):
+            dt[np.repeat((kind & 3) == LOGGED, steps)] = logged
+        # blocks: counts logged for min(k, block) steps (one 0 for a full iteration),
+        # cycling; the needed counts after them when they differ
+        m = np.where(kind == FULL, 1, np.minimum(steps, self.block_size))
+        apart = (kind & APART) != 0
+        width = np.where(apart, 2 * m, m)
+        offset = np.cumsum(width) - width
+        where = np.repeat(offset, steps) + j % np.repeat(m, steps)
+        grow = counts[where]
+        need = counts[where + np.repeat(np.where(apart, m, 0), steps)] if apart.any() else grow
+        grown, needed = np.cumsum(grow), np.cumsum(need)
+        used = np.repeat(rec[:, 7].astype(np.int64) - (grown - grow)[first], steps) + grown
+        held = self.capacity_blocks - (
+            np.repeat(rec[:, 8].astype(np.int64) + (needed - need)[first], steps) - needed
+        )
         t0 = np.empty(total)
         runs = np.flatnonzero(rec[:, 9] != 0).tolist()
         if not runs or runs[0] != 0:
@@ -191,32 +211,6 @@ class IterationLog:
                 "internal error: the iteration samples do not add up to the loop's own times"
             )
         return t0, dt, used, held, running, waiting
-
-    def _expand_stretches(self, rec, counts, logged, kind, seg, j, stretch, dt, used, held):
-        block = self.block_size
-        steps = rec[:, 1].astype(np.int64)
-        in_stretch = stretch[seg]
-        sseg, sj = seg[in_stretch], j[in_stretch]
-        # durations
-        linear = kind[sseg] == LINEAR
-        context = rec[sseg, 6].astype(np.int64) + rec[sseg, 3].astype(np.int64) * sj
-        sdt = np.empty(len(sseg))
-        sdt[linear] = rec[sseg[linear], 5] + self.context_coef * context[linear]
-        sdt[~linear] = logged
-        dt[in_stretch] = sdt
-        # blocks: the per-phase growth counts logged for min(k, block) steps, cycling
-        m = np.minimum(steps[stretch], block)
-        offset = np.cumsum(2 * m) - 2 * m
-        ordinal = (np.cumsum(stretch) - 1)[sseg]
-        where = offset[ordinal] + sj % m[ordinal]
-        grow, need = counts[where], counts[where + m[ordinal]]
-        grow_sum, need_sum = np.cumsum(grow), np.cumsum(need)
-        starts = sj == 0
-        grow_before = np.repeat((grow_sum - grow)[starts], steps[stretch])
-        need_before = np.repeat((need_sum - need)[starts], steps[stretch])
-        used[in_stretch] = rec[sseg, 7].astype(np.int64) + grow_sum - grow_before
-        free = rec[sseg, 8].astype(np.int64) - (need_sum - need_before)
-        held[in_stretch] = self.capacity_blocks - free
 
     # -- reading back -------------------------------------------------------------------------
     def close(self, now: float) -> Integrals:

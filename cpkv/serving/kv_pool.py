@@ -67,7 +67,12 @@ class Req:
         r.index, r.rid, r.arrival_us = i, rid, arrival_us
         r.prompt_tokens, r.max_new_tokens, r.hash_ids = prompt_tokens, max_new_tokens, hash_ids
         r.fixed_l1_tokens, r.fixed_l2_tokens = l1_cached_tokens, l2_cached_tokens
-        r._fresh()
+        r.state = r.epoch = r.generated = r.fill_tokens = r.device_prefix = r.host_hit = 0
+        r.filled_tokens = r.kv_tokens = r.reserved_blocks = r.stamp = r.kv_base = 0
+        r.context_base = r.finish_step = r.preemptions = r.recomputed = r.prefilled = 0
+        r.advanced_step = -1
+        r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
+        r.reject_reason = None
         return r
 
     def _fresh(self) -> None:
@@ -92,7 +97,7 @@ class KvPool:
         self.choose = VICTIMS.get(victim)
         self.decode_steps = 0
         self.running: list[tuple[Req, int]] = []  # (request, epoch when it joined), lazily pruned
-        self.n_running = 0
+        self.n_running = self.n_unreserved = 0
         self.running_by_phase = [0] * block_size
         self.unreserved_by_phase = [0] * block_size
         self.context_base_sum = 0
@@ -107,10 +112,14 @@ class KvPool:
     def take(self, r: Req, kv: int, reserve_tokens: int | None) -> None:
         """Give ``r`` blocks for ``kv`` tokens (and a reservation up to ``reserve_tokens``)."""
         block = self.block_size
-        blocks = ceil_div(kv, block)
+        blocks = -(-kv // block)  # ceil_div, inline
         r.kv_tokens = kv
-        r.reserved_blocks = ceil_div(reserve_tokens, block) if reserve_tokens is not None else 0
-        self.free_blocks -= max(blocks, r.reserved_blocks)
+        if reserve_tokens is None:
+            r.reserved_blocks = 0
+            self.free_blocks -= blocks
+        else:
+            reserved = r.reserved_blocks = -(-reserve_tokens // block)
+            self.free_blocks -= max(blocks, reserved)
         self.used_blocks += blocks
 
     def fits(self, kv: int, reserve_tokens: int | None) -> bool:
@@ -119,7 +128,7 @@ class KvPool:
         return need <= self.free_blocks
 
     def _release(self, r: Req, kv: int) -> None:
-        blocks = ceil_div(kv, self.block_size)
+        blocks = -(-kv // self.block_size)
         self.free_blocks += max(blocks, r.reserved_blocks)
         self.used_blocks -= blocks
         r.reserved_blocks = 0
@@ -146,37 +155,41 @@ class KvPool:
         """``r`` (``kv`` tokens, ``r.generated`` generated) starts decoding."""
         step, block = self.decode_steps, self.block_size
         r.state = RUNNING
-        r.kv_base = kv - step
-        r.context_base = kv + r.device_prefix - step
-        r.finish_step = step + r.max_new_tokens - r.generated
+        r.kv_base = kv_base = kv - step
+        r.context_base = context_base = kv + r.device_prefix - step
+        r.finish_step = finish = step + r.max_new_tokens - r.generated
         r.advanced_step = -1
-        self.running.append((r, r.epoch))
+        epoch = r.epoch
+        self.running.append((r, epoch))
         self.n_running += 1
-        self.running_by_phase[r.kv_base % block] += 1
+        phase = kv_base % block
+        self.running_by_phase[phase] += 1
         if not r.reserved_blocks:
-            self.unreserved_by_phase[r.kv_base % block] += 1
-        self.context_base_sum += r.context_base
-        heapq.heappush(self.finish_heap, (r.finish_step, r.stamp, r.epoch, r))
-        if r.finish_step - step > CLIP_MAX_NEW_TOKENS:
+            self.unreserved_by_phase[phase] += 1
+            self.n_unreserved += 1
+        self.context_base_sum += context_base
+        heapq.heappush(self.finish_heap, (finish, r.stamp, epoch, r))
+        if finish - step > CLIP_MAX_NEW_TOKENS:
             self.n_clipped += 1
-            heapq.heappush(
-                self.clip_heap, (r.finish_step - CLIP_MAX_NEW_TOKENS, r.stamp, r.epoch, r)
-            )
+            heapq.heappush(self.clip_heap, (finish - CLIP_MAX_NEW_TOKENS, r.stamp, epoch, r))
         else:
             self.n_unclipped += 1
-            self.unclipped_finish_sum += r.finish_step
+            self.unclipped_finish_sum += finish
 
     def leave(self, r: Req) -> int:
         """Take ``r`` out of the running set, free its blocks; returns the KV it held."""
-        kv = self.kv_now(r)
-        r.generated = self.gen_now(r)
-        block = self.block_size
+        step = self.decode_steps
+        advanced = r.advanced_step == step  # kv_now / gen_now of a running request, inline
+        kv = r.kv_base + step + advanced
+        r.generated = r.max_new_tokens - r.finish_step + step + advanced
+        phase = r.kv_base % self.block_size
         self.n_running -= 1
-        self.running_by_phase[r.kv_base % block] -= 1
+        self.running_by_phase[phase] -= 1
         if not r.reserved_blocks:
-            self.unreserved_by_phase[r.kv_base % block] -= 1
+            self.unreserved_by_phase[phase] -= 1
+            self.n_unreserved -= 1
         self.context_base_sum -= r.context_base
-        if r.finish_step - self.decode_steps > CLIP_MAX_NEW_TOKENS:
+        if r.finish_step - step > CLIP_MAX_NEW_TOKENS:
             self.n_clipped -= 1
         else:
             self.n_unclipped -= 1

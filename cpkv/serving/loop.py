@@ -59,7 +59,7 @@ from cpkv.serving.block_policies import block_step
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.decode_stretch import decode_stretch, linear_costs
 from cpkv.serving.hits import PrefixHits
-from cpkv.serving.iteration_log import Integrals, IterationLog
+from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
 from cpkv.serving.workload import ServingRequest
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
@@ -162,9 +162,9 @@ class Sim:
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.prefill_attention_pairs = 0
         self.stalled = 0
-        self.linear_costs = linear_costs(s.cost)
+        self.linear_costs = linear_costs(s.cost)  # the linear model, evaluated inline
         if self.linear_costs is not None:
-            samples.context_coef = self.linear_costs[2]
+            samples.context_coef = self.linear_costs[3]
         pool_tokens = s.capacity_blocks * s.block_size
         self._never_blocks = s.capacity_blocks
         self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
@@ -299,25 +299,37 @@ class Sim:
                 pool.join(r, r.kv_tokens)
                 if r.generated >= r.max_new_tokens:
                     finishing.append(r)
-        duration = settings.cost.batch_us(
-            self.prefill_tokens,
-            decoded,
-            decode_context,
-            self.prefill_context,
-            self.prefill_attention_pairs,
-            self.loaded,
-        )
+        linear = self.linear_costs
+        if linear is not None:  # batch_us of the linear model, inline (see linear_costs)
+            fixed, prefill, decode, ctx, load = linear
+            duration = (
+                fixed
+                + prefill * self.prefill_tokens
+                + decode * decoded
+                + ctx * (decode_context + self.prefill_context)
+                + load * self.loaded
+            )
+        else:
+            duration = settings.cost.batch_us(
+                self.prefill_tokens,
+                decoded,
+                decode_context,
+                self.prefill_context,
+                self.prefill_attention_pairs,
+                self.loaded,
+            )
         start = self.now
         self.now = now = start + duration
         # the iteration's state: after its allocations, before finishes
-        self.samples.full(
-            start,
-            duration,
-            pool.used_blocks,
-            settings.capacity_blocks - pool.free_blocks,
-            pool.n_running,
-            len(self.waiting),
-        )
+        samples = self.samples
+        samples.records += SEGMENT.pack(  # samples.full(...), inline
+            FULL, 1, start, pool.n_running, len(self.waiting), duration, 0, pool.used_blocks,
+            pool.free_blocks, samples.jumped,
+        )  # fmt: skip
+        samples.phase_counts.append(0)
+        samples.jumped = 0.0
+        if len(samples.records) >= FLUSH_BYTES:
+            samples.flush(now)
         preempted = bool(pool.preempted)
         self._end(now, decoded, firsts, finishing)
         if self.log is not None:

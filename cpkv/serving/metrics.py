@@ -29,9 +29,7 @@ iterations ran, as ``sum()`` and ``+=`` add them.
 
 from __future__ import annotations
 
-import json
-from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,12 +37,13 @@ import numpy as np
 
 from cpkv.runs.results import metric, outcome
 from cpkv.serving.iteration_log import Integrals
-from cpkv.serving.kv_pool import FINISHED, REJECTED, Req
+from cpkv.serving.kv_pool import FINISHED, Req
 from cpkv.serving.loop import SimResult
+from cpkv.serving.records import SERIES, RequestStats
 from cpkv.serving.schema import SloSpec
 
 PERCENTILES = (50, 90, 95, 99)
-SERIES = ("queue", "ttft", "tpot", "e2e")
+__all__ = ["SERIES", "RequestStats"]  # re-exported: the run and the tests read them here
 
 
 def _ms(**kw: Any) -> Any:
@@ -125,160 +124,12 @@ def latencies(r: Req) -> dict[str, float | None]:
     return {"queue": ms(r.admitted_us), "ttft": ms(r.first_token_us), "tpot": tpot, "e2e": e2e}
 
 
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json's own, in C
-
-
-class RequestStats:
-    """The requests of a run as they end (:meth:`done`): counts, latency series, goodput,
-    and their ``requests.jsonl`` lines, handed to ``write`` in input order (None: not
-    written). A line waits in memory only while an earlier request is still live."""
-
-    def __init__(self, slo: SloSpec, write: Callable[[str], Any] | None = None) -> None:
-        self.slo, self.write = slo, write
-        self.pending: dict[int, str] = {}
-        self.next_index = 0
-        self.ready: list[str] = []
-        self.series = {name: array("d") for name in SERIES}
-        self.requests = self.finished = self.rejected = self.admitted = 0
-        self.preemptions = self.recomputed = self.generated = self.good = 0
-
-    def done(self, r: Req) -> None:
-        """``r`` finished or was rejected: count it, keep its latencies, write its line."""
-        arrival, admitted, first, end = r.arrival_us, r.admitted_us, r.first_token_us, r.finished_us
-        finished = r.state == FINISHED
-        queue = None if admitted is None else (admitted - arrival) / 1000.0
-        ttft = None if first is None else (first - arrival) / 1000.0
-        tpot = e2e = None
-        self.requests += 1
-        self.preemptions += r.preemptions
-        self.recomputed += r.recomputed
-        series = self.series
-        if queue is not None:
-            self.admitted += 1
-            series["queue"].append(queue)
-        if finished:
-            generated = r.generated
-            if first is not None and generated >= 2:
-                tpot = (end - first) / 1000.0 / (generated - 1)
-                series["tpot"].append(tpot)
-            e2e = (end - arrival) / 1000.0
-            series["e2e"].append(e2e)
-            if ttft is not None:
-                series["ttft"].append(ttft)
-            self.finished += 1
-            self.generated += generated
-            if self.slo.met(ttft, tpot):
-                self.good += 1
-        elif r.state == REJECTED:
-            self.rejected += 1
-        if self.write is None:
-            return
-        line = request_line(r, finished, queue, ttft, tpot, e2e)
-        if r.index == self.next_index:
-            self.ready.append(line)
-            self.next_index += 1
-            pending = self.pending
-            while pending and self.next_index in pending:
-                self.ready.append(pending.pop(self.next_index))
-                self.next_index += 1
-            if len(self.ready) >= 4096:
-                self.flush()
-        else:
-            self.pending[r.index] = line
-
-    def flush(self) -> None:
-        """Hand the lines that are ready to ``write``."""
-        if self.ready and self.write is not None:
-            self.write("".join(self.ready))
-            self.ready = []
-
-    def close(self) -> None:
-        """Every request has ended: write the last lines."""
-        if self.pending:
-            raise RuntimeError(
-                f"internal error: request {self.next_index} never ended "
-                f"({len(self.pending)} later ones did)"
-            )
-        self.flush()
-
-    def latency_stats(self) -> dict[str, float | None]:
-        """``<series>_mean_ms`` and ``<series>_p<q>_ms`` for every series, from all values."""
-        stats: dict[str, float | None] = {}
-        for name in SERIES:
-            values = np.sort(np.frombuffer(self.series[name], dtype=np.float64))
-            if len(values):
-                total = float(np.cumsum(values)[-1])  # ascending, one by one, as sum() adds
-                stats[f"{name}_mean_ms"] = total / len(values)
-            else:
-                stats[f"{name}_mean_ms"] = None
-            listed = _Sorted(values)
-            for q in PERCENTILES:
-                stats[f"{name}_p{q}_ms"] = percentile(listed, q)
-        return stats
-
-
-class _Sorted:
-    """Sorted values as Python floats on demand (what :func:`percentile` reads)."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __getitem__(self, k: int) -> float:
-        return float(self.values[k])
-
-
-def request_line(
-    r: Req,
-    finished: bool,
-    queue: float | None,
-    ttft: float | None,
-    tpot: float | None,
-    e2e: float | None,
-) -> str:
-    """``r``'s ``requests.jsonl`` line: the JSON object ``json.dumps`` writes (compact
-    separators, times rounded to 6 decimals by :func:`round6`), built directly."""
-    admitted, first, end = r.admitted_us, r.first_token_us, r.finished_us
-    reason = r.reject_reason
-    num = round6
-    return (
-        f'{{"rid":{_quote(r.rid)},"status":"{"finished" if finished else "rejected"}",'
-        f'"reason":{"null" if reason is None else _quote(reason)},'
-        f'"arrival_ms":{num(r.arrival_us / 1000.0)},'
-        f'"admitted_ms":{"null" if admitted is None else num(admitted / 1000.0)},'
-        f'"first_token_ms":{"null" if first is None else num(first / 1000.0)},'
-        f'"finish_ms":{"null" if end is None else num(end / 1000.0)},'
-        f'"queue_ms":{"null" if queue is None else num(queue)},'
-        f'"ttft_ms":{"null" if ttft is None else num(ttft)},'
-        f'"tpot_ms":{"null" if tpot is None else num(tpot)},'
-        f'"e2e_ms":{"null" if e2e is None else num(e2e)},'
-        f'"prompt_tokens":{r.prompt_tokens},"max_new_tokens":{r.max_new_tokens},'
-        f'"output_tokens":{r.generated},"computed_prompt_tokens":{r.prefilled},'
-        f'"preemptions":{r.preemptions},"recomputed_tokens":{r.recomputed},'
-        f'"l1_hit_tokens":{"null" if r.l1_hit is None else r.l1_hit},'
-        f'"l2_hit_tokens":{"null" if r.l2_hit is None else r.l2_hit}}}\n'
-    )
-
-
-def round6(x: float) -> str:
-    """``repr(round(x, 6))`` (how ``json.dumps`` writes a time rounded to 6 decimals), three
-    times faster: between 1e-4 and 1e9 it is ``'%.6f' % x`` without its trailing zeros (the
-    same correctly rounded digits; at most 15 significant digits, so that the shortest
-    repr of the rounded float is exactly them; ``repr`` writes such numbers without an
-    exponent); elsewhere ``repr(round(x, 6))`` itself."""
-    if 1e-4 <= x < 1e9:
-        text = ("%.6f" % x).rstrip("0")
-        return text + "0" if text[-1] == "." else text
-    return repr(round(x, 6))
-
-
-def stats_of(requests: Iterable[Req], slo: SloSpec) -> RequestStats:
-    """:class:`RequestStats` of requests kept whole (no lines written)."""
-    stats = RequestStats(slo)
+def stats_of(requests: Iterable[Req], slo: SloSpec, write: Any = None) -> RequestStats:
+    """:class:`~cpkv.serving.records.RequestStats` of requests kept whole (input order)."""
+    stats = RequestStats(slo, write)
     for r in requests:
         stats.done(r)
+    stats.close()
     return stats
 
 
@@ -327,12 +178,9 @@ def request_lines(res: SimResult) -> str:
     """``requests.jsonl`` of a run that kept its requests: one JSON object per request, in
     input order."""
     assert res.requests is not None
-    out = []
-    for r in res.requests:
-        lat = latencies(r)
-        finished = r.state == FINISHED
-        out.append(request_line(r, finished, lat["queue"], lat["ttft"], lat["tpot"], lat["e2e"]))
-    return "".join(out)
+    parts: list[str] = []
+    stats_of(res.requests, SloSpec(), parts.append)
+    return "".join(parts)
 
 
 def timeline(res: SimResult, capacity_blocks: int, points: int) -> list[dict[str, float]]:

@@ -28,15 +28,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.arrivals import (
     COPY_HASH_STRIDE,
     arrival_order,
-    arrival_times,
-    drawn_in_order,
     repeated_trace,
+    synthetic_arrivals,
 )
 from cpkv.serving.schema import ArrivalsSpec
 from cpkv.trace.prefix_cache import TieredPrefixCache
@@ -67,14 +67,14 @@ class ServingWorkload:
     """The requests in queue order, and the prefix cache they share (trace source only).
 
     ``requests`` holds them (once, for a repeated trace: ``repeat`` copies), unless they
-    are drawn lazily: ``draws()`` then gives them in input order as rows ``(rid,
-    arrival_ms, prompt, max_new, l1, l2, hash_ids)``, ``count`` of them."""
+    are drawn lazily: ``draws(arrivals, seed)`` then gives them in arrival order, ``count``
+    of them."""
 
     requests: tuple[ServingRequest, ...]
     cache_block_size: int | None = None
     cache_config: Any = None
     repeat: int = 1
-    draws: Callable[[], Iterator[tuple]] | None = None
+    draws: Callable[[ArrivalsSpec, int], Iterator[Req]] | None = None
     count: int = 0
 
     @property
@@ -92,8 +92,7 @@ class ServingWorkload:
         """The run's requests in arrival order, each built when it is reached
         (:mod:`cpkv.serving.arrivals`), with the arrival times of :func:`with_arrivals`."""
         if self.draws is not None:
-            times = arrival_times(self.count, arrivals, seed)
-            return drawn_in_order(self.draws(), times, arrivals.speedup)
+            return self.draws(arrivals, seed)
         if self.repeat > 1:
             return repeated_trace(self.requests, self.repeat, arrivals, seed)
         return arrival_order(with_arrivals(self.requests, arrivals, seed))
@@ -133,17 +132,12 @@ def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0)
 def _synthetic_workload(spec: Any, default_max_new_tokens: int, seed: int) -> ServingWorkload:
     """The ``synthetic`` source's requests, drawn lazily (the draws of
     :func:`cpkv.workload.synthetic.synthetic_requests`, seeded as ``load_workload`` seeds them)."""
-    from cpkv.workload.synthetic import synthetic_draws
-
     if spec.synthetic.seed is None:
         spec = replace(spec, synthetic=replace(spec.synthetic, seed=seed))
-
-    def draws() -> Iterator[tuple]:
-        for rid, l1, l2, extend, max_new in synthetic_draws(spec):
-            mx = default_max_new_tokens if max_new is None else max_new
-            yield rid, 0.0, l1 + l2 + extend, mx, l1, l2, None
-
-    return ServingWorkload((), draws=draws, count=spec.synthetic.count)
+    return ServingWorkload(
+        (), draws=partial(synthetic_arrivals, spec, default_max_new_tokens),
+        count=spec.synthetic.count,
+    )  # fmt: skip
 
 
 def _trace_workload(spec: Any) -> ServingWorkload:

@@ -124,13 +124,23 @@ def synthetic_requests(spec) -> tuple[Request, ...]:  # spec: WorkloadSpec
 
 def synthetic_draws(spec) -> Iterator[tuple[str, int, int, int, int | None]]:
     """The draws of :func:`synthetic_requests`, one request at a time, as ``(rid, l1, l2,
-    extend, max_new or None)`` (the serving loop reads a million of them lazily)."""
+    extend, max_new or None)``."""
+    l1, l2, ext, mx = synthetic_samplers(spec)
+    for k in range(spec.synthetic.count):
+        a, b, e = l1(), l2(), ext()
+        yield f"s{k}", a, b, e, mx() if mx is not None else None
+
+
+def synthetic_samplers(spec) -> tuple:
+    """The four no-argument samplers of one run, sharing one ``random.Random(seed)``:
+    ``l1_cached_tokens``, ``l2_cached_tokens``, ``extend_tokens``, ``max_new_tokens`` (None
+    when not drawn). Call them in that order, once per request, as
+    :func:`synthetic_draws` does (the serving loop draws a million requests that way,
+    lazily)."""
     syn: SyntheticSpec = spec.synthetic
     rng = random.Random(0 if syn.seed is None else syn.seed)
     l1 = _sampler(syn.l1_cached_tokens, rng)
     l2 = _sampler(syn.l2_cached_tokens, rng)
     ext = _sampler(syn.extend_tokens, rng)
     mx = _sampler(syn.max_new_tokens, rng) if syn.max_new_tokens is not None else None
-    for k in range(syn.count):
-        a, b, e = l1(), l2(), ext()
-        yield f"s{k}", a, b, e, mx() if mx is not None else None
+    return l1, l2, ext, mx
