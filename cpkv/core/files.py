@@ -92,6 +92,11 @@ class StreamedFile:
             self.discard()
             raise OutputError(f"{self.path}: cannot write ({reason(err)})") from None
 
+    def flush(self) -> None:
+        """Push what was written so far to the file (a forked writer before it ends)."""
+        if self._handle is not None:
+            self._handle.flush()
+
     def text(self) -> str | None:
         """What was written, when kept in memory (no path); else None."""
         return "".join(self._parts) if self.path is None else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from cpkv.admission.budgets import cp_limit_broken
@@ -43,7 +44,7 @@ class AdderBudgets:
     cp_max_total_extend_tokens: int | None = None
     cp_max_total_cached_tokens: int | None = None
 
-    @property
+    @cached_property
     def cp_on(self) -> bool:
         """Whether a CP shared-KV limit applies (cpkv's own limits, not upstream SGLang)."""
         return (
@@ -51,6 +52,11 @@ class AdderBudgets:
             or self.cp_max_total_extend_tokens is not None
             or self.cp_max_total_cached_tokens is not None
         )
+
+    @cached_property
+    def load_threshold(self) -> int:
+        """The smallest host hit that is loaded back (at least 1 token)."""
+        return max(1, self.load_back_threshold)
 
 
 class Candidate(NamedTuple):
@@ -137,7 +143,7 @@ def adder_pass(
     prefill_max_requests = (
         NO_CAP if budgets.prefill_max_requests is None else budgets.prefill_max_requests
     )
-    load_threshold = max(1, budgets.load_back_threshold)
+    load_threshold = budgets.load_threshold
     first = True
     while stop is None:
         candidate = next(queue, None)
@@ -222,8 +228,13 @@ def adder_step(sim: Any, decoded: int) -> None:
     if chunked is not None:
         max_new = min(chunked.max_new_tokens, CLIP_MAX_NEW_TOKENS)
         chunk = (chunked.fill_tokens - chunked.filled_tokens, max_new, chunked.filled_tokens)
-    headroom = pool.headroom_tokens() * sim.ratio.current
+    headroom = (  # pool.headroom_tokens(), inline
+        pool.unclipped_finish_sum
+        - pool.n_unclipped * pool.decode_steps
+        + CLIP_MAX_NEW_TOKENS * pool.n_clipped
+    ) * sim.ratio.current
     waiting = sim.waiting
+    hits: list[tuple[int, int]] = []  # the hits the pass looked up, to admit with
     res = adder_pass(
         pool.free_blocks * sim.block_size,
         decoded,
@@ -231,7 +242,7 @@ def adder_step(sim: Any, decoded: int) -> None:
         pool.n_running,
         sim.settings.adder,
         chunk,
-        _candidates(sim) if waiting else iter(()),
+        _candidates(sim, hits) if waiting else iter(()),
     )
     completed = sim.completed
     if res.chunk_tokens:
@@ -246,11 +257,11 @@ def adder_step(sim: Any, decoded: int) -> None:
             sim.chunked = None
     admitted = res.admitted
     if admitted:
-        hit, admit = sim.hit, sim.admit
+        admit = sim.admit
         prefill_tokens = prefill_context = pairs = 0
         for k, (extend, _loaded, cut) in enumerate(admitted):
             r = waiting[k]
-            device, host = hit(r)
+            device, host = hits[k]
             admit(r, device, host, None)
             filled = r.filled_tokens
             prefill_tokens += extend
@@ -270,10 +281,11 @@ def adder_step(sim: Any, decoded: int) -> None:
         sim.stop_counts[res.stop] = sim.stop_counts.get(res.stop, 0) + 1
 
 
-def _candidates(sim: Any) -> Iterator[tuple[int, int, int, int, int]]:
+def _candidates(sim: Any, hits: list[tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int]]:
     hit = sim.hit
     for r in sim.waiting:
-        device, host = hit(r)
+        device, host = found = hit(r)
+        hits.append(found)
         max_new = r.max_new_tokens
         left = max_new - r.generated
         yield (

@@ -78,6 +78,7 @@ class IterationLog:
         self.durations = array("d")  # LOGGED stretches
         self.context_coef = 0.0  # LINEAR stretches: duration = a + context_coef * context
         self.jumped = 0.0
+        self.forward: Any = None  # a helper process: the batches go to it
         self.totals = Integrals()
         self.kept: tuple[list, ...] | None = ([], [], [], [], [], []) if keep else None
         self.spill_dir = spill_dir
@@ -135,15 +136,33 @@ class IterationLog:
 
     # -- expanding --------------------------------------------------------------------------
     def flush(self, now: float) -> None:
-        """Expand the logged segments (``now``: the loop's time after the last one)."""
+        """Expand the logged segments (``now``: the loop's time after the last one), or hand
+        them to ``forward``."""
         if not self.records:
             return
-        rec = np.frombuffer(bytes(self.records), dtype=np.float64).reshape(-1, WIDTH)
-        counts = np.frombuffer(self.phase_counts, dtype=np.int64).copy()
-        logged = np.frombuffer(self.durations, dtype=np.float64).copy()
+        batch = (
+            bytes(self.records), self.phase_counts.tobytes(), self.durations.tobytes(), now,
+            bool(self.jumped),
+        )  # fmt: skip
         self.records = bytearray()
         del self.phase_counts[:], self.durations[:]
-        t0, dt, used, held, running, waiting = self._expand(rec, counts, logged, now)
+        if self.forward is not None:
+            self.forward(*batch)
+        else:
+            self.process(*batch)
+
+    def process(
+        self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
+    ) -> None:
+        """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
+        last one, so ``now`` is not where they end)."""
+        rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+        t0, dt, used, held, running, waiting = self._expand(
+            rec,
+            np.frombuffer(counts, dtype=np.int64),
+            np.frombuffer(durations, dtype=np.float64),
+            None if jumped else now,
+        )
         totals = self.totals
         totals.iterations += len(dt)
         totals.used_block_us = _sequential_sum(totals.used_block_us, used * dt)
@@ -164,7 +183,7 @@ class IterationLog:
             values.astype(kind, copy=False).tofile(self.spill)
         self.spilled_iterations += len(dt)
 
-    def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float):
+    def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
         kind = rec[:, 0].astype(np.int64)
         steps = rec[:, 1].astype(np.int64)
         total = int(steps.sum())
@@ -206,7 +225,7 @@ class IterationLog:
             np.cumsum(sums, out=sums)  # sequential: the loop's own additions
             t0[lo:hi] = sums[:-1]
             end = float(sums[-1])
-        if not np.array_equal(t0[first], rec[:, 2]) or (end != now and not self.jumped):
+        if not np.array_equal(t0[first], rec[:, 2]) or (now is not None and end != now):
             raise RuntimeError(
                 "internal error: the iteration samples do not add up to the loop's own times"
             )

@@ -246,7 +246,8 @@ class KvPool:
             _, _, epoch, r = heapq.heappop(heap)
             if r.epoch == epoch and r.state == RUNNING:
                 finishing.append(r)
-        self.migrate_clipped()
+        if self.clip_heap:
+            self.migrate_clipped()
         return advanced, context, finishing
 
     def migrate_clipped(self) -> None:
@@ -293,7 +294,8 @@ class KvPool:
             self.used_blocks += 1
         r.kv_tokens += 1
         r.generated += 1
-        self._event(r, "advanced")
+        if self.events is not None:
+            self._event(r, "advanced")
         return True
 
     def _make_room(self, grower: Req, phase: str, candidates: list[Req]) -> None:

@@ -61,6 +61,7 @@ from cpkv.serving.decode_stretch import decode_stretch, linear_costs
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
+from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
 
@@ -165,6 +166,8 @@ class Sim:
         self.linear_costs = linear_costs(s.cost)  # the linear model, evaluated inline
         if self.linear_costs is not None:
             samples.context_coef = self.linear_costs[3]
+        self._load_threshold = max(1, s.adder.load_back_threshold)
+        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
         pool_tokens = s.capacity_blocks * s.block_size
         self._never_blocks = s.capacity_blocks
         self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
@@ -172,18 +175,19 @@ class Sim:
     def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
         """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back
         of its ``host`` hit (when at least ``load_back_threshold`` tokens)."""
-        self.hits.touch(r)
-        loaded = host if host >= max(1, self.settings.adder.load_back_threshold) else 0
+        if self.cache is not None:
+            self.hits.touch(r)
+        loaded = host if host >= self._load_threshold else 0
         r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
         r.filled_tokens = device + loaded
-        self.stamp += 1
-        r.stamp = self.stamp
+        self.stamp = r.stamp = self.stamp + 1
         self.pool.take(r, r.fill_tokens - device, reserve)
         if r.admitted_us is None:
             r.admitted_us = self.now
             r.l1_hit, r.l2_hit = device, loaded
         self.loaded += loaded
-        self.counters["l1_hit_tokens"] += device
+        if device:
+            self.counters["l1_hit_tokens"] += device
         self.admitted += 1
 
     # -- driving it ------------------------------------------------------------------------------
@@ -212,11 +216,20 @@ class Sim:
                 self.ratio = self.ratio.reset()
                 self.samples.idle_jump()
                 continue
-            quiet = not (self.waiting or self.prefilling or self.chunked)
-            if quiet and pool.n_running and pool.events is None:
-                self.horizon_us = min(arrivals.next_us, until_us)
-                if decode_stretch(self):
-                    continue  # decode-only iterations ran up to the next arrival
+            waiting = self.waiting
+            if not (waiting or self.prefilling or self.chunked):
+                if pool.n_running and pool.events is None:
+                    self.horizon_us = min(arrivals.next_us, until_us)
+                    if decode_stretch(self):
+                        continue  # decode-only iterations ran up to the next arrival
+            elif (
+                self.lone_fast
+                and len(waiting) == 1
+                and self.chunked is None
+                and pool.events is None
+                and admit_lone_arrival(self)
+            ):
+                continue  # the commonest admission, in straight-line code
             self._iteration()
 
     def close(self) -> SimResult:
@@ -274,19 +287,22 @@ class Sim:
 
     def _iteration(self) -> None:
         pool, settings = self.pool, self.settings
-        pool.event_iteration = self.iterations
-        idle = not (pool.n_running or self.prefilling or self.chunked)
+        if pool.events is not None:
+            pool.event_iteration = self.iterations
+        running = pool.n_running
+        idle = not (running or self.prefilling or self.chunked)
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.prefill_attention_pairs = 0
-        self.completed = []
-        decoded, decode_context, finishing = pool.decode() if pool.n_running else (0, 0, [])
+        self.completed = completed = []
+        decoded, decode_context, finishing = pool.decode() if running else (0, 0, [])
         if decoded or pool.preempted:
             self._update_ratio()
         if self.policy == "prefill_adder":
             adder_step(self, decoded)
         else:
             block_step(self, decoded)
-        firsts, completed = [], self.completed
+        completed = self.completed
+        firsts = []
         for k, r in enumerate(completed):
             if r.state != PREFILL:
                 continue  # preempted by an earlier first token of this iteration
@@ -294,7 +310,7 @@ class Sim:
                 r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
                 finishing.append(r)
                 continue
-            if pool.grow_first_token(r, completed[k + 1 :]):
+            if pool.grow_first_token(r, completed[k + 1 :] if pool.free_blocks < 1 else ()):
                 firsts.append(r)
                 pool.join(r, r.kv_tokens)
                 if r.generated >= r.max_new_tokens:

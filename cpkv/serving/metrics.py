@@ -39,11 +39,11 @@ from cpkv.runs.results import metric, outcome
 from cpkv.serving.iteration_log import Integrals
 from cpkv.serving.kv_pool import FINISHED, Req
 from cpkv.serving.loop import SimResult
-from cpkv.serving.records import SERIES, RequestStats
+from cpkv.serving.records import SERIES, RequestStats, RequestSummary
 from cpkv.serving.schema import SloSpec
 
 PERCENTILES = (50, 90, 95, 99)
-__all__ = ["SERIES", "RequestStats"]  # re-exported: the run and the tests read them here
+__all__ = ["SERIES", "RequestStats", "RequestSummary"]  # re-exported: the run and the tests read them here
 
 
 def _ms(**kw: Any) -> Any:
@@ -136,11 +136,12 @@ def stats_of(requests: Iterable[Req], slo: SloSpec, write: Any = None) -> Reques
 def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
     """The :class:`ServingRow` of a run that kept its requests (:func:`~cpkv.serving.loop.simulate`)."""
     assert res.requests is not None, "summary_row needs the requests: use row_of for a stream"
-    return row_of(stats_of(res.requests, slo), res.integrals, res.end_us, capacity_blocks)
+    summary = stats_of(res.requests, slo).summary()
+    return row_of(summary, res.integrals, res.end_us, capacity_blocks)
 
 
 def row_of(
-    stats: RequestStats, totals: Integrals, end_us: float, capacity_blocks: int
+    stats: RequestSummary, totals: Integrals, end_us: float, capacity_blocks: int
 ) -> ServingRow:
     """The run's :class:`ServingRow` from its requests' stats and its iterations' integrals."""
     span = end_us / 1e6
@@ -161,7 +162,7 @@ def row_of(
         admission_rate_pct=100.0 * stats.admitted / max(1, requests),
         preemptions=stats.preemptions,
         recomputed_tokens=stats.recomputed,
-        **stats.latency_stats(),
+        **stats.latencies,
         throughput_tokens_per_s=per_s(stats.generated),
         throughput_requests_per_s=per_s(stats.finished),
         goodput_requests_per_s=per_s(stats.good),

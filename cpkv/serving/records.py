@@ -32,6 +32,7 @@ import re
 import struct
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,21 @@ _PLAIN = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 """Text that JSON writes as it is: printable ASCII but ``"`` and ``\\``."""
 
 
+@dataclass(frozen=True)
+class RequestSummary:
+    """A run's requests, counted (see :class:`RequestStats`)."""
+
+    requests: int
+    finished: int
+    rejected: int
+    admitted: int
+    preemptions: int
+    recomputed: int
+    generated: int
+    good: int
+    latencies: dict[str, float | None]
+
+
 class RequestStats:
     """The requests of a run as they end (:meth:`done`): counts, latency series, goodput,
     and their ``requests.jsonl`` lines, handed to ``write`` in input order (None: lines not
@@ -61,6 +77,7 @@ class RequestStats:
 
     def __init__(self, slo: Any, write: Callable[[str], Any] | None = None) -> None:
         self.slo, self.write = slo, write
+        self.forward: Callable[[bytes, list[str]], Any] | None = None  # a helper process
         self.pending: dict[int, tuple[bytes, str]] = {}
         self.next_index = 0
         self.packed = bytearray()
@@ -107,12 +124,19 @@ class RequestStats:
             self.pending[r.index] = (record, r.rid)
 
     def flush(self) -> None:
-        """Process the records that are in order: statistics, lines."""
+        """Process the records that are in order (or hand them to ``forward``)."""
         if not self.rids:
             return
-        fields = np.frombuffer(bytes(self.packed), dtype=_DTYPE)
-        rids = self.rids
+        packed, rids = bytes(self.packed), self.rids
         self.packed, self.rids = bytearray(), []
+        if self.forward is not None:
+            self.forward(packed, rids)
+        else:
+            self.process(packed, rids)
+
+    def process(self, packed: bytes, rids: list[str]) -> None:
+        """Records in input order: their statistics, their lines."""
+        fields = np.frombuffer(packed, dtype=_DTYPE)
         lat = self._count(fields)
         if self.write is not None:
             self.write(format_lines(fields, lat, rids))
@@ -159,6 +183,13 @@ class RequestStats:
             good &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
         self.good += int(good.sum())
         return {"queue": queue, "ttft": ttft_shown, "tpot": tpot, "e2e": e2e}
+
+    def summary(self) -> RequestSummary:
+        """What the summary row needs (after :meth:`close`)."""
+        return RequestSummary(
+            self.requests, self.finished, self.rejected, self.admitted, self.preemptions,
+            self.recomputed, self.generated, self.good, self.latency_stats(),
+        )  # fmt: skip
 
     def latency_stats(self) -> dict[str, float | None]:
         """``<series>_mean_ms`` and ``<series>_p<q>_ms`` for every series, from all values."""

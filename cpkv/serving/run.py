@@ -18,6 +18,7 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
+from cpkv.serving.helper import Helper, helper_wanted
 from cpkv.serving.iteration_log import IterationLog
 from cpkv.serving.loop import Sim, SimSettings
 from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of, timeline_points
@@ -76,26 +77,34 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     def execute(ctx: RunContext) -> RunOutput:
         count = workload.size
         ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
-        cap = settings.capacity_blocks
+        cap, points = settings.capacity_blocks, block.serving.timeline_points
         lines = ctx.stream("requests.jsonl")  # written as requests end
         stats = RequestStats(block.slo, lines.write)
         samples = IterationLog(cap, settings.block_size, keep=False, spill_dir=ctx.run_dir)
+        sim = Sim(
+            settings, workload.new_cache(), sink=stats, samples=samples,
+            arrivals=workload.arriving(block.arrivals, cfg.seed),
+        )  # fmt: skip
+        helper = Helper(stats, samples, lines) if helper_wanted(count, lines) else None
         try:
-            sim = Sim(
-                settings, workload.new_cache(), sink=stats, samples=samples,
-                arrivals=workload.arriving(block.arrivals, cfg.seed),
-            )  # fmt: skip
             res = sim.run()
             stats.close()
-            points = timeline_points(
-                samples.chunks(), res.end_us, cap, block.serving.timeline_points
-            )
+            if helper is not None:  # the output work ran on the other core
+                done = helper.finish(res.end_us, cap, points)
+                summary, integrals, timeline = done["summary"], done["integrals"], done["timeline"]
+            else:
+                summary, integrals = stats.summary(), res.integrals
+                timeline = timeline_points(samples.chunks(), res.end_us, cap, points)
+        except BaseException:
+            if helper is not None:
+                helper.abort()
+            raise
         finally:
             samples.discard()
         ctx.report(1, 1, "done")
-        row = row_of(stats, res.integrals, res.end_us, cap)
+        row = row_of(summary, integrals, res.end_us, cap)
         extras = {
-            "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in points),
+            "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in timeline),
         }
         kept = lines.text()
         if kept is not None:  # no run directory: the lines were kept in memory
@@ -110,7 +119,7 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             )
         return RunOutput(
             rows=[row],
-            summary={**_summary(block, settings, res, stats, fit), "headline": _headline(row)},
+            summary={**_summary(block, settings, res, summary, fit), "headline": _headline(row)},
             extras=extras,
             table_columns=TABLE_COLUMNS,
             notes=notes,

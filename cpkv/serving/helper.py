@@ -1,0 +1,190 @@
+"""A helper process for a long serving run: the run's output work on the machine's other core.
+
+The loop packs what it records (per-request records in input order, per-iteration
+segments, :mod:`cpkv.serving.records`, :mod:`cpkv.serving.iteration_log`) into bytes; the
+rest of the output work is pure numpy on those bytes: the ``requests.jsonl`` lines and
+their writing, the latency statistics, the samples' expansion, integrals and spill, the
+timeline. :class:`Helper` forks the process once the run's objects exist; the child keeps
+its copies of them and does that work on the batches the parent sends through a pipe,
+while the parent simulates; at the end it sends back what the summary needs. The results
+are those of the same work done in one process: the child runs the same code on the same
+bytes, in the same order.
+
+Used when it pays and is safe: Linux (``fork``), a run of at least
+:data:`HELPER_MIN_REQUESTS` requests writing its lines to a file, a parent with a single
+thread (forking a threaded process can deadlock the child), and not switched off with
+``CPKV_SERVING_HELPER=0``. Errors in the child come back as one ``RuntimeError`` in the
+parent; a parent that stops (an error, Ctrl-C, SIGTERM) closes the pipe and the child ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+from typing import Any
+
+HELPER_MIN_REQUESTS = 20_000
+"""Runs with fewer requests do their output work in their own process."""
+_LENGTH = struct.Struct("<Q")
+
+
+def helper_wanted(requests: int, lines: Any) -> bool:
+    """Whether a run of ``requests`` writing its lines to ``lines`` should use a helper."""
+    if os.environ.get("CPKV_SERVING_HELPER", "").strip() in ("0", "no", "off", "false"):
+        return False
+    return (
+        requests >= HELPER_MIN_REQUESTS
+        and sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and getattr(lines, "path", None) is not None
+        and threading.active_count() == 1
+    )
+
+
+class Helper:
+    """The forked child and the pipes to it (see the module docstring)."""
+
+    def __init__(self, stats: Any, samples: Any, lines: Any) -> None:
+        """Fork now: the child takes over the processing of ``stats`` (a
+        :class:`~cpkv.serving.records.RequestStats`) and ``samples`` (an
+        :class:`~cpkv.serving.iteration_log.IterationLog`); ``lines`` is the
+        :class:`~cpkv.core.files.StreamedFile` the child writes."""
+        from_parent, to_child = os.pipe()
+        from_child, to_parent = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.close(to_child)
+                os.close(from_child)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                _serve(from_parent, to_parent, stats, samples, lines)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(from_parent)
+        os.close(to_parent)
+        self.pid, self.out, self.back = pid, to_child, from_child
+        stats.forward = self.records
+        samples.forward = self.samples
+
+    def records(self, packed: bytes, rids: list[str]) -> None:
+        self._send(("records", packed, rids))
+
+    def samples(self, *batch: Any) -> None:
+        self._send(("samples", *batch))
+
+    def finish(self, end_us: float, capacity_blocks: int, points: int) -> dict[str, Any]:
+        """The child's results: ``summary`` (the requests), ``integrals``, ``timeline``."""
+        self._send(("end", end_us, capacity_blocks, points))
+        reply = self._reply()
+        self._reap()
+        return reply
+
+    def abort(self) -> None:
+        """The run stopped: close the pipe (the child ends) and wait for it."""
+        with contextlib.suppress(OSError):
+            os.close(self.out)
+        self.out = -1
+        self._reap()
+
+    def _send(self, message: tuple) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_LENGTH.pack(len(data)) + data)
+        try:
+            while view:
+                view = view[os.write(self.out, view) :]
+        except OSError:  # the child ended: say why
+            self._reply()
+            raise RuntimeError("the serving run's helper process ended early") from None
+
+    def _reply(self) -> dict[str, Any]:
+        data = _read(self.back)
+        if data is None:
+            self._reap()
+            raise RuntimeError("the serving run's helper process ended without a result")
+        reply = pickle.loads(data)
+        if "error" in reply:
+            self._reap()
+            raise RuntimeError(f"the serving run's helper process failed: {reply['error']}")
+        return reply
+
+    def _reap(self) -> None:
+        for fd in (self.out, self.back):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.out = self.back = -1
+        if self.pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
+    """The child's loop: process batches until ``end`` (reply with the results) or until
+    the parent closes the pipe (drop everything)."""
+    from cpkv.serving.metrics import timeline_points
+
+    try:
+        while True:
+            data = _read(inbox)
+            if data is None:
+                samples.discard()
+                return
+            message = pickle.loads(data)
+            kind = message[0]
+            if kind == "records":
+                stats.process(message[1], message[2])
+            elif kind == "samples":
+                samples.process(*message[1:])
+            else:
+                _, end_us, capacity, points = message
+                lines.flush()
+                reply = {
+                    "summary": stats.summary(),
+                    "integrals": samples.totals,
+                    "timeline": timeline_points(samples.chunks(), end_us, capacity, points),
+                }
+                samples.discard()
+                _write_all(outbox, pickle.dumps(reply))
+                return
+    except BaseException as err:  # noqa: BLE001 - say it to the parent, then end
+        with contextlib.suppress(OSError):
+            _write_all(outbox, pickle.dumps({"error": f"{type(err).__name__}: {err}"}))
+        raise
+
+
+def _read(fd: int) -> bytes | None:
+    """One length-prefixed message; None at the end of the pipe."""
+    head = _read_exactly(fd, _LENGTH.size)
+    if head is None:
+        return None
+    return _read_exactly(fd, _LENGTH.unpack(head)[0])
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    parts, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(_LENGTH.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
