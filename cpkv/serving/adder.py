@@ -220,6 +220,55 @@ def adder_pass(
     return PassResult(chunk_tokens, chunk_done, admitted, stop)
 
 
+def lone_pass(
+    free_tokens: int,
+    mixed_tokens: int,
+    headroom: float,
+    running: int,
+    budgets: AdderBudgets,
+    candidate: tuple[int, int, int, int, int],
+) -> tuple[int, int, str | None] | None:
+    """:func:`adder_pass` for a queue of one ``candidate`` and no chunked request, when the
+    candidate is admitted whole: ``(extend, loaded, stop)``; None when it is not (stopped,
+    or cut into a chunk: the caller runs :func:`adder_pass`). The same arithmetic, in the
+    same order, for that one case (a test checks both agree on random passes)."""
+    page = budgets.page
+    total_offset = mixed_tokens + headroom
+    rem_input = budgets.max_prefill_tokens - mixed_tokens
+    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
+    room = free_tokens
+    if room - total_offset > 0 and room - mixed_tokens > 0:  # budget_state() at the top
+        if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+            return None
+    if budgets.max_running_requests is not None and budgets.max_running_requests - running <= 0:
+        return None
+    if budgets.prefill_max_requests is not None and budgets.prefill_max_requests <= 0:
+        return None
+    fill, device, host, max_new_left, max_new_asked = candidate
+    if not fill - device + max_new_left + page < room - total_offset:
+        return None
+    loaded = 0 if 0 < host < budgets.load_threshold else host  # a declined hit is not loaded
+    extend = fill - device - loaded
+    extend_paged = -(-extend // page) * page
+    if rem_chunk is not None and extend_paged > rem_chunk:
+        return None  # cut (with the hit or without it: without it needs more)
+    room -= loaded
+    total_offset += extend_paged + page + max_new_asked
+    current_offset = mixed_tokens + extend_paged + page
+    rem_input -= extend_paged
+    if room - total_offset <= 0:  # budget_state() after the admission
+        stop: str | None = "rem_total_tokens"
+    elif room - current_offset <= 0:
+        stop = "cur_rem_tokens"
+    elif rem_input <= 0:
+        stop = "rem_input_tokens"
+    elif rem_chunk is not None and rem_chunk - extend_paged <= 0:
+        stop = "rem_chunk_tokens"
+    else:
+        stop = None
+    return extend, loaded, stop
+
+
 def adder_step(sim: Any, decoded: int) -> None:
     """Admission and prefill of one iteration for policy ``prefill_adder`` (on a
     :class:`~cpkv.serving.loop.Sim`): one pass, then its decisions applied."""

@@ -38,8 +38,9 @@ from dataclasses import replace
 from typing import Any
 
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import LINEAR, LOGGED
+from cpkv.serving.iteration_log import APART, FLUSH_BYTES, LINEAR, LOGGED, SEGMENT
 from cpkv.serving.kv_pool import RUNNING
+from cpkv.serving.lone_arrival import admit_lone_arrival
 
 _PROBES = (
     (0, 1, 0, 0, 0, 0), (0, 1, 1, 0, 0, 0), (0, 3, 7, 0, 0, 0), (0, 17, 123_457, 0, 0, 0),
@@ -77,16 +78,21 @@ def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
 
 def decode_stretch(sim: Any) -> int:
     """Run the decode-only iterations from ``sim.now`` to ``sim.horizon_us`` (see the module
-    docstring); returns how many ran."""
+    docstring); returns how many ran. Under ``prefill_adder`` an arrival on the way is let in
+    (:meth:`~cpkv.serving.loop.Sim._arrive`) and, when it is the commonest kind,
+    admitted by :func:`~cpkv.serving.lone_arrival.admit_lone_arrival`, and the stretch goes
+    on; any other arrival ends it (the loop's full iteration takes over)."""
     pool, horizon = sim.pool, sim.horizon_us
     now = sim.now
+    lone = sim.lone_fast
     if not now < horizon:
         return 0
     heap, block, log = pool.finish_heap, pool.block_size, sim.samples
     unreserved_by_phase, running_by_phase = pool.unreserved_by_phase, pool.running_by_phase
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
-    durations = log.durations
+    durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
+    counters = sim.counters
     pop = heapq.heappop
     total = 0
     while True:
@@ -137,47 +143,70 @@ def decode_stretch(sim: Any) -> int:
                     durations.append(duration)
                     now += duration
                 k += 1
-        if not k:
+        if k:
+            m = k if k < block else block
+            p = -step % block  # the first step's phase; the next ones count down
+            if m <= p + 1:
+                grow = running_by_phase[p - m + 1 : p + 1][::-1]
+            else:
+                grow = (running_by_phase[p::-1] + running_by_phase[:p:-1])[:m]
+            grown = sum(grow) if k == m else _cycle_sum(grow, k)
+            if unreserved == running:  # nothing reserved: what a step needs is what it uses
+                need, needed = None, grown
+            else:
+                need = _phases(unreserved_by_phase, step, m, block)
+                needed = _cycle_sum(need, k)
+            # log.stretch(...), inline
+            records += pack(
+                kind if need is None else kind | APART, k, start, running, 0, a, context,
+                pool.used_blocks, free, log.jumped,
+            )  # fmt: skip
+            log.jumped = 0.0
+            counts.fromlist(grow)
+            if need is not None:
+                counts.fromlist(need)
+            if len(records) >= FLUSH_BYTES:
+                log.flush(now)
+            pool.free_blocks = free - needed
+            pool.used_blocks += grown
+            pool.decode_steps = step + k
+            sim.now = now
+            ratio = sim.ratio
+            if ratio.current > ratio.min_ratio:
+                current, floor, decay = ratio.current, ratio.min_ratio, ratio.decay_per_step
+                for _ in range(k):
+                    if current <= floor:
+                        break
+                    current = max(current - decay, floor)
+                sim.ratio = replace(ratio, current=current)
+            sim.iterations += k
+            counters["decode_tokens"] += running * k
+            sim.stalled = 0
+            if pool.clip_heap:
+                pool.migrate_clipped()
+            total += k
+            if k == wanted:  # the request(s) that generated their last token leave
+                finishing = []
+                while heap and heap[0][0] <= finish_step:
+                    _, _, epoch, r = pop(heap)
+                    if r.epoch == epoch and r.state == RUNNING:
+                        finishing.append(r)
+                sim.finish_decoded(finishing, now)
+                if now < horizon:
+                    continue
+        if now < horizon:
+            break  # a step whose growth does not fit
+        # the horizon: an arrival (let it in), or the time the loop advances to
+        arrivals = sim.arrivals
+        if not lone or arrivals.next_us > now or now >= sim.until_us:
             break
-        m = k if k < block else block
-        p = -step % block  # the first step's phase; the next ones count down
-        if m <= p + 1:
-            grow = running_by_phase[p - m + 1 : p + 1][::-1]
-        else:
-            grow = (running_by_phase[p::-1] + running_by_phase[:p:-1])[:m]
-        grown = sum(grow) if k == m else _cycle_sum(grow, k)
-        if unreserved == running:  # nothing reserved: what a step needs is what it uses
-            need, needed = None, grown
-        else:
-            need = _phases(unreserved_by_phase, step, m, block)
-            needed = _cycle_sum(need, k)
-        log.stretch(kind, k, start, running, a, context, pool.used_blocks, free, grow, need, now)
-        pool.free_blocks = free - needed
-        pool.used_blocks += grown
-        pool.decode_steps = step + k
-        sim.now = now
-        ratio = sim.ratio
-        if ratio.current > ratio.min_ratio:
-            current, floor, decay = ratio.current, ratio.min_ratio, ratio.decay_per_step
-            for _ in range(k):
-                if current <= floor:
-                    break
-                current = max(current - decay, floor)
-            sim.ratio = replace(ratio, current=current)
-        sim.iterations += k
-        sim.counters["decode_tokens"] += running * k
-        sim.stalled = 0
-        if pool.clip_heap:
-            pool.migrate_clipped()
-        total += k
-        if k < wanted:
-            break  # the horizon, or a step whose growth does not fit
-        finishing = []
-        while heap and heap[0][0] <= finish_step:
-            _, _, epoch, r = pop(heap)
-            if r.epoch == epoch and r.state == RUNNING:
-                finishing.append(r)
-        sim.finish_decoded(finishing, now)
+        sim._arrive()
+        waiting = sim.waiting
+        if waiting and not (len(waiting) == 1 and admit_lone_arrival(sim)):
+            break
+        total += bool(waiting)
+        now = sim.now
+        horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
         if not now < horizon:
             break
     return total

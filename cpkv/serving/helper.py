@@ -31,6 +31,9 @@ from typing import Any
 HELPER_MIN_REQUESTS = 20_000
 """Runs with fewer requests do their output work in their own process."""
 _LENGTH = struct.Struct("<Q")
+_HEAD = struct.Struct("<BB")  # kind, parts (each part's length follows, then the parts)
+_TAIL = struct.Struct("<d?")  # a samples batch: the loop's time after it, a jump after it
+RECORDS, SAMPLES, END = 1, 2, 3
 
 
 def helper_wanted(requests: int, lines: Any) -> bool:
@@ -79,14 +82,14 @@ class Helper:
         samples.forward = self.samples
 
     def records(self, packed: bytes, rids: list[str]) -> None:
-        self._send(("records", packed, rids))
+        self._send(RECORDS, packed, pickle.dumps(rids, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def samples(self, *batch: Any) -> None:
-        self._send(("samples", *batch))
+    def samples(self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool) -> None:
+        self._send(SAMPLES, records, counts, durations, _TAIL.pack(now, jumped))
 
     def finish(self, end_us: float, capacity_blocks: int, points: int) -> dict[str, Any]:
         """The child's results: ``summary`` (the requests), ``integrals``, ``timeline``."""
-        self._send(("end", end_us, capacity_blocks, points))
+        self._send(END, pickle.dumps((end_us, capacity_blocks, points)))
         reply = self._reply()
         self._reap()
         return reply
@@ -98,12 +101,10 @@ class Helper:
         self.out = -1
         self._reap()
 
-    def _send(self, message: tuple) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(_LENGTH.pack(len(data)) + data)
+    def _send(self, kind: int, *parts: bytes) -> None:
+        head = _HEAD.pack(kind, len(parts)) + b"".join(_LENGTH.pack(len(p)) for p in parts)
         try:
-            while view:
-                view = view[os.write(self.out, view) :]
+            _write_parts(self.out, [head, *parts])
         except OSError:  # the child ended: say why
             self._reply()
             raise RuntimeError("the serving run's helper process ended early") from None
@@ -132,24 +133,24 @@ class Helper:
 
 
 def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
-    """The child's loop: process batches until ``end`` (reply with the results) or until
-    the parent closes the pipe (drop everything)."""
+    """The child's loop: process batches until ``END`` (reply with the results) or until the
+    parent closes the pipe (drop everything)."""
     from cpkv.serving.metrics import timeline_points
 
     try:
         while True:
-            data = _read(inbox)
-            if data is None:
+            message = _receive(inbox)
+            if message is None:
                 samples.discard()
                 return
-            message = pickle.loads(data)
-            kind = message[0]
-            if kind == "records":
-                stats.process(message[1], message[2])
-            elif kind == "samples":
-                samples.process(*message[1:])
+            kind, parts = message
+            if kind == RECORDS:
+                stats.process(parts[0], pickle.loads(parts[1]))
+            elif kind == SAMPLES:
+                now, jumped = _TAIL.unpack(parts[3])
+                samples.process(parts[0], parts[1], parts[2], now, bool(jumped))
             else:
-                _, end_us, capacity, points = message
+                end_us, capacity, points = pickle.loads(parts[0])
                 lines.flush()
                 reply = {
                     "summary": stats.summary(),
@@ -163,6 +164,38 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
         with contextlib.suppress(OSError):
             _write_all(outbox, pickle.dumps({"error": f"{type(err).__name__}: {err}"}))
         raise
+
+
+def _receive(fd: int) -> tuple[int, list[bytes]] | None:
+    """One message: its kind and its parts; None at the end of the pipe."""
+    head = _read_exactly(fd, _HEAD.size)
+    if head is None:
+        return None
+    kind, count = _HEAD.unpack(head)
+    sizes = _read_exactly(fd, _LENGTH.size * count) if count else b""
+    if sizes is None:
+        return None
+    parts = []
+    for (size,) in _LENGTH.iter_unpack(sizes):
+        part = _read_exactly(fd, size) if size else b""
+        if part is None:
+            return None
+        parts.append(part)
+    return kind, parts
+
+
+def _write_parts(fd: int, parts: list[bytes]) -> None:
+    """Write every part, in order (``writev`` may write less than asked: go on)."""
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        written = os.writev(fd, views[:64])
+        while written:
+            if written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][written:]
+                written = 0
 
 
 def _read(fd: int) -> bytes | None:

@@ -144,7 +144,7 @@ class IterationLog:
             bytes(self.records), self.phase_counts.tobytes(), self.durations.tobytes(), now,
             bool(self.jumped),
         )  # fmt: skip
-        self.records = bytearray()
+        self.records.clear()  # (the loop holds these three: empty them, keep them)
         del self.phase_counts[:], self.durations[:]
         if self.forward is not None:
             self.forward(*batch)

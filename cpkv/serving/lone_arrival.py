@@ -3,8 +3,9 @@ request waits, nothing is being chunked, and it is admitted whole.
 
 :func:`admit_lone_arrival` first decides, without changing anything, whether the iteration
 is that simple: the decode step's growth fits, no running request's remainder drops below
-4,096 tokens at this step, SGLang's pass (:func:`~cpkv.serving.adder.adder_pass`, the same
-function, on the state the step would leave) admits the request without cutting it, and its
+4,096 tokens at this step, SGLang's pass (:func:`~cpkv.serving.adder.lone_pass`: what
+:func:`~cpkv.serving.adder.adder_pass` decides for one candidate, on the state the step
+would leave) admits the request without cutting it, and its
 first token needs no preemption. If so it applies the iteration: the decode step, the
 ratio's decay, the admission and prefill, the first token, the duration, the timeline
 sample, the end (first-token stamp, requests that generated their last token). Each of
@@ -18,7 +19,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from cpkv.serving.adder import adder_pass
+from cpkv.serving.adder import lone_pass
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT
 from cpkv.serving.kv_pool import PREFILL, RUNNING
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
@@ -52,13 +53,13 @@ def admit_lone_arrival(sim: Any) -> bool:
     headroom = (
         pool.unclipped_finish_sum - pool.n_unclipped * step + CLIP * pool.n_clipped
     ) * current
-    res = adder_pass(
-        free * block, running, headroom, running, sim.settings.adder, None,
-        iter(((r.prompt_tokens, device, host, left, left),)),
+    admitted = lone_pass(
+        free * block, running, headroom, running, sim.settings.adder,
+        (r.prompt_tokens, device, host, left, left),
     )  # fmt: skip
-    admitted = res.admitted
-    if len(admitted) != 1 or admitted[0][2]:
+    if admitted is None:
         return False  # not admitted, or cut into chunks
+    extend, loaded, stop = admitted
     kv = r.prompt_tokens - device
     blocks = -(-kv // block)
     if kv % block == 0 and free - blocks < 1:
@@ -82,8 +83,6 @@ def admit_lone_arrival(sim: Any) -> bool:
     # admission (Sim.admit) and prefill (adder_step)
     if sim.cache is not None:
         sim.hits.touch(r)
-    extend = admitted[0][0]
-    loaded = host if host >= sim._load_threshold else 0
     filled = device + loaded
     r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
     sim.stamp = r.stamp = sim.stamp + 1
@@ -97,8 +96,8 @@ def admit_lone_arrival(sim: Any) -> bool:
     prefill_context = filled + extend
     pairs = extend * filled + extend * (extend + 1) // 2
     sim.waiting.clear()
-    if res.stop is not None:
-        sim.stop_counts[res.stop] = sim.stop_counts.get(res.stop, 0) + 1
+    if stop is not None:
+        sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
     # the first token (KvPool.grow_first_token; it fits)
     if kv % block == 0:
         pool.free_blocks -= 1

@@ -152,7 +152,7 @@ class Sim:
         self.ratio = s.ratio
         self.budget_tokens, self.chunk_tokens, self.scan = s.budget_tokens, s.chunk_tokens, s.scan
         self.now, self.iterations, self.stamp = 0.0, 0, 0
-        self.horizon_us = INF
+        self.horizon_us = self.until_us = INF
         self.hits = PrefixHits(cache, s.block_size)
         self.hit = self.hits.hit
         self.scan_version, self.scan_free, self.scan_seen = -1, -1, 0
@@ -220,6 +220,7 @@ class Sim:
             if not (waiting or self.prefilling or self.chunked):
                 if pool.n_running and pool.events is None:
                     self.horizon_us = min(arrivals.next_us, until_us)
+                    self.until_us = until_us
                     if decode_stretch(self):
                         continue  # decode-only iterations ran up to the next arrival
             elif (
