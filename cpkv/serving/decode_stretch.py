@@ -88,13 +88,13 @@ def decode_stretch(sim: Any) -> int:
     if not now < horizon:
         return 0
     heap, block, log = pool.finish_heap, pool.block_size, sim.samples
-    unreserved_by_phase, running_by_phase = pool.unreserved_by_phase, pool.running_by_phase
+    unreserved_by_phase = pool.unreserved_by_phase
+    running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
-    counters = sim.counters
     pop = heapq.heappop
-    total = 0
+    total = decoded = 0
     while True:
         while heap:
             top = heap[0]
@@ -144,18 +144,21 @@ def decode_stretch(sim: Any) -> int:
                     now += duration
                 k += 1
         if k:
-            m = k if k < block else block
-            p = -step % block  # the first step's phase; the next ones count down
-            if m <= p + 1:
-                grow = running_by_phase[p - m + 1 : p + 1][::-1]
+            at = (step - 1) % block  # the step-ordered counts from this step on
+            if k <= block:
+                grow = running_by_step[at : at + k]
+                grown = sum(grow)
             else:
-                grow = (running_by_phase[p::-1] + running_by_phase[:p:-1])[:m]
-            grown = sum(grow) if k == m else _cycle_sum(grow, k)
+                grow = running_by_step[at : at + block]
+                grown = k // block * running + sum(running_by_step[at : at + k % block])
             if unreserved == running:  # nothing reserved: what a step needs is what it uses
                 need, needed = None, grown
             else:
-                need = _phases(unreserved_by_phase, step, m, block)
-                needed = _cycle_sum(need, k)
+                need = unreserved_by_step[at : at + len(grow)]
+                if k <= block:
+                    needed = sum(need)
+                else:
+                    needed = k // block * unreserved + sum(unreserved_by_step[at : at + k % block])
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
@@ -180,7 +183,7 @@ def decode_stretch(sim: Any) -> int:
                     current = max(current - decay, floor)
                 sim.ratio = replace(ratio, current=current)
             sim.iterations += k
-            counters["decode_tokens"] += running * k
+            decoded += running * k
             sim.stalled = 0
             if pool.clip_heap:
                 pool.migrate_clipped()
@@ -209,6 +212,7 @@ def decode_stretch(sim: Any) -> int:
         horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
         if not now < horizon:
             break
+    sim.counters["decode_tokens"] += decoded
     return total
 
 

@@ -100,6 +100,10 @@ class KvPool:
         self.n_running = self.n_unreserved = 0
         self.running_by_phase = [0] * block_size
         self.unreserved_by_phase = [0] * block_size
+        # the same counts in step order, twice: [i] = by_phase[(block - 1 - i) % block], so
+        # that the steps from ``step`` on read them at [(step - 1) % block:] in one slice
+        self.running_by_step = [0] * (2 * block_size)
+        self.unreserved_by_step = [0] * (2 * block_size)
         self.context_base_sum = 0
         self.finish_heap: list[tuple[int, int, int, Req]] = []
         self.clip_heap: list[tuple[int, int, int, Req]] = []
@@ -164,8 +168,13 @@ class KvPool:
         self.n_running += 1
         phase = kv_base % block
         self.running_by_phase[phase] += 1
+        at = block - 1 - phase
+        self.running_by_step[at] += 1
+        self.running_by_step[at + block] += 1
         if not r.reserved_blocks:
             self.unreserved_by_phase[phase] += 1
+            self.unreserved_by_step[at] += 1
+            self.unreserved_by_step[at + block] += 1
             self.n_unreserved += 1
         self.context_base_sum += context_base
         heapq.heappush(self.finish_heap, (finish, r.stamp, epoch, r))
@@ -182,11 +191,17 @@ class KvPool:
         advanced = r.advanced_step == step  # kv_now / gen_now of a running request, inline
         kv = r.kv_base + step + advanced
         r.generated = r.max_new_tokens - r.finish_step + step + advanced
-        phase = r.kv_base % self.block_size
+        block = self.block_size
+        phase = r.kv_base % block
         self.n_running -= 1
         self.running_by_phase[phase] -= 1
+        at = block - 1 - phase
+        self.running_by_step[at] -= 1
+        self.running_by_step[at + block] -= 1
         if not r.reserved_blocks:
             self.unreserved_by_phase[phase] -= 1
+            self.unreserved_by_step[at] -= 1
+            self.unreserved_by_step[at + block] -= 1
             self.n_unreserved -= 1
         self.context_base_sum -= r.context_base
         if r.finish_step - step > CLIP_MAX_NEW_TOKENS:
