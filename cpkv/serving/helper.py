@@ -1,4 +1,5 @@
-"""A helper process for a long serving run: the run's output work on the machine's other core.
+"""Helper processes for a long serving run: work that needs no simulation state, done on the
+machine's other core while the loop runs.
 
 The loop packs what it records (per-request records in input order, per-iteration
 segments, :mod:`cpkv.serving.records`, :mod:`cpkv.serving.iteration_log`) into bytes; the
@@ -10,11 +11,17 @@ while the parent simulates; at the end it sends back what the summary needs. The
 are those of the same work done in one process: the child runs the same code on the same
 bytes, in the same order.
 
+The arrivals of a lazily drawn workload (the ``synthetic`` source's draws, a repeated
+trace's copies: :mod:`cpkv.serving.arrivals`) are drawn the same way by a second child,
+:class:`Producer`, which sends them to the parent in packed batches; the parent builds
+each request from its fields when it reaches it: the same requests in the same order.
+
 Used when it pays and is safe: Linux (``fork``), a run of at least
 :data:`HELPER_MIN_REQUESTS` requests writing its lines to a file, a parent with a single
 thread (forking a threaded process can deadlock the child), and not switched off with
-``CPKV_SERVING_HELPER=0``. Errors in the child come back as one ``RuntimeError`` in the
-parent; a parent that stops (an error, Ctrl-C, SIGTERM) closes the pipe and the child ends.
+``CPKV_SERVING_HELPER=0``. Errors in a child come back as one ``RuntimeError`` in the
+parent; a parent that stops (an error, Ctrl-C, SIGTERM) closes the pipes and the children
+end.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ HELPER_MIN_REQUESTS = 20_000
 _LENGTH = struct.Struct("<Q")
 _HEAD = struct.Struct("<BB")  # kind, parts (each part's length follows, then the parts)
 _TAIL = struct.Struct("<d?")  # a samples batch: the loop's time after it, a jump after it
-RECORDS, SAMPLES, END = 1, 2, 3
+RECORDS, SAMPLES, END, ARRIVALS, ERROR = 1, 2, 3, 4, 5
+_ARRIVAL = struct.Struct("<qdqqqq")  # index, arrival (µs), prompt, max_new, L1 and L2 hits
+ARRIVAL_BATCH = 8192
 
 
 def helper_wanted(requests: int, lines: Any) -> bool:
@@ -49,28 +58,127 @@ def helper_wanted(requests: int, lines: Any) -> bool:
     )
 
 
-class Helper:
-    """The forked child and the pipes to it (see the module docstring)."""
+def _fork(close_in_child: list[int]) -> int:
+    """``os.fork()``, stdio flushed first; in the child: the descriptors of
+    ``close_in_child`` closed, Ctrl-C and SIGHUP ignored (the parent handles them and closes
+    the pipes), SIGTERM's default action."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd in close_in_child:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return pid
 
-    def __init__(self, stats: Any, samples: Any, lines: Any) -> None:
+
+class Producer:
+    """A forked child that draws ``arrivals`` (an iterator of Reqs not started yet) and
+    sends them in packed batches; iterating this gives the same Reqs, built here."""
+
+    def __init__(self, arrivals: Any, close_in_child: list[int] = ()) -> None:
+        from_child, to_parent = os.pipe()
+        pid = _fork([from_child, *close_in_child])
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                _produce(arrivals, to_parent)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(to_parent)
+        self.pid, self.inbox = pid, from_child
+
+    def __iter__(self):
+        from cpkv.serving.kv_pool import Req
+
+        new = Req.new
+        while True:
+            message = _receive(self.inbox)
+            if message is None:
+                self.close()
+                raise RuntimeError("the serving run's arrival process ended early")
+            kind, parts = message
+            if kind == END:
+                self.close()
+                return
+            if kind == ERROR:
+                self.close()
+                raise RuntimeError(
+                    f"the serving run's arrival process failed: {parts[0].decode()}"
+                )
+            rids, hashes = pickle.loads(parts[1])
+            for (i, arrival_us, prompt, max_new, l1, l2), rid, h in zip(
+                _ARRIVAL.iter_unpack(parts[0]), rids, hashes, strict=True
+            ):
+                yield new(i, rid, arrival_us, prompt, max_new, l1, l2, h)
+
+    def close(self) -> None:
+        """Stop reading (the child ends) and wait for the child."""
+        if self.inbox >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.inbox)
+            self.inbox = -1
+        if self.pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def _produce(arrivals: Any, outbox: int) -> None:
+    pack = _ARRIVAL.pack
+    try:
+        batch: list[Any] = []
+        for r in arrivals:
+            batch.append(r)
+            if len(batch) == ARRIVAL_BATCH:
+                _send_arrivals(outbox, batch, pack)
+                batch = []
+        if batch:
+            _send_arrivals(outbox, batch, pack)
+        _write_parts(outbox, [_HEAD.pack(END, 0)])
+    except BrokenPipeError:
+        return  # the parent stopped reading
+    except BaseException as err:  # noqa: BLE001 - say it to the parent, then end
+        text = f"{type(err).__name__}: {err}".encode()
+        with contextlib.suppress(OSError):
+            _write_parts(outbox, [_HEAD.pack(ERROR, 1), _LENGTH.pack(len(text)), text])
+        raise
+
+
+def _send_arrivals(fd: int, batch: list[Any], pack: Any) -> None:
+    packed = b"".join(
+        [
+            pack(r.index, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
+                 r.fixed_l1_tokens, r.fixed_l2_tokens)  # fmt: skip
+            for r in batch
+        ]
+    )
+    names = pickle.dumps(
+        ([r.rid for r in batch], [r.hash_ids for r in batch]), protocol=pickle.HIGHEST_PROTOCOL
+    )
+    head = _HEAD.pack(ARRIVALS, 2) + _LENGTH.pack(len(packed)) + _LENGTH.pack(len(names))
+    _write_parts(fd, [head, packed, names])
+
+
+class Helper:
+    """The forked output child and the pipes to it (see the module docstring)."""
+
+    def __init__(self, stats: Any, samples: Any, lines: Any, close_in_child: list[int] = ()) -> None:
         """Fork now: the child takes over the processing of ``stats`` (a
         :class:`~cpkv.serving.records.RequestStats`) and ``samples`` (an
         :class:`~cpkv.serving.iteration_log.IterationLog`); ``lines`` is the
         :class:`~cpkv.core.files.StreamedFile` the child writes."""
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
+        pid = _fork([to_child, from_child, *close_in_child])
         if pid == 0:  # the child: never returns
             code = 1
             try:
-                os.close(to_child)
-                os.close(from_child)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGHUP, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 _serve(from_parent, to_parent, stats, samples, lines)
                 code = 0
             finally:

@@ -18,7 +18,7 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
-from cpkv.serving.helper import Helper, helper_wanted
+from cpkv.serving.helper import Helper, Producer, helper_wanted
 from cpkv.serving.iteration_log import IterationLog
 from cpkv.serving.loop import Sim, SimSettings
 from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of, timeline_points
@@ -81,11 +81,15 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         lines = ctx.stream("requests.jsonl")  # written as requests end
         stats = RequestStats(block.slo, lines.write)
         samples = IterationLog(cap, settings.block_size, keep=False, spill_dir=ctx.run_dir)
+        arriving = workload.arriving(block.arrivals, cfg.seed)
+        helped = helper_wanted(count, lines)
+        producer = Producer(arriving) if helped and workload.lazy else None
         sim = Sim(
             settings, workload.new_cache(), sink=stats, samples=samples,
-            arrivals=workload.arriving(block.arrivals, cfg.seed),
+            arrivals=arriving if producer is None else iter(producer),
         )  # fmt: skip
-        helper = Helper(stats, samples, lines) if helper_wanted(count, lines) else None
+        others = [] if producer is None else [producer.inbox]
+        helper = Helper(stats, samples, lines, others) if helped else None
         try:
             res = sim.run()
             stats.close()
@@ -100,6 +104,8 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
                 helper.abort()
             raise
         finally:
+            if producer is not None:
+                producer.close()
             samples.discard()
         ctx.report(1, 1, "done")
         row = row_of(summary, integrals, res.end_us, cap)

@@ -78,6 +78,11 @@ class ServingWorkload:
     count: int = 0
 
     @property
+    def lazy(self) -> bool:
+        """Whether the requests are drawn as the loop reaches them (not held in memory)."""
+        return self.draws is not None or self.repeat > 1
+
+    @property
     def size(self) -> int:
         """How many requests the run serves."""
         return self.count if self.draws is not None else len(self.requests) * self.repeat
