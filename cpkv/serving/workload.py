@@ -4,7 +4,10 @@ Every ``admit.workload`` source can feed the serving loop:
 
 * ``trace``: each trace request keeps its prefix blocks (``hash_ids``); its L1/L2 hits are
   looked up in a cold tiered cache (``workload.cache``) when it is admitted, and its blocks
-  are inserted when it finishes. ``rid`` is ``r<index>``, the arrival its ``timestamp``;
+  are inserted when it finishes. ``rid`` is ``r<index>``, the arrival its ``timestamp``. A
+  trace format without prefix information (``azure_csv``: every request has blocks of its
+  own, :data:`~cpkv.trace.readers.NO_PREFIX_FORMATS`) gets no cache: every lookup would
+  miss, so its requests run with no hit, as with a cache, faster;
 * ``jsonl`` with prefill-model lines (``l1_cached_tokens``, ``l2_cached_tokens``,
   ``extend_tokens``, ``arrival_ms``...): the prompt is ``l1 + l2 + extend`` and the hits are
   fixed (no cache);
@@ -40,6 +43,7 @@ from cpkv.serving.arrivals import (
 )
 from cpkv.serving.schema import ArrivalsSpec
 from cpkv.trace.prefix_cache import TieredPrefixCache
+from cpkv.trace.readers import NO_PREFIX_FORMATS
 
 if TYPE_CHECKING:
     from cpkv.serving.kv_pool import Req
@@ -154,9 +158,14 @@ def _trace_workload(spec: Any) -> ServingWorkload:
     except ConfigError as err:
         raise ConfigError(f"admit.workload.cache.{err}") from None
     trace = read_workload_trace(spec)
+    shared = trace.format not in NO_PREFIX_FORMATS  # else: no cache, every lookup would miss
     requests = tuple(
         ServingRequest(
-            f"r{t.index}", float(t.arrival_ms), t.input_length, t.output_length, hash_ids=t.hash_ids
+            f"r{t.index}",
+            float(t.arrival_ms),
+            t.input_length,
+            t.output_length,
+            hash_ids=t.hash_ids if shared else None,
         )
         for t in trace.requests
     )
@@ -168,6 +177,8 @@ def _trace_workload(spec: Any) -> ServingWorkload:
                 f"admit.workload.repeat: {spec.path} has block hashes as large as {top}; a "
                 f"repeated trace needs them below 2**47 (copy c adds c * 2**48)"
             )
+    if not shared:
+        return ServingWorkload(requests, repeat=repeat)
     return ServingWorkload(requests, trace.block_size, spec.cache, repeat=repeat)
 
 

@@ -174,6 +174,10 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
     return TraceRequest(index, stamp, input_length, output_length, tuple(hashes))
 
 
+NO_PREFIX_FORMATS = frozenset({"azure_csv"})
+"""Trace formats without prefix information: no two requests share a prefix block, so a
+prefix cache never hits (a serving run of them needs none)."""
+
 AZURE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_HASH_BASE = -(1 << 40)
 """Azure requests carry no prefix information: each gets block hashes of its own, negative
