@@ -68,9 +68,9 @@ def admit_lone_arrival(sim: Any) -> bool:
     now = sim.now
     finishing = []
     decode_context = 0
+    used = pool.used_blocks
     if running:
-        pool.free_blocks = free
-        pool.used_blocks += pool.running_by_phase[phase]
+        used += pool.running_by_phase[phase]
         decode_context = pool.context_base_sum + running * (step - 1)
         pool.decode_steps = step
         heap = pool.finish_heap
@@ -80,30 +80,25 @@ def admit_lone_arrival(sim: Any) -> bool:
                 finishing.append(f)
         if decays:
             sim.ratio = ratio.decayed()
-    # admission (Sim.admit) and prefill (adder_step)
+    # admission (Sim.admit) and prefill (adder_step), the first token (grow_first_token: it
+    # fits, and takes a block when the prompt fills its last one)
     if sim.cache is not None:
         sim.hits.touch(r)
     filled = device + loaded
     r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
     sim.stamp = r.stamp = sim.stamp + 1
-    r.kv_tokens, r.reserved_blocks = kv, 0
-    pool.free_blocks -= blocks
-    pool.used_blocks += blocks
+    first_block = kv % block == 0
+    pool.free_blocks = free - blocks - first_block
+    pool.used_blocks = used + blocks + first_block
     r.admitted_us = now
     r.l1_hit, r.l2_hit = device, loaded
     r.filled_tokens = filled + extend
     r.prefilled = extend
     prefill_context = filled + extend
-    pairs = extend * filled + extend * (extend + 1) // 2
     sim.waiting.clear()
     if stop is not None:
         sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
-    # the first token (KvPool.grow_first_token; it fits)
-    if kv % block == 0:
-        pool.free_blocks -= 1
-        pool.used_blocks += 1
-    r.kv_tokens = kv + 1
-    r.generated = 1
+    r.kv_tokens, r.reserved_blocks, r.generated = kv + 1, 0, 1
     pool.join(r, kv + 1)
     if max_new == 1:
         finishing.append(r)
@@ -115,6 +110,7 @@ def admit_lone_arrival(sim: Any) -> bool:
             + load * loaded
         )  # fmt: skip
     else:
+        pairs = extend * filled + extend * (extend + 1) // 2
         duration = sim.settings.cost.batch_us(
             extend, running, decode_context, prefill_context, pairs, loaded
         )
@@ -140,8 +136,6 @@ def admit_lone_arrival(sim: Any) -> bool:
     r.first_token_us = end
     if finishing:
         sim.finish_decoded(finishing, end)
-    sim.prefill_tokens, sim.prefill_context, sim.prefill_attention_pairs = extend, prefill_context, pairs
-    sim.loaded, sim.admitted = loaded, 1
     sim.iterations += 1
     sim.stalled = 0
     return True
