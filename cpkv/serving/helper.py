@@ -243,7 +243,7 @@ class Helper:
 def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
     """The child's loop: process batches until ``END`` (reply with the results) or until the
     parent closes the pipe (drop everything)."""
-    from cpkv.serving.metrics import timeline_points
+    from cpkv.serving.timeline import timeline_points
 
     try:
         while True:

@@ -33,17 +33,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from cpkv.runs.results import metric, outcome
 from cpkv.serving.iteration_log import Integrals
 from cpkv.serving.kv_pool import FINISHED, Req
 from cpkv.serving.loop import SimResult
 from cpkv.serving.records import SERIES, RequestStats, RequestSummary
 from cpkv.serving.schema import SloSpec
+from cpkv.serving.timeline import timeline_points
 
 PERCENTILES = (50, 90, 95, 99)
-__all__ = ["SERIES", "RequestStats", "RequestSummary"]  # re-exported: the run and the tests read them here
+__all__ = ["SERIES", "RequestStats", "RequestSummary", "timeline_points"]  # re-exported: the run and the tests read them here
 
 
 def _ms(**kw: Any) -> Any:
@@ -189,95 +188,3 @@ def timeline(res: SimResult, capacity_blocks: int, points: int) -> list[dict[str
     if res.samples is None:
         return []
     return timeline_points(res.samples.chunks(), res.end_us, capacity_blocks, points)
-
-
-def timeline_points(
-    chunks: Iterable[tuple[np.ndarray, ...]], end: float, capacity_blocks: int, points: int
-) -> list[dict[str, float]]:
-    """KV utilisation over time in ``points`` equal buckets of [0, ``end``], from the
-    iterations' samples ``(t0, dt, used, held, running, waiting)`` in order.
-
-    An iteration adds ``value x part`` to each bucket it overlaps, ``part`` being
-    ``min(stop, edge) - start`` of its piece in that bucket (the bucket of a start is
-    ``min(int(start / width), points - 1)``; the last bucket takes whatever is left), and
-    each bucket adds its pieces one by one in iteration order: the float operations of a
-    loop over the iterations, done on arrays."""
-    if end <= 0:
-        return []
-    width = end / points
-    acc = np.zeros((points, 4))  # used, held, running, waiting (x time)
-    peak: list[float | int] = [0.0] * points
-    seen = False
-    for t0, dt, used, held, running, waiting in chunks:
-        if len(t0):
-            seen = True
-            _add_chunk(acc, peak, width, points, t0, dt, used, held, running, waiting)
-    if not seen:
-        return []
-    scale = 100.0 / capacity_blocks
-    return [
-        {
-            "t_s": round(k * width / 1e6, 6),
-            "kv_used_mean_pct": round(float(a[0]) / width * scale, 4),
-            "kv_used_peak_pct": round(peak[k] * scale, 4),
-            "kv_held_mean_pct": round(float(a[1]) / width * scale, 4),
-            "running_mean": round(float(a[2]) / width, 4),
-            "waiting_mean": round(float(a[3]) / width, 4),
-        }
-        for k, a in enumerate(acc)
-    ]
-
-
-def _add_chunk(acc, peak, width, points, t0, dt, used, held, running, waiting) -> None:
-    last = points - 1
-    bucket = np.minimum((t0 / width).astype(np.int64), last)
-    stop = t0 + dt
-    edge = np.where(bucket < last, (bucket + 1) * width, stop)
-    part = np.minimum(stop, edge) - t0
-    order = np.arange(len(t0))
-    values = [used * part, held * part, running * part, waiting * part]
-    peaks = used
-    crossing = np.flatnonzero((stop > edge) & (bucket < last))
-    if len(crossing):  # the pieces of iterations that run on into later buckets
-        extra_b, extra_i, extra_parts = [], [], []
-        for i in crossing.tolist():
-            k, t, end = int(bucket[i]) + 1, float(edge[i]), float(stop[i])
-            while True:
-                e = (k + 1) * width if k < last else end
-                extra_b.append(k)
-                extra_i.append(i)
-                extra_parts.append(min(end, e) - t)
-                if end <= e or k == last:
-                    break
-                t, k = e, k + 1
-        ib = np.array(extra_i)
-        pieces = np.array(extra_parts)
-        bucket = np.concatenate([bucket, np.array(extra_b, dtype=np.int64)])
-        order = np.concatenate([order, ib])
-        values = [
-            np.concatenate([v, s[ib] * pieces])
-            for v, s in zip(values, (used, held, running, waiting), strict=True)
-        ]
-        peaks = np.concatenate([used, used[ib]])
-        sort = np.lexsort((order, bucket))  # by bucket, then iteration order
-        bucket = bucket[sort]
-        values = [v[sort] for v in values]
-        peaks = peaks[sort]
-    elif len(bucket) > 1 and bool(np.any(bucket[1:] < bucket[:-1])):
-        sort = np.argsort(bucket, kind="stable")
-        bucket = bucket[sort]
-        values = [v[sort] for v in values]
-        peaks = peaks[sort]
-    cuts = np.flatnonzero(bucket[1:] != bucket[:-1]) + 1
-    starts = [0, *cuts.tolist()]
-    ends = [*cuts.tolist(), len(bucket)]
-    for a, b in zip(starts, ends, strict=True):
-        k = int(bucket[a])
-        for s in range(4):
-            sums = np.empty(b - a + 1)
-            sums[0] = acc[k, s]
-            sums[1:] = values[s][a:b]
-            acc[k, s] = np.cumsum(sums, out=sums)[-1]
-        top = int(peaks[a:b].max())
-        if top > peak[k]:
-            peak[k] = top
