@@ -94,7 +94,8 @@ def decode_stretch(sim: Any) -> int:
     batch_us = sim.settings.cost.batch_us
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
     pop = heapq.heappop
-    total = decoded = 0
+    clip_heap = pool.clip_heap
+    total = decoded = admitted = 0  # decode-only iterations, their tokens, admissions
     while True:
         while heap:
             top = heap[0]
@@ -182,10 +183,8 @@ def decode_stretch(sim: Any) -> int:
                         break
                     current = max(current - decay, floor)
                 sim.ratio = replace(ratio, current=current)
-            sim.iterations += k
             decoded += running * k
-            sim.stalled = 0
-            if pool.clip_heap:
+            if clip_heap:
                 pool.migrate_clipped()
             total += k
             if k == wanted:  # the request(s) that generated their last token leave
@@ -205,15 +204,19 @@ def decode_stretch(sim: Any) -> int:
             break
         sim._arrive()
         waiting = sim.waiting
-        if waiting and not (len(waiting) == 1 and admit_lone_arrival(sim)):
-            break
-        total += bool(waiting)
+        if waiting:
+            if len(waiting) != 1 or not admit_lone_arrival(sim):  # (it counts its iteration)
+                break
+            admitted += 1
         now = sim.now
         horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
         if not now < horizon:
             break
     sim.counters["decode_tokens"] += decoded
-    return total
+    if total:
+        sim.iterations += total
+        sim.stalled = 0
+    return total + admitted
 
 
 def _phases(counts: list[int], step: int, m: int, block: int) -> list[int]:

@@ -212,7 +212,7 @@ class KvPool:
         r.epoch += 1  # invalidates its heap entries
         r.state = PREFILL  # not running; the caller sets the final state
         self._release(r, kv)
-        if len(self.running) > 2 * self.n_running + 32:
+        if len(self.running) > 4 * self.n_running + 1024:  # prune the entries of those that left
             self.running_reqs()
         return kv
 
