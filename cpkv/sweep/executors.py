@@ -200,32 +200,57 @@ def _no_ray_failure_handler() -> Any:
             os.environ.pop(NO_FAILURE_HANDLER, None)
 
 
+def _ray_init(ray: Any, address: str | None, jobs: int | None) -> None:
+    """Start a local Ray instance or join ``address`` (UnsupportedError in one line)."""
+    # no address: a fresh local instance ("local"), even when a cluster already runs on
+    # this machine (ray.init() would join it), unless RAY_ADDRESS names one
+    target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
+    kwargs = {"num_cpus": jobs} if target == "local" and jobs else {}
+    handlers = signals.snapshot()
+    try:
+        ray.init(
+            address=target,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="warning",
+            **kwargs,
+        )
+    except Exception as err:  # noqa: BLE001 - any failure to start or join Ray is one line
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # whatever ray.init got as far as starting
+        where = f" at {address}" if address else ""
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
+    finally:
+        signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
+
+
+@contextlib.contextmanager
+def executor_session(name: str, address: str | None = None, jobs: int | None = None) -> Any:
+    """Keep an executor set up across several calls (a capacity search runs its points in
+    rounds): Ray starts, or joins ``address``, once, and stops at the end; the other
+    executors need nothing. Inside, each call of the Ray executor finds Ray running and
+    leaves it so."""
+    if EXECUTORS.canonical(name) != "ray":
+        yield
+        return
+    ray = _import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    with _no_ray_failure_handler():
+        _ray_init(ray, address, jobs)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
 def _ray_run(
     ray: Any, started: bool, phases: Sequence[Phase], address: str | None, on_result: OnResult
 ) -> None:
     if started:
-        # no address: a fresh local instance ("local"), even when a cluster already runs on
-        # this machine (ray.init() would join it), unless RAY_ADDRESS names one
-        target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
-        most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
-        kwargs = {"num_cpus": most} if target == "local" and most else {}
-        handlers = signals.snapshot()
-        try:
-            ray.init(
-                address=target,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level="warning",
-                **kwargs,
-            )
-        except Exception as err:  # noqa: BLE001 - any failure to start or join Ray is one line
-            with contextlib.suppress(Exception):
-                ray.shutdown()  # whatever ray.init got as far as starting
-            where = f" at {address}" if address else ""
-            lines = str(err).strip().splitlines() or [type(err).__name__]
-            raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
-        finally:
-            signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
+        _ray_init(ray, address, max((p.jobs for p in phases if p.tasks and p.jobs), default=None))
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
         for phase in phases:

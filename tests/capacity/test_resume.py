@@ -1,0 +1,110 @@
+"""An interrupted capacity search resumes: complete points are reused (never run again),
+unfinished ones run again, and the answer is the one an uninterrupted search gives."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from cpkv.capacity import resume_capacity, run_capacity
+from cpkv.core.errors import InputError
+from cpkv.sweep import executors
+from cpkv.sweep.lock import SweepLock
+from tests.helpers import closed_form as cf
+from tests.hostile import faults as F
+
+REAL_RUN_POINT = executors.run_point
+
+
+def point_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and p.name[:3].isdigit())
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, stop_at: int | None = None) -> list[str]:
+    """Count the points that run (their names); raise KeyboardInterrupt instead of running
+    the ``stop_at``-th one (1-based), as Ctrl-C between two points would."""
+    ran: list[str] = []
+    real = REAL_RUN_POINT
+
+    def run_point(task):  # noqa: ANN001, ANN202
+        if stop_at is not None and len(ran) + 1 == stop_at:
+            raise KeyboardInterrupt
+        ran.append(task.point.name)
+        return real(task)
+
+    monkeypatch.setattr(executors, "run_point", run_point)
+    return ran
+
+
+def test_an_interrupted_search_resumes_without_rerunning_complete_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = str(cf.write_config(tmp_path / "case"))
+    whole = run_capacity(config, root=tmp_path / "whole")
+    counting(monkeypatch, stop_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        run_capacity(config, root=tmp_path / "cut")
+    (path,) = [p.parent for p in (tmp_path / "cut").rglob("capacity.yaml")]
+    assert (path / "INCOMPLETE").exists()
+    doc = json.loads((path / "capacity.json").read_text())
+    assert doc["status"] == "incomplete" and len(doc["searches"][0]["points"]) == 3
+    done = point_dirs(path)
+    assert len(done) == 3  # the 4th point was planned (sweep.yaml) but never started
+    before = {p.name: (p / "meta.json").read_text() for p in done}
+    # a point killed while running: its directory exists without results
+    (killed := path / "003_closed-form_speedup=0.59460").mkdir()
+    (killed / "meta.json").write_text('{"status": "running"}')
+    (killed / "INCOMPLETE").write_text("")
+
+    ran = counting(monkeypatch)
+    res = resume_capacity(path)
+    assert res.reused == 3
+    assert len(ran) == len(whole.results[0].points) - 3  # only the points not complete ran
+    assert not set(ran) & set(before)
+    for name, meta in before.items():  # reused as they were
+        assert (path / name / "meta.json").read_text() == meta
+    assert res.results[0].points == whole.results[0].points  # same loads, names, numbers
+    assert res.results[0].capacity_load == whole.results[0].capacity_load
+    assert not (path / "INCOMPLETE").exists() and res.status == "complete"
+
+
+def test_a_held_search_directory_is_refused(tmp_path: Path) -> None:
+    res = run_capacity(str(cf.write_config(tmp_path / "case")), root=tmp_path / "exp")
+    with SweepLock.acquire(res.path, ["cpkv", "capacity", "x.yaml"]):
+        with pytest.raises(InputError, match="another cpkv sweep is running in it"):
+            resume_capacity(res.path)
+
+
+def test_resuming_a_finished_search_runs_nothing(tmp_path: Path, monkeypatch) -> None:
+    res = run_capacity(str(cf.write_config(tmp_path / "case")), root=tmp_path / "exp")
+    ran = counting(monkeypatch)
+    again = resume_capacity(res.path)
+    assert ran == [] and again.reused == len(res.results[0].points)
+    assert again.text == res.text
+
+
+def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path) -> None:
+    """A real process: SIGTERM while its second point runs -> exit 143 and the resume hint;
+    --resume finishes it with the answer of an uninterrupted search."""
+    config = cf.write_config(tmp_path / "case", requests=4000)
+    proc = F.start(["capacity", str(config), "-o", "out"], tmp_path)
+    assert F.wait_for(lambda: len(list((tmp_path / "out").rglob("001_*/meta.json"))) == 1, 60)
+    proc.send_signal(signal.SIGTERM)
+    out = F.finish(proc)
+    assert out.code == 143, out.stderr
+    (path,) = [p.parent for p in (tmp_path / "out").rglob("capacity.yaml")]
+    assert "cpkv: interrupted (SIGTERM); finish with: cpkv capacity --resume out/" in out.stderr
+    assert (path / "INCOMPLETE").exists()
+    complete = len(list(path.glob("*/results.json")))
+    assert complete >= 1
+    again = F.run(["capacity", "--resume", str(path)], tmp_path)
+    assert again.code == 0, again.stderr
+    assert f"resuming: {complete} point(s) already complete" in again.stderr
+    whole = run_capacity(str(config), root=tmp_path / "whole")
+    doc = json.loads((path / "capacity.json").read_text())
+    assert doc["searches"][0]["capacity_load"] == whole.results[0].capacity_load
+    loads = [p["load"] for p in doc["searches"][0]["points"]]
+    assert loads == [p.load for p in whole.results[0].points]
