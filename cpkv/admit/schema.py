@@ -15,6 +15,7 @@ from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.iteration import IterationBudget
+from cpkv.serving.cluster.schema import MULTI_INSTANCE_PENDING, ClusterSpec
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
@@ -42,6 +43,7 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
     cost: CostModel = CostModel()  # mode serving: iteration time
     slo: SloSpec = SloSpec()  # mode serving: goodput
     serving: ServingSpec = ServingSpec()  # mode serving: loop options
+    cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -57,6 +59,13 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
         choices("mode", (self.mode,), MODES)
         if self.mode == "serving":
             self._validate_serving()
+        if self.cluster.instances > 1:
+            if self.mode != "serving":
+                raise FieldError(
+                    "cluster.instances",
+                    f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
+                )
+            raise FieldError("cluster.instances", MULTI_INSTANCE_PENDING)
         AdmitBudgets.validate(self)
 
     def _validate_serving(self) -> None:
