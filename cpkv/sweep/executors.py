@@ -105,16 +105,32 @@ def processes(phases: Sequence[Phase], address: str | None, on_result: OnResult)
             _process_pool(phase, on_result)
 
 
-def _process_pool(phase: Phase, on_result: OnResult) -> None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
+_SESSION_POOLS: list[Any] = []
+"""The worker pool of an open :func:`executor_session` of the process executor (at most one)."""
 
-    jobs = min(phase.jobs or os.cpu_count() or 1, len(phase.tasks))
-    pool = ProcessPoolExecutor(
+
+def _new_pool(jobs: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=signals.worker_install,
+    )
+
+
+def _process_pool(phase: Phase, on_result: OnResult) -> None:
+    """Run a phase's tasks on worker processes: the open session's pool (kept for the next
+    call), else a pool of its own (shut down at the end)."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    shared = bool(_SESSION_POOLS)
+    pool = (
+        _SESSION_POOLS[0]
+        if shared
+        else _new_pool(min(phase.jobs or os.cpu_count() or 1, len(phase.tasks)))
     )
     try:
         futures = {pool.submit(run_point_in_worker, t): t for t in phase.tasks}
@@ -129,8 +145,11 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
             on_result(result)
     except BaseException:
         stop_workers(pool)
+        if shared:
+            _SESSION_POOLS.clear()  # its workers are gone: the session must not reuse it
         raise
-    pool.shutdown()
+    if not shared:
+        pool.shutdown()
 
 
 def run_point_in_worker(task: Task) -> PointResult:
@@ -228,10 +247,20 @@ def _ray_init(ray: Any, address: str | None, jobs: int | None) -> None:
 @contextlib.contextmanager
 def executor_session(name: str, address: str | None = None, jobs: int | None = None) -> Any:
     """Keep an executor set up across several calls (a capacity search runs its points in
-    rounds): Ray starts, or joins ``address``, once, and stops at the end; the other
-    executors need nothing. Inside, each call of the Ray executor finds Ray running and
-    leaves it so."""
-    if EXECUTORS.canonical(name) != "ray":
+    rounds): the process executor starts its ``jobs`` worker processes once (each call runs
+    on them; they stop at the end, or at once on Ctrl-C); Ray starts, or joins ``address``,
+    once, and stops at the end (each call finds it running and leaves it so); serial needs
+    nothing."""
+    name = EXECUTORS.canonical(name)
+    if name == "process" and not _SESSION_POOLS:
+        _SESSION_POOLS.append(_new_pool(jobs or os.cpu_count() or 1))
+        try:
+            yield
+        finally:
+            if _SESSION_POOLS:
+                _SESSION_POOLS.pop().shutdown()
+        return
+    if name != "ray":
         yield
         return
     ray = _import_ray()

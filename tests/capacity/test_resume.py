@@ -86,12 +86,16 @@ def test_resuming_a_finished_search_runs_nothing(tmp_path: Path, monkeypatch) ->
     assert again.text == res.text
 
 
-def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", [[], ["--jobs", "2"]], ids=["serial", "two-workers"])
+def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path, jobs: list[str]) -> None:
     """A real process: SIGTERM while its second point runs -> exit 143 and the resume hint;
-    --resume finishes it with the answer of an uninterrupted search."""
-    config = cf.write_config(tmp_path / "case", requests=4000)
-    proc = F.start(["capacity", str(config), "-o", "out"], tmp_path)
-    assert F.wait_for(lambda: len(list((tmp_path / "out").rglob("001_*/meta.json"))) == 1, 60)
+    --resume finishes it with the answer of an uninterrupted search. With worker processes
+    (kept for the whole search) the workers stop too: no point is left running."""
+    config = cf.write_config(tmp_path / "case", requests=2000)
+    axis = ["admit.cost.fixed_us=20000,10000"] if jobs else []
+    proc = F.start(["capacity", str(config), *axis, *jobs, "-o", "out"], tmp_path)
+    second_round = "002_*" if jobs else "001_*"  # two workers run 000 and 001 together
+    assert F.wait_for(lambda: len(list((tmp_path / "out").rglob(f"{second_round}/meta.json"))) == 1, 60)
     proc.send_signal(signal.SIGTERM)
     out = F.finish(proc)
     assert out.code == 143, out.stderr
@@ -100,11 +104,14 @@ def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path) -> None:
     assert (path / "INCOMPLETE").exists()
     complete = len(list(path.glob("*/results.json")))
     assert complete >= 1
+    for point in point_dirs(path):  # every point ended: complete, or marked by its worker
+        meta = json.loads((point / "meta.json").read_text())
+        assert meta["status"] in ("complete", "incomplete"), (point.name, meta["status"])
     again = F.run(["capacity", "--resume", str(path)], tmp_path)
     assert again.code == 0, again.stderr
     assert f"resuming: {complete} point(s) already complete" in again.stderr
-    whole = run_capacity(str(config), root=tmp_path / "whole")
+    whole = run_capacity(str(config), axis, root=tmp_path / "whole")
     doc = json.loads((path / "capacity.json").read_text())
-    assert doc["searches"][0]["capacity_load"] == whole.results[0].capacity_load
-    loads = [p["load"] for p in doc["searches"][0]["points"]]
-    assert loads == [p.load for p in whole.results[0].points]
+    for search, expected in zip(doc["searches"], whole.results, strict=True):
+        assert search["capacity_load"] == expected.capacity_load
+        assert [p["load"] for p in search["points"]] == [p.load for p in expected.points]
