@@ -59,7 +59,9 @@ def admit(
     mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
     conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
-    admit.arrivals.process trace, poisson, zero.
+    admit.arrivals.process trace, poisson, zero; admit.cluster.router round_robin, random,
+    least_requests, least_tokens, prefix_aware, power_of_two (admit.cluster.instances above 1
+    arrives with the cluster driver).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """

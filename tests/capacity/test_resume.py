@@ -95,7 +95,9 @@ def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path, jobs: list[str
     axis = ["admit.cost.fixed_us=20000,10000"] if jobs else []
     proc = F.start(["capacity", str(config), *axis, *jobs, "-o", "out"], tmp_path)
     second_round = "002_*" if jobs else "001_*"  # two workers run 000 and 001 together
-    assert F.wait_for(lambda: len(list((tmp_path / "out").rglob(f"{second_round}/meta.json"))) == 1, 60)
+    assert F.wait_for(
+        lambda: len(list((tmp_path / "out").rglob(f"{second_round}/meta.json"))) == 1, 60
+    )
     proc.send_signal(signal.SIGTERM)
     out = F.finish(proc)
     assert out.code == 143, out.stderr

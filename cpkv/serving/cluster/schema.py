@@ -9,8 +9,12 @@ equivalent, so ``max_tree_blocks`` defaults to null (never evict).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cpkv.core.schema import choices, non_negative, positive, require
+
+if TYPE_CHECKING:
+    from cpkv.serving.cluster.routers import RouterSettings
 
 MAX_INSTANCES = 4096
 MULTI_INSTANCE_PENDING = (
@@ -62,7 +66,8 @@ class ClusterSpec:
         positive("eviction_interval_s", self.eviction_interval_s)
         positive("max_tree_blocks", self.max_tree_blocks, allow_none=True)
 
-    def router_settings(self):  # noqa: ANN201 - a RouterSettings (imported lazily)
+    def router_settings(self) -> RouterSettings:
+        """The settings the routers are built from."""
         from cpkv.serving.cluster.routers import RouterSettings
 
         return RouterSettings(
