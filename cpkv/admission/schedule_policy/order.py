@@ -145,9 +145,9 @@ class WaitingQueueOrder:
         self.sign = 1 if config.schedule_low_priority_values_first else -1
         self.rng = random.Random(seed)
         self.block_size = block_size
-        self.tree = WaitingPrefixTree(block_size)
         self.check_threshold = config.in_batch_prefix_check_threshold
         self.deprioritize_threshold = config.in_batch_prefix_deprioritize_threshold
+        self.tree = WaitingPrefixTree(block_size, self.deprioritize_threshold)
 
     def active_policy(self, queue_length: int) -> str:
         """The policy one ordering of a queue this long runs (``fcfs`` above 128 for lpm/hrrn)."""

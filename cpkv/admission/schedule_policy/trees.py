@@ -27,21 +27,33 @@ with a request's ``rid`` for the private prefix of a request without ``hash_ids`
 
 
 class WaitingPrefixTree:
-    """The in-batch tree: nodes ``[tokens held, children by hash]``, rebuilt per ordering."""
+    """The in-batch tree: nodes ``[tokens held, children by hash]``, rebuilt per ordering.
 
-    __slots__ = ("block_size", "root")
+    ``max_tokens`` (the deferral threshold) bounds the work: only the blocks holding a
+    request's first ``max_tokens`` tokens are inserted and matched, so :meth:`match` returns
+    ``min(shared tokens, tokens of those blocks)``, which is at least ``max_tokens`` exactly
+    when the whole match is (``None``: whole prompts).
+    """
 
-    def __init__(self, block_size: int) -> None:
+    __slots__ = ("block_size", "max_blocks", "root")
+
+    def __init__(self, block_size: int, max_tokens: int | None = None) -> None:
         self.block_size = block_size
+        if max_tokens is None:
+            self.max_blocks: int | None = None
+        else:
+            self.max_blocks = -(-max_tokens // block_size) if max_tokens > 0 else 0
         self.root: dict[Hashable, list[Any]] = {}
 
     def reset(self) -> None:
         self.root = {}
 
     def match(self, hash_ids: Sequence[int] | None, prompt_tokens: int) -> int:
-        """Leading tokens this prompt shares with the inserted requests."""
+        """Leading tokens this prompt shares with the inserted requests (see the class)."""
         if not hash_ids:
             return 0
+        if self.max_blocks is not None:
+            hash_ids = hash_ids[: self.max_blocks]
         size = self.block_size
         children = self.root
         matched = 0
@@ -67,6 +79,8 @@ class WaitingPrefixTree:
         """Add a request's prompt blocks (its output tokens are its own: never matched)."""
         if not hash_ids:
             return
+        if self.max_blocks is not None:
+            hash_ids = hash_ids[: self.max_blocks]
         size = self.block_size
         children = self.root
         left = prompt_tokens
@@ -113,12 +127,14 @@ def dfs_weight_order(
         n_blocks = min(len(blocks), -(-prompt_tokens[i] // size)) if blocks else 0
         last = (device - 1) // size  # the block holding the last matched token
         node = root
-        for k in range(min(last + 1, n_blocks)):
-            children = node[1]
-            child = children.get(blocks[k])
-            if child is None:
-                child = children[blocks[k]] = [0, {}, {}]
-            child[0] += 1
+        if n_blocks:
+            children = root[1]
+            for block in blocks[: min(last + 1, n_blocks)]:
+                child = children.get(block)
+                if child is None:
+                    child = children[block] = [0, {}, {}]
+                child[0] += 1
+                children = child[1]
             node = child
         if last < n_blocks:
             offset = device - last * size
@@ -142,17 +158,21 @@ def dfs_weight_order(
     rank = sibling_rank
     # iterative post-order: ("visit", node) expands, ("emit", node) writes its own stops
     stack: list[tuple[bool, list[Any]]] = [(False, root)]
+    pop, push, extend = stack.pop, stack.append, order.extend
     while stack:
-        emit, node = stack.pop()
-        if emit:
-            stops = node[2]
-            if stops:
-                for offset in sorted(stops, reverse=True):
-                    order.extend(stops[offset])
-            continue
-        stack.append((True, node))
+        emit, node = pop()
         children = node[1]
-        if not children:
+        if emit or not children:  # after its subtree (or a leaf): the node's own requests
+            stops = node[2]
+            if len(stops) == 1:
+                extend(next(iter(stops.values())))
+            elif stops:
+                for offset in sorted(stops, reverse=True):
+                    extend(stops[offset])
+            continue
+        push((True, node))
+        if len(children) == 1:
+            push((False, next(iter(children.values()))))
             continue
         if rank is None:
             ranked = sorted(children.values(), key=lambda c: -c[0])
@@ -161,6 +181,6 @@ def dfs_weight_order(
                 c for _, c in sorted(children.items(), key=lambda kv: (-kv[1][0], rank(kv[0])))
             ]
         for child in reversed(ranked):
-            stack.append((False, child))
+            push((False, child))
     order.extend(uncached)
     return order
