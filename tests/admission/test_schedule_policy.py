@@ -342,3 +342,16 @@ def test_bounded_waiting_tree_decides_deferral_like_the_whole_tree():
             if rng.random() < 0.7:
                 whole.insert(hashes, prompt)
                 bounded.insert(hashes, prompt)
+
+
+def test_readme_example_prints_what_it_says(capsys):
+    from tests.helpers.paths import REPO
+
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### SGLang's waiting-queue policies") :]
+    code = section[
+        section.index("```python\n") + 10 : section.index("```\n", section.index("```python"))
+    ]
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out == "['c', 'a', 'b']\n"
+    assert "# ['c', 'a', 'b']" in code
