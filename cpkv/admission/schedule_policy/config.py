@@ -56,9 +56,10 @@ class SchedulePolicyConfig:
       only when their priorities differ by more than this.
     * ``disable_priority_preemption``: priority order without preemption.
     * ``in_batch_prefix_check_threshold`` / ``in_batch_prefix_deprioritize_threshold``:
-      cache-aware policies look a request whose device prefix is at most the first up in the
-      tree of the requests ahead of it, and defer it when it shares at least the second
-      number of tokens with one of them (``-1`` turns the check off).
+      with a cache-aware policy, a request whose device prefix is at most the first is
+      matched against the requests checked before it in the queue, and goes last when it
+      shares at least the second number of tokens with one of them (``-1`` turns the check
+      off).
     """
 
     schedule_policy: str = "fcfs"

@@ -27,13 +27,15 @@ go by ``rid`` (string order) and ``random``.
     (a float division, as SGLang's); ``uncached == 0`` first (``-inf``), deferred last;
   - ``shortest-prefill-first``: by ``(deferred, max(1, prompt + output - matched),
     queue_entry_us)``;
-  - ``dfs-weight``: :func:`~cpkv.admission.schedule_policy.trees.dfs_weight_order` (the
-    deferral is computed but unused, as in SGLang).
+  - ``dfs-weight``: :func:`~cpkv.admission.schedule_policy.trees.dfs_weight_order` (SGLang
+    computes the deferral here too and never reads it; the model skips it).
 
   ``lpm`` and ``hrrn`` switch to ``fcfs`` (no match, no sort, no priority) while the queue
   holds more than ``WAITING_QUEUE_PREFIX_MATCH_MAX = 128`` requests; ``dfs-weight`` and
   ``shortest-prefill-first`` never do. Without a prefix cache (SGLang's disabled radix cache)
-  the cache-aware policies are ``fcfs``, and ``shortest-prefill-first`` is an error.
+  the cache-aware policies are ``fcfs``, and ``shortest-prefill-first`` is an error (SGLang's
+  "requires prefix caching" is raised inside a ``try`` that turns it into "Unknown
+  schedule_policy").
 
 Not modelled: ``routing-key``; SGLang's side effects on the cache (a cache-aware match
 touches each waiting prefix in the LRU, in queue order; the cache-agnostic policies refresh
