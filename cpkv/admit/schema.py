@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cpkv.admission.budgets import AdmitBudgets
+from cpkv.admission.schedule_policy.config import SchedulePolicyConfig
 from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
@@ -23,6 +24,11 @@ from cpkv.workload.sources import WorkloadSpec
 MODES = ("passes", "serving")
 """``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
 ``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.loop`)."""
+SCHEDULE_POLICY_MODES: tuple[str, ...] = ()
+"""The modes whose loop applies the ``admit.schedule_policy`` keys (the waiting-queue order and
+priority preemption of :mod:`cpkv.admission.schedule_policy`); elsewhere only their defaults
+(``fcfs``, no priority scheduling) are accepted, as nothing would read another value. The
+serving loop adds ``serving`` here when it orders its queue."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +40,9 @@ class _RunChoices:
 
 
 @dataclass(frozen=True)
-class AdmitBlock(AdmitBudgets, _RunChoices):
-    """``admit:``: backend, policy, mode, workload, then the budgets (an AdmitBudgets)."""
+class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
+    """``admit:``: backend, policy, mode, workload, the waiting-queue policy keys (a
+    SchedulePolicyConfig), then the budgets (an AdmitBudgets)."""
 
     kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
     iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
@@ -57,6 +64,7 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
+        self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
         if self.cluster.instances > 1:
@@ -67,6 +75,20 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
                 )
             raise FieldError("cluster.instances", MULTI_INSTANCE_PENDING)
         AdmitBudgets.validate(self)
+
+    def _validate_schedule_policy(self) -> None:
+        self.validate_schedule()
+        if self.mode in SCHEDULE_POLICY_MODES:
+            return
+        default = SchedulePolicyConfig()
+        for key in ("schedule_policy", "enable_priority_scheduling"):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"{getattr(self, key)!r} is not applied in mode {self.mode} (its queue runs "
+                    f"in the order given: fcfs without priorities); only the default "
+                    f"{getattr(default, key)!r} is accepted there",
+                )
 
     def _validate_serving(self) -> None:
         if self.backend != "model":

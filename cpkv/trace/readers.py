@@ -186,7 +186,8 @@ AZURE_HASH_BASE = -(1 << 40)
 def read_azure_csv(
     file: Path, block_size: int, start: int, limit: int | None
 ) -> Iterator[TraceRequest]:
-    """The Azure LLM inference traces of 2023 as Vidur ships them: a CSV with a header holding
+    """The Azure LLM inference traces of 2023 as Vidur ships them: a plain CSV (no quoted
+    fields) with a header holding
     ``arrived_at`` (seconds from the start), ``num_prefill_tokens`` (>= 1) and
     ``num_decode_tokens`` (>= 0); other columns are ignored.
 
@@ -194,33 +195,28 @@ def read_azure_csv(
     (no prefix sharing, so a prefix cache never hits). Rows before ``start`` are counted but
     not parsed.
     """
-    import csv
-
     stop = None if limit is None else start + limit
-    with file.open(encoding="utf-8", newline="") as handle:
-        rows = csv.reader(handle)
-        header = next(rows, None)
-        if header is None:
-            raise InputError(
-                f"{file}:1: empty file; expected a header with {', '.join(AZURE_COLUMNS)}"
-            )
-        names = [name.strip() for name in header]
-        missing = [c for c in AZURE_COLUMNS if c not in names]
-        if missing:
-            raise InputError(
-                f"{file}:1: header lacks column(s) {', '.join(missing)}"
-                f" (an azure_csv trace has {', '.join(AZURE_COLUMNS)})"
-            )
-        at = [names.index(c) for c in AZURE_COLUMNS]
-        index = 0
-        for lineno, row in enumerate(rows, start=2):
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            if stop is not None and index >= stop:
-                return
-            if index >= start:
-                yield _parse_azure(file, lineno, row, at, index, block_size)
-            index += 1
+    lines = _text_lines(file)
+    first = next(lines, None)
+    if first is None:
+        raise InputError(f"{file}:1: empty file; expected a header with {', '.join(AZURE_COLUMNS)}")
+    names = [name.strip() for name in first[1].rstrip("\r\n").split(",")]
+    missing = [c for c in AZURE_COLUMNS if c not in names]
+    if missing:
+        raise InputError(
+            f"{file}:1: header lacks column(s) {', '.join(missing)}"
+            f" (an azure_csv trace has {', '.join(AZURE_COLUMNS)})"
+        )
+    at = [names.index(c) for c in AZURE_COLUMNS]
+    index = 0
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        if stop is not None and index >= stop:
+            return
+        if index >= start:
+            yield _parse_azure(file, lineno, line.rstrip("\r\n").split(","), at, index, block_size)
+        index += 1
 
 
 def _parse_azure(
