@@ -117,3 +117,27 @@ def test_sigterm_stops_a_search_that_then_resumes(tmp_path: Path, jobs: list[str
     for search, expected in zip(doc["searches"], whole.results, strict=True):
         assert search["capacity_load"] == expected.capacity_load
         assert [p["load"] for p in search["points"]] == [p.load for p in expected.points]
+
+
+def test_a_failed_point_ends_its_search_and_not_the_others(tmp_path: Path, monkeypatch) -> None:
+    """A point that fails (here: every point of fixed_us=10000) ends that search as failed,
+    with the point's error; the other search runs to its capacity; the command exits 1."""
+    from cpkv.sweep.store import PointResult
+
+    def run_point(task):  # noqa: ANN001, ANN202
+        if task.point.config["admit"]["cost"]["fixed_us"] == 10000:
+            return PointResult(task.point.index, task.point.name, "failed", "boom")
+        return REAL_RUN_POINT(task)
+
+    monkeypatch.setattr(executors, "run_point", run_point)
+    config = str(cf.write_config(tmp_path / "case"))
+    res = run_capacity(config, ["admit.cost.fixed_us=20000,10000"], root=tmp_path / "exp")
+    ok, failed = res.results
+    assert ok.outcome == "found" and failed.outcome == "failed"
+    assert len(failed.points) == 1 and failed.error.endswith("failed: boom")
+    assert res.status == "failed" and (res.path / "INCOMPLETE").exists() is False
+    assert (
+        "failed: fixed_us=10000: point 001_closed-form_fixed_us=10000.0_speedup=1.0 failed: boom"
+        in res.text
+    )
+    assert json.loads((res.path / "capacity.json").read_text())["status"] == "failed"
