@@ -15,7 +15,7 @@ from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.iteration import IterationBudget
-from cpkv.serving.cost.model import CostModel
+from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
 
@@ -39,7 +39,7 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
     kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
     iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
     arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
-    cost: CostModel = CostModel()  # mode serving: iteration time
+    cost: CostSpec = CostSpec()  # mode serving: iteration time
     slo: SloSpec = SloSpec()  # mode serving: goodput
     serving: ServingSpec = ServingSpec()  # mode serving: loop options
 
