@@ -1,8 +1,8 @@
 """The linear iteration-time model (``admit.cost.kind: linear``): :class:`CostModel`.
 
 (:mod:`cpkv.serving.cost.base` is the interface every kind offers; ``roofline``, the default
-kind, is :mod:`cpkv.serving.cost.roofline`.) One iteration (one forward pass: every running request decodes a token, plus this
-iteration's prefill chunks) takes
+kind, is :mod:`cpkv.serving.cost.roofline`.) One iteration (one forward pass: every running
+request decodes a token, plus this iteration's prefill chunks) takes
 
     time_us = fixed_us
             + prefill_token_us  * prefill_tokens     (prompt tokens computed)

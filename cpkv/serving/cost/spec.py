@@ -18,8 +18,7 @@ would be ignored).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.schema import FieldError, non_negative, positive, require
@@ -89,12 +88,3 @@ class CostSpec:
     def build(self) -> IterationCost:
         """The model the serving loop calls."""
         return COST_KINDS.get(self.kind)(self)
-
-    def set_keys(self) -> dict[str, Any]:
-        """The keys that differ from the defaults (for notes)."""
-        default = CostSpec()
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        }
