@@ -59,7 +59,9 @@ def admit(
     mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
     conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
-    admit.arrivals.process trace, poisson, zero.
+    admit.arrivals.process trace, poisson, zero; admit.workload.prefix.model none, shared;
+    admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
+    llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """

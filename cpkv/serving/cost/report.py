@@ -20,6 +20,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from cpkv.core.schema import to_dict
 from cpkv.serving.cost.base import PARTS, IterationCost
 from cpkv.serving.cost.roofline import mfu_pct
 
@@ -157,16 +158,10 @@ def cost_note(model: Any) -> str:
     """One line naming a roofline model's deployment and calibration, for the run's notes."""
     name, gpu = model.names
     cal = model.calibration
-    shown = ", ".join(f"{k}={v:g}" for k, v in vars_of(cal).items())
+    shown = ", ".join(f"{k}={v:g}" for k, v in to_dict(cal).items())
     return (
         f"cost model roofline: {name or 'an inline model shape'} on {model.tp} x {gpu} "
         f"(TP {model.tp}), KV {model.kv_bytes_per_token} bytes/token; linear layers, "
         "elementwise kernels and all-reduce calibrated on measured GPU profiles; attention, "
         f"load-back and the per-iteration overhead modelled; calibration: {shown}"
     )
-
-
-def vars_of(obj: Any) -> dict[str, Any]:
-    from dataclasses import fields
-
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
