@@ -17,7 +17,7 @@ from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.iteration import IterationBudget
 from cpkv.serving.cluster.schema import MULTI_INSTANCE_PENDING, ClusterSpec
-from cpkv.serving.cost.model import CostModel
+from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
 
@@ -47,7 +47,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
     iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
     arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
-    cost: CostModel = CostModel()  # mode serving: iteration time
+    cost: CostSpec = CostSpec()  # mode serving: iteration time
     slo: SloSpec = SloSpec()  # mode serving: goodput
     serving: ServingSpec = ServingSpec()  # mode serving: loop options
     cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router

@@ -2,14 +2,16 @@
 
 ``results.json`` holds one :class:`~cpkv.serving.metrics.ServingRow` (the headline
 metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric);
-``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation over time;
-``plots/`` the KV timeline and the TTFT/TPOT CDFs when matplotlib is importable.
+``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation and where the
+time went (:mod:`cpkv.serving.cost.report`) over time; ``plots/`` the KV timeline and the
+TTFT/TPOT CDFs when matplotlib is importable.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
@@ -18,6 +20,13 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
+from cpkv.serving.cost.report import (
+    CostRecorder,
+    bucket_breakdown,
+    cost_note,
+    time_note,
+    time_summary,
+)
 from cpkv.serving.loop import SimSettings, simulate
 from cpkv.serving.metrics import (
     TABLE_COLUMNS,
@@ -72,24 +81,31 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
     requests = with_arrivals(workload.requests, block.arrivals, cfg.seed)
     fit = None
-    cost = block.cost
-    if cost.fit_points is not None:
-        fit = fit_cost(read_points(cost.fit_points), cost)
+    cost = block.cost.build()
+    if block.cost.fit_points is not None:
+        fit = fit_cost(read_points(block.cost.fit_points), cost)
         cost = fit.model
     settings = settings_from(block, cost)
 
     def execute(ctx: RunContext) -> RunOutput:
         ctx.report(0, 1, f"serving {len(requests)} requests, policy {block.policy}")
-        res = simulate(requests, settings, workload.new_cache())
+        recorder = CostRecorder(settings.cost)
+        res = simulate(requests, replace(settings, cost=recorder), workload.new_cache())
         ctx.report(1, 1, "done")
         cap = settings.capacity_blocks
         row = summary_row(res, block.slo, cap)
         points = timeline(res, cap, block.serving.timeline_points)
+        parts = bucket_breakdown(
+            res.timeline[0], recorder, res.end_us, block.serving.timeline_points
+        )
+        for point, part in zip(points, parts, strict=True):
+            point.update(part)
+        time = time_summary(recorder, res.end_us)
         extras = {
             "requests.jsonl": request_lines(res),
             "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in points),
         }
-        notes = _notes(block, settings, fit)
+        notes = _notes(block, settings, fit, time)
         too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
         if too_big:
             notes.append(
@@ -99,7 +115,11 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             )
         return RunOutput(
             rows=[row],
-            summary={**_summary(block, settings, res, fit), "headline": _headline(row)},
+            summary={
+                **_summary(block, settings, res, fit),
+                "time": time,
+                "headline": _headline(row),
+            },
             extras=extras,
             table_columns=TABLE_COLUMNS,
             notes=notes,
@@ -145,7 +165,7 @@ def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
     return out
 
 
-def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
+def _notes(block: Any, s: SimSettings, fit: Any, time: dict[str, Any]) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
@@ -161,7 +181,9 @@ def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
         notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
-    if fit is None:
+    if s.cost.kind == "roofline":
+        notes.append(cost_note(s.cost))
+    elif fit is None:
         notes.append(f"cost model (illustrative defaults unless set): {shown}")
     else:
         notes.append(
@@ -172,5 +194,8 @@ def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
         "admit.available_tokens, evictable_tokens, page_size, running and release_each_tick describe the "
         "passes mode's snapshot and are not read here (the pool and its page are admit.kv)"
     )
-    notes.append("requests.jsonl: one line per request; timeline.jsonl: KV utilisation over time")
+    notes.append(time_note(time))
+    notes.append(
+        "requests.jsonl: one line per request; timeline.jsonl: KV utilisation and where the time went over time"
+    )
     return notes

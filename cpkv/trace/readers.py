@@ -19,6 +19,7 @@ from pathlib import Path
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.jsonl import require_file
 from cpkv.core.registry import Registry
+from cpkv.trace.prefix_model import NO_PREFIX_FORMATS, PrefixSpec, apply_prefix
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,12 @@ def read_trace(
     start: int = 0,
     limit: int | None = None,
     path_key: str = "trace.path",
+    prefix: PrefixSpec | None = None,
 ) -> Trace:
     """Read requests `start .. start + limit - 1` (by order index) of a trace file; ``path_key``
-    names the config key of ``path`` in the error for a missing file.
+    names the config key of ``path`` in the error for a missing file; ``prefix`` lays a
+    synthetic shared prefix over a trace without prefix information (`cpkv.trace.prefix_model`;
+    ConfigError for a format that has its own, naming ``path_key``'s block).
 
     Raises `ConfigError` for a bad format name or argument and `InputError` for a missing file
     or a malformed line (naming the file, the line number, the field and what is allowed).
@@ -75,10 +79,21 @@ def read_trace(
             raise ConfigError(f"trace {key}={value!r} is not allowed; use an integer >= {low}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ConfigError(f"trace limit={limit!r} is not allowed; use null or an integer >= 0")
+    name = TRACE_FORMATS.canonical(format)
+    synthetic = prefix is not None and prefix.model != "none"
+    if synthetic and name not in NO_PREFIX_FORMATS:
+        block = path_key.rsplit(".", 1)[0]
+        raise ConfigError(
+            f"{block}.prefix.model={prefix.model}: the {name} format carries its own prefix hashes; "
+            f"a synthetic prefix applies to traces without them ({', '.join(NO_PREFIX_FORMATS)}); "
+            "allowed here: none"
+        )
     file = Path(path)
     require_file(file, path_key, "trace file")
     requests = tuple(reader(file, block_size, start, limit))
-    return Trace(str(file), TRACE_FORMATS.canonical(format), block_size, requests)
+    if synthetic:
+        requests = tuple(apply_prefix(requests, prefix, block_size))
+    return Trace(str(file), name, block_size, requests)
 
 
 def _bad(file: Path, lineno: int, field: str, allowed: str, value: object) -> InputError:
@@ -177,7 +192,8 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
 AZURE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_HASH_BASE = -(1 << 40)
 """Azure requests carry no prefix information: each gets block hashes of its own, negative
-(Mooncake's are not) and distinct per request, so no two requests share a prefix block."""
+(Mooncake's are not) and distinct per request, so no two requests share a prefix block
+(unless a synthetic prefix model is laid over them: `cpkv.trace.prefix_model`)."""
 
 
 @TRACE_FORMATS.register(

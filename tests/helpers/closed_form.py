@@ -69,7 +69,7 @@ def write_config(folder: Path, extra: dict | None = None, requests: int = N) -> 
             "cp": {"enabled": False},
             "kv": {"block_size": 16, "capacity_blocks": 64},
             "arrivals": {"process": "trace", "speedup": 1.0},
-            "cost": {"fixed_us": F_US, "prefill_token_us": 0, "decode_request_us": 0,
+            "cost": {"kind": "linear", "fixed_us": F_US, "prefill_token_us": 0, "decode_request_us": 0,
                      "context_token_us": 0, "l2_load_gb_per_s": None},
             "slo": {"ttft_ms": TTFT_SLO_MS},
         },

@@ -225,7 +225,7 @@ def _file_arg(reader: Reader, name: str) -> tuple[str, ...]:
     if reader.label in ("jsonl-requests", "admit-trace"):
         return (f"admit.workload.path={name}",)
     if reader.label == "fit-points":
-        return (f"admit.cost.fit_points={name}",)
+        return ("admit.cost.kind=linear", f"admit.cost.fit_points={name}")
     return (name,)
 
 
