@@ -88,6 +88,7 @@ def strip_timing(results: dict) -> dict:
     results["notes"] = [n for n in results.get("notes", []) if not n.startswith("timing:")]
     if results.get("kind") in TIMED_KINDS:
         results["notes"] = []
+        summary.pop("headline", None)  # geometric means of timings
         for key in [k for k in summary if k.startswith("vs_")]:
             del summary[key]
     return results

@@ -6,7 +6,8 @@ prefixes, the queue, the continuing chunk), ``adder`` (one scheduling pass), ``t
 passes on either backend: the ``BACKENDS`` registry), ``records`` (tick records and the
 summary), ``token_ratio`` (SGLang's adaptive ``new_token_ratio``), ``scenarios`` (seeded random
 scenarios for differential tests), ``timing`` and ``run`` (the passes-mode output),
-``sglang/`` (the real SGLang backend, imported only when asked for).
+``sglang/`` (the real SGLang backend, imported only when asked for), ``schedule_policy/``
+(SGLang's waiting-queue order and priority preemption, for the loops to call).
 
 May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``.
 """

@@ -11,17 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cpkv.admission.budgets import AdmitBudgets
+from cpkv.admission.schedule_policy.config import SchedulePolicyConfig
 from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.iteration import IterationBudget
-from cpkv.serving.cost.model import CostModel
+from cpkv.serving.cluster.schema import MULTI_INSTANCE_PENDING, ClusterSpec
+from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
 
 MODES = ("passes", "serving")
 """``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
 ``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.loop`)."""
+SCHEDULE_POLICY_MODES: tuple[str, ...] = ()
+"""The modes whose loop applies the ``admit.schedule_policy`` keys (the waiting-queue order and
+priority preemption of :mod:`cpkv.admission.schedule_policy`); elsewhere only their defaults
+(``fcfs``, no priority scheduling) are accepted, as nothing would read another value. The
+serving loop adds ``serving`` here when it orders its queue."""
 
 
 @dataclass(frozen=True)
@@ -33,15 +40,17 @@ class _RunChoices:
 
 
 @dataclass(frozen=True)
-class AdmitBlock(AdmitBudgets, _RunChoices):
-    """``admit:``: backend, policy, mode, workload, then the budgets (an AdmitBudgets)."""
+class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
+    """``admit:``: backend, policy, mode, workload, the waiting-queue policy keys (a
+    SchedulePolicyConfig), then the budgets (an AdmitBudgets)."""
 
     kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
     iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
     arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
-    cost: CostModel = CostModel()  # mode serving: iteration time
+    cost: CostSpec = CostSpec()  # mode serving: iteration time
     slo: SloSpec = SloSpec()  # mode serving: goodput
     serving: ServingSpec = ServingSpec()  # mode serving: loop options
+    cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -55,9 +64,31 @@ class AdmitBlock(AdmitBudgets, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
+        self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
+        if self.cluster.instances > 1:
+            if self.mode != "serving":
+                raise FieldError(
+                    "cluster.instances",
+                    f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
+                )
+            raise FieldError("cluster.instances", MULTI_INSTANCE_PENDING)
         AdmitBudgets.validate(self)
+
+    def _validate_schedule_policy(self) -> None:
+        self.validate_schedule()
+        if self.mode in SCHEDULE_POLICY_MODES:
+            return
+        default = SchedulePolicyConfig()
+        for key in ("schedule_policy", "enable_priority_scheduling"):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"{getattr(self, key)!r} is not applied in mode {self.mode} (its queue runs "
+                    f"in the order given: fcfs without priorities); only the default "
+                    f"{getattr(default, key)!r} is accepted there",
+                )
 
     def _validate_serving(self) -> None:
         if self.backend != "model":

@@ -14,6 +14,7 @@ import typer
 from cpkv import __version__
 from cpkv.cli import admit as admit_cli
 from cpkv.cli import alloc, trace
+from cpkv.cli import capacity as capacity_cli
 from cpkv.cli import runs as runs_cli
 from cpkv.cli import sweep as sweep_cli
 from cpkv.cli.usage import OneLineGroup
@@ -32,6 +33,7 @@ app.command("admit")(admit_cli.admit)
 app.command("fit-cost")(admit_cli.fit_cost)
 app.add_typer(trace.app, name="trace")
 app.command("sweep")(sweep_cli.sweep)
+app.command("capacity")(capacity_cli.capacity)
 app.command("diff")(runs_cli.diff)
 app.command("show")(runs_cli.show)
 app.command("ls")(runs_cli.ls)

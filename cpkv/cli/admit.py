@@ -59,7 +59,11 @@ def admit(
     mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
     conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
-    admit.arrivals.process trace, poisson, zero.
+    admit.arrivals.process trace, poisson, zero; admit.workload.prefix.model none, shared;
+    admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
+    llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100);
+    admit.cluster.router round_robin, random, least_requests, least_tokens, prefix_aware,
+    power_of_two (admit.cluster.instances above 1 arrives with the cluster driver).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """
@@ -82,18 +86,26 @@ def _write_workload(args: list[str] | None, path: Path) -> None:
 
 
 PointsArg = Annotated[
-    Path,
+    Path | None,
     typer.Argument(
-        metavar="POINTS.jsonl",
-        help="Measured iterations, one JSON object per line.",
+        metavar="[POINTS.jsonl]",
+        help="Measured iterations, one JSON object per line (fits kind linear).",
         show_default=False,
+    ),
+]
+ProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        metavar="DIR",
+        help="A Vidur profile folder (mlp.csv) to fit kind roofline's calibration to; with --table, a folder of them.",
     ),
 ]
 
 
 @user_errors
 def fit_cost(
-    points: PointsArg,
+    points: PointsArg = None,
     kv_bytes_per_token: Annotated[
         int,
         typer.Option(
@@ -101,17 +113,51 @@ def fit_cost(
             help="KV bytes per token (turns the load coefficient into GB/s).",
         ),
     ] = 131072,
+    profile: ProfileOpt = None,
+    tp: Annotated[int, typer.Option("--tp", help="With --profile: the TP degree to fit.")] = 1,
+    network: Annotated[
+        Path | None,
+        typer.Option(
+            "--network",
+            metavar="CSV",
+            help="With --profile: the all-reduce table (default: ../network_<gpu>_dgx/all_reduce.csv beside the profile).",
+        ),
+    ] = None,
+    table: Annotated[
+        bool,
+        typer.Option(
+            "--table",
+            help="With --profile: the validation table of every profile under DIR (every TP) and the GPUs' defaults.",
+        ),
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="With --table: text or markdown.")] = "text",
 ) -> None:
-    """Fit the serving cost model (admit.cost) to measured iterations, non-negative least squares.
+    """Fit the serving cost model (admit.cost) to measurements and print the admit.cost block.
 
-    Each line holds time_us and the iteration's prefill_tokens, decode_requests,
-    context_tokens and loaded_tokens (missing: 0). Prints the coefficients as an admit.cost
-    block to paste into a config, and the fit error; admit.cost.fit_points=POINTS.jsonl fits
-    them inside a serving run instead.
+    POINTS.jsonl (kind linear): measured iterations, each line holding time_us and the
+    iteration's prefill_tokens, decode_requests, context_tokens and loaded_tokens (missing: 0);
+    non-negative least squares; admit.cost.fit_points=POINTS.jsonl fits inside a serving run.
 
-    Example: cpkv fit-cost configs/examples/points.jsonl --kv-bytes-per-token 131072
+    --profile DIR (kind roofline): Vidur's per-operator GPU timings (mlp.csv, and the
+    all-reduce table beside it); fits the measured calibration keys for one TP degree and
+    prints the block with the errors. --table prints the validation table instead.
+
+    Examples: cpkv fit-cost configs/examples/points.jsonl;
+    cpkv fit-cost --profile ../shared/data/gpu_profiles/a100_meta-llama_Meta-Llama-3-8B --tp 1;
+    cpkv fit-cost --profile ../shared/data/gpu_profiles --table
     """
     from cpkv.core.errors import ConfigError
+
+    if (points is None) == (profile is None):
+        raise ConfigError(
+            "cpkv fit-cost: give POINTS.jsonl (kind linear) or --profile DIR (kind roofline), one of them"
+        )
+    if profile is not None:
+        typer.echo(_fit_profile(profile, tp, network, table, fmt))
+        return
+    assert points is not None
+    if table:
+        raise ConfigError("--table: goes with --profile DIR")
     from cpkv.serving.cost.fit import fit_cost as fit
     from cpkv.serving.cost.fit import read_points
     from cpkv.serving.cost.model import CostModel
@@ -133,3 +179,18 @@ def fit_cost(
         shown = "null" if value is None else f"{value:.6g}" if isinstance(value, float) else value
         lines.append(f"    {key}: {shown}")
     typer.echo("\n".join(lines))
+
+
+def _fit_profile(profile: Path, tp: int, network: Path | None, table: bool, fmt: str) -> str:
+    from cpkv.core.errors import ConfigError
+    from cpkv.serving.cost.calibrate import fit_profile
+    from cpkv.serving.cost.calibration_report import profile_block, validation_table
+    from cpkv.serving.cost.profiles import read_profile
+
+    if fmt not in ("text", "markdown"):
+        raise ConfigError(f"--format: unknown format {fmt!r} (allowed: text, markdown)")
+    if table:
+        return validation_table(profile, fmt)
+    if tp < 1:
+        raise ConfigError(f"--tp: must be >= 1, got {tp}")
+    return profile_block(fit_profile(read_profile(profile), tp, network))

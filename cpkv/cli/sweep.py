@@ -117,6 +117,12 @@ def sweep(
 
     check_address_option(executor, ray_address)  # for --dry-run too
     if resume is not None:
+        from cpkv.capacity.store import is_search_dir
+
+        if is_search_dir(resume):
+            raise ConfigError(
+                f"{resume}: is a capacity search; continue it with `cpkv capacity --resume {resume}`"
+            )
         if configs or overrides or zips or name:
             raise ConfigError(
                 "--resume SWEEP_DIR takes no configs, overrides, --zip or --name (the sweep's plan is reused)"

@@ -20,8 +20,11 @@ from cpkv.core.schema import FieldError, build, to_dict
 from cpkv.core.suggest import did_you_mean
 from cpkv.core.yaml_input import CONFIG_LIMITS, check_yaml_bounds, read_yaml_file
 
-# Top-level keys that configure sweeps rather than a single run (read by cpkv sweep).
-SWEEP_KEYS = ("sweep",)
+# Top-level keys that configure several runs rather than one: ``sweep:`` (read by cpkv sweep
+# and, as its second axis, by cpkv capacity) and ``capacity:`` (a capacity search's settings,
+# read by cpkv capacity; cpkv sweep runs such a file's sweep: points at its own load).
+SWEEP_KEYS = ("sweep", "capacity")
+RUNNERS = {"sweep": "cpkv sweep", "capacity": "cpkv capacity"}
 _ABSENT = object()
 
 
@@ -149,10 +152,11 @@ def load_config(
         )
     sweep = {k: file_data.pop(k) for k in SWEEP_KEYS if k in file_data}
     if sweep and command is not None:
-        line = yaml_line(path, [SWEEP_KEYS[0]]) if path is not None else None
+        block = "capacity" if "capacity" in sweep else "sweep"
+        line = yaml_line(path, [block]) if path is not None else None
         raise ConfigError(
-            f"{source}{':' + str(line) if line else ''}: holds a sweep: block, and `{command}` "
-            f"runs one config; run it with `cpkv sweep {source}`"
+            f"{source}{':' + str(line) if line else ''}: holds a {block}: block, and `{command}` "
+            f"runs one config; run it with `{RUNNERS[block]} {source}`"
         )
     override_data = parse_overrides(overrides)
     if "kind" in override_data and override_data["kind"] != kind:
@@ -163,9 +167,12 @@ def load_config(
         )
     for k in SWEEP_KEYS:
         if k in override_data:
-            raise ConfigError(
-                f"override {k}=...: sweep keys belong in a config file or `cpkv sweep KEY=a,b`"
+            hint = (
+                "`cpkv sweep KEY=a,b`"
+                if k == "sweep"
+                else "`cpkv capacity CONFIG capacity.KEY=VALUE`"
             )
+            raise ConfigError(f"override {k}=...: {k} keys belong in a config file or {hint}")
     defaults = to_dict(spec.config_cls()())
     if path is not None:  # the file alone must be valid: an override may not hide a bad value
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cpkv.capacity.store import read_result
+from cpkv.plots.capacity import plot_capacity
 from cpkv.plots.common import require_matplotlib
 from cpkv.plots.records import plot_run
 from cpkv.plots.sweep import plot_sweep
@@ -17,7 +19,8 @@ def plot_target(
     """Write every plot that applies to ``path`` under ``out`` (default: ``<path>/plots``).
 
     For a sweep: headline metrics against swept keys, and with ``points=True`` each
-    completed point's own plots under ``<out>/<point>/``.
+    completed point's own plots under ``<out>/<point>/``; for a capacity search (a sweep
+    directory with ``capacity.json``) its attainment and goodput curves first.
     """
     require_matplotlib()
     target = open_target(path)
@@ -25,6 +28,11 @@ def plot_target(
     if not isinstance(target, SweepView):
         return plot_run(target.record, target.path, where)
     paths = plot_sweep(target.summary, where, f"sweep {Path(path).resolve().name}")
+    search = read_result(Path(path))  # a capacity search: its own plot too
+    if search is not None:
+        drawn = plot_capacity(search, where)
+        if drawn is not None:
+            paths.insert(0, drawn)
     if points:
         for point in target.plan.points:
             run_dir = target.point_dir(point.name)

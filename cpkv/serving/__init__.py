@@ -6,7 +6,7 @@ policies as continuous policies), ``decode_stretch`` (decode-only stretches in o
 ``hits`` (prefix hits, fixed or from the live prefix cache), ``workload`` (requests and their
 arrival times), ``metrics`` (the summary row, ``requests.jsonl``, ``timeline.jsonl``),
 ``schema`` (arrivals, SLOs, loop options), ``run`` (the serving run's output), ``cost/`` (the
-iteration-time models and their fitting).
+iteration-time models — roofline and linear —, their calibration and the time breakdown).
 
 May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``,
 ``cpkv.admission``, ``cpkv.policies``.

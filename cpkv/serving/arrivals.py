@@ -30,7 +30,7 @@ from cpkv.core.errors import ConfigError
 from cpkv.serving.kv_pool import Req
 
 INF = float("inf")
-COPY_HASH_STRIDE = 1 << 48
+COPY_HASH_STRIDE = 1 << 52
 """Copy ``c`` of a repeated trace has block hashes ``h + c * COPY_HASH_STRIDE``."""
 
 
@@ -110,7 +110,9 @@ def _poisson(count: int | None, rate_rps: float, seed: int) -> Iterator[float]:
         n += 1
 
 
-def drawn_in_order(rows: Iterable[tuple], times: Iterator[float] | None, speedup: float) -> Iterator[Req]:
+def drawn_in_order(
+    rows: Iterable[tuple], times: Iterator[float] | None, speedup: float
+) -> Iterator[Req]:
     """Requests ``(rid, arrival_ms, prompt, max_new, l1, l2, hash_ids)`` read in input order
     whose arrival times never decrease in that order (so it is their arrival order): as
     Reqs, with ``times`` (None: each row's own time, divided by ``speedup``)."""
@@ -121,7 +123,9 @@ def drawn_in_order(rows: Iterable[tuple], times: Iterator[float] | None, speedup
                 ms = ms / speedup
             yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
         return
-    for i, ((rid, _, prompt, max_new, l1, l2, hashes), ms) in enumerate(zip(rows, times, strict=False)):  # times: endless
+    for i, ((rid, _, prompt, max_new, l1, l2, hashes), ms) in enumerate(
+        zip(rows, times, strict=False)
+    ):  # times: endless
         yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
 
 
@@ -166,7 +170,9 @@ def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: in
         if speedup != 1.0:
             ms = [t / speedup for t in ms]
         us = [t * 1000.0 for t in ms]
-        order = base_order if _in_order(base_order, us) else sorted(range(n), key=lambda i: (us[i], i))
+        order = (
+            base_order if _in_order(base_order, us) else sorted(range(n), key=lambda i: (us[i], i))
+        )
         if us[order[0]] < last_us:
             raise ConfigError(
                 f"admit.workload.repeat: copy {c} of the trace would start before copy {c - 1} "
@@ -188,7 +194,7 @@ def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: in
 def copy_rows(requests: Sequence[Any], repeat: int) -> Iterator[tuple]:
     """Every copy's requests in input order, as rows: copy ``c`` (from 0) of a request named
     ``rid`` is named ``rid.c`` (``rid`` itself in copy 0), arrives ``c`` periods later
-    (:func:`trace_period`) and has block hashes ``h + c * 2**48`` (no prefix block shared
+    (:func:`trace_period`) and has block hashes ``h + c * 2**52`` (no prefix block shared
     with another copy)."""
     period = trace_period(requests)
     for c in range(repeat):

@@ -163,7 +163,7 @@ def decode_stretch(sim: Any) -> int:
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                pool.used_blocks, free, log.jumped,
+                pool.used_blocks, free, log.jumped, 0, 0, 0, 0, 0, 0,
             )  # fmt: skip
             log.jumped = 0.0
             counts.fromlist(grow)

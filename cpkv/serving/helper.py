@@ -108,9 +108,7 @@ class Producer:
                 return
             if kind == ERROR:
                 self.close()
-                raise RuntimeError(
-                    f"the serving run's arrival process failed: {parts[0].decode()}"
-                )
+                raise RuntimeError(f"the serving run's arrival process failed: {parts[0].decode()}")
             rids, hashes = pickle.loads(parts[1])
             for (i, arrival_us, prompt, max_new, l1, l2), rid, h in zip(
                 _ARRIVAL.iter_unpack(parts[0]), rids, hashes, strict=True
@@ -153,8 +151,14 @@ def _produce(arrivals: Any, outbox: int) -> None:
 def _send_arrivals(fd: int, batch: list[Any], pack: Any) -> None:
     packed = b"".join(
         [
-            pack(r.index, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
-                 r.fixed_l1_tokens, r.fixed_l2_tokens)  # fmt: skip
+            pack(
+                r.index,
+                r.arrival_us,
+                r.prompt_tokens,
+                r.max_new_tokens,
+                r.fixed_l1_tokens,
+                r.fixed_l2_tokens,
+            )  # fmt: skip
             for r in batch
         ]
     )
@@ -168,7 +172,9 @@ def _send_arrivals(fd: int, batch: list[Any], pack: Any) -> None:
 class Helper:
     """The forked output child and the pipes to it (see the module docstring)."""
 
-    def __init__(self, stats: Any, samples: Any, lines: Any, close_in_child: list[int] = ()) -> None:
+    def __init__(
+        self, stats: Any, samples: Any, lines: Any, close_in_child: list[int] = ()
+    ) -> None:
         """Fork now: the child takes over the processing of ``stats`` (a
         :class:`~cpkv.serving.records.RequestStats`) and ``samples`` (an
         :class:`~cpkv.serving.iteration_log.IterationLog`); ``lines`` is the
@@ -192,11 +198,14 @@ class Helper:
     def records(self, packed: bytes, rids: list[str]) -> None:
         self._send(RECORDS, packed, pickle.dumps(rids, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def samples(self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool) -> None:
+    def samples(
+        self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
+    ) -> None:
         self._send(SAMPLES, records, counts, durations, _TAIL.pack(now, jumped))
 
     def finish(self, end_us: float, capacity_blocks: int, points: int) -> dict[str, Any]:
-        """The child's results: ``summary`` (the requests), ``integrals``, ``timeline``."""
+        """The child's results: ``summary`` (the requests), ``integrals``, ``timeline``,
+        ``time``."""
         self._send(END, pickle.dumps((end_us, capacity_blocks, points)))
         reply = self._reply()
         self._reap()
@@ -243,7 +252,7 @@ class Helper:
 def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
     """The child's loop: process batches until ``END`` (reply with the results) or until the
     parent closes the pipe (drop everything)."""
-    from cpkv.serving.timeline import timeline_points
+    from cpkv.serving.timeline import timeline_and_time
 
     try:
         while True:
@@ -260,10 +269,12 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
             else:
                 end_us, capacity, points = pickle.loads(parts[0])
                 lines.flush()
+                timeline, time = timeline_and_time(samples, end_us, capacity, points)
                 reply = {
                     "summary": stats.summary(),
                     "integrals": samples.totals,
-                    "timeline": timeline_points(samples.chunks(), end_us, capacity, points),
+                    "timeline": timeline,
+                    "time": time,
                 }
                 samples.discard()
                 _write_all(outbox, pickle.dumps(reply))

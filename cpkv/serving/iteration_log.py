@@ -40,13 +40,16 @@ FULL, LINEAR, LOGGED, APART = 0, 1, 2, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
 stretch whose durations were logged; ``| APART``: the stretch logged its needed-block counts
 apart from its used-block counts (a running request holds a reservation)."""
-WIDTH = 10
+WIDTH = 16
 """Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
 term, the context the first step reads (each step reads ``running`` more), the blocks used
-and free after the first step's allocations *less that step's growth*, and whether the loop
-jumped over idle time just before it. A full iteration is a one-step segment whose
-constant term is its duration, context 0, growth 0 (one logged count of 0): its used and
-free blocks are its own."""
+and free after the first step's allocations *less that step's growth*, whether the loop
+jumped over idle time just before it, and, for a full iteration, the six arguments the
+loop gave the cost model (prefill tokens, decoding requests, decode context, prefill
+context, prefill attention pairs, loaded tokens; zeros in a stretch, whose iterations are
+``(0, running, context, 0, 0, 0)``). A full iteration is a one-step segment whose constant
+term is its duration, context 0, growth 0 (one logged count of 0): its used and free blocks
+are its own."""
 SEGMENT = struct.Struct(f"<{WIDTH}d")
 """One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append)."""
 FLUSH_BYTES = 16384 * SEGMENT.size
@@ -70,7 +73,12 @@ class IterationLog:
     else they go to a temporary file under ``spill_dir`` (None: the system's)."""
 
     def __init__(
-        self, capacity_blocks: int, block_size: int, keep: bool, spill_dir: Any = None
+        self,
+        capacity_blocks: int,
+        block_size: int,
+        keep: bool,
+        spill_dir: Any = None,
+        cost: Any = None,
     ) -> None:
         self.capacity_blocks, self.block_size = capacity_blocks, block_size
         self.records = bytearray()  # packed segments
@@ -85,15 +93,25 @@ class IterationLog:
         self.spill: Any = None
         self.int_type = np.int32 if capacity_blocks < 2**31 - 1 else np.int64
         self.spilled_iterations = 0
+        self.cost = cost  # a cost model: each iteration's breakdown is kept too
+        self.kept_parts: list[np.ndarray] = []
 
     # -- logging (the loop's side) ----------------------------------------------------------
     def full(
-        self, start: float, duration: float, used: int, held: int, running: int, waiting: int
+        self,
+        start: float,
+        duration: float,
+        used: int,
+        held: int,
+        running: int,
+        waiting: int,
+        cost_args: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
     ) -> None:
-        """One full iteration (the loop packs it inline: the same record)."""
+        """One full iteration (the loop packs it inline: the same record); ``cost_args``:
+        the arguments of its ``batch_us``."""
         self.records += SEGMENT.pack(
             FULL, 1, start, running, waiting, duration, 0, used, self.capacity_blocks - held,
-            self.jumped,
+            self.jumped, *cost_args,
         )  # fmt: skip
         self.phase_counts.append(0)
         self.jumped = 0.0
@@ -121,7 +139,7 @@ class IterationLog:
         same counts repeat every ``block_size`` steps; ``need`` None: the same as ``grow``)."""
         self.records += SEGMENT.pack(
             kind if need is None else kind | APART, steps, start, running, 0, a, context,
-            used, free, self.jumped,
+            used, free, self.jumped, 0, 0, 0, 0, 0, 0,
         )  # fmt: skip
         self.jumped = 0.0
         self.phase_counts.fromlist(grow)
@@ -157,7 +175,7 @@ class IterationLog:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
         last one, so ``now`` is not where they end)."""
         rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
-        t0, dt, used, held, running, waiting = self._expand(
+        t0, dt, used, held, running, waiting, context = self._expand(
             rec,
             np.frombuffer(counts, dtype=np.int64),
             np.frombuffer(durations, dtype=np.float64),
@@ -170,9 +188,14 @@ class IterationLog:
         totals.used_sum += int(used.sum())
         totals.held_sum += int(held.sum())
         totals.used_peak = max(totals.used_peak, int(used.max()))
+        parts = None if self.cost is None else self._breakdown(rec, running, context, dt)
         if self.kept is not None:
-            for target, values in zip(self.kept, (t0, dt, used, held, running, waiting), strict=True):
+            for target, values in zip(
+                self.kept, (t0, dt, used, held, running, waiting), strict=True
+            ):
                 target.extend(values.tolist())
+            if parts is not None:
+                self.kept_parts.append(parts)
             return
         if self.spill is None:
             self.spill = tempfile.TemporaryFile(prefix="cpkv-samples-", dir=self.spill_dir)
@@ -181,7 +204,32 @@ class IterationLog:
         for values, kind in ((t0, np.float64), (dt, np.float64), (used, ints), (held, ints),
                              (running, ints), (waiting, ints)):  # fmt: skip
             values.astype(kind, copy=False).tofile(self.spill)
+        if parts is not None:
+            parts.tofile(self.spill)
         self.spilled_iterations += len(dt)
+
+    def _breakdown(
+        self, rec: np.ndarray, running: np.ndarray, context: np.ndarray, dt: np.ndarray
+    ) -> np.ndarray:
+        """The ``(n, 8)`` breakdown rows of the expanded iterations (a full iteration's from
+        the arguments it logged, a stretch's from ``(0, running, context, 0, 0, 0)``); their
+        times must be the loop's durations, float for float."""
+        from cpkv.serving.cost.report import breakdown_rows
+
+        steps = rec[:, 1].astype(np.int64)
+        full = np.repeat(rec[:, 0] == FULL, steps)
+        logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
+        prefill, decode, decode_context, prefill_context, pairs, loaded = logged
+        decode = np.where(full, decode, running)
+        decode_context = np.where(full, decode_context, context)
+        parts = breakdown_rows(
+            self.cost, prefill, decode, decode_context, prefill_context, pairs, loaded
+        )
+        if not np.array_equal(parts[:, 0], dt):
+            raise RuntimeError(
+                "internal error: the cost model's breakdown does not give the loop's durations"
+            )
+        return parts
 
     def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
         kind = rec[:, 0].astype(np.int64)
@@ -229,7 +277,7 @@ class IterationLog:
             raise RuntimeError(
                 "internal error: the iteration samples do not add up to the loop's own times"
             )
-        return t0, dt, used, held, running, waiting
+        return t0, dt, used, held, running, waiting, context
 
     # -- reading back -------------------------------------------------------------------------
     def close(self, now: float) -> Integrals:
@@ -238,16 +286,19 @@ class IterationLog:
         return self.totals
 
     def chunks(self, size: int = 1 << 18):
-        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting)`` of about
-        ``size`` iterations each (from memory or from the temporary file)."""
+        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, parts)``
+        of about ``size`` iterations each (from memory or from the temporary file);
+        ``parts``: the ``(n, 8)`` breakdown rows, None without a cost model."""
+        with_parts = self.cost is not None
         if self.kept is not None:
             if self.kept[0]:
-                yield tuple(np.asarray(v) for v in self.kept)
+                parts = np.concatenate(self.kept_parts) if with_parts else None
+                yield (*(np.asarray(v) for v in self.kept), parts)
             return
         if self.spill is None:
             return
         self.spill.seek(0)
-        parts: list[tuple[np.ndarray, ...]] = []
+        pieces: list[tuple[Any, ...]] = []
         held_count = 0
         ints = self.int_type
         while True:
@@ -255,23 +306,36 @@ class IterationLog:
             if not len(header):
                 break
             n = int(header[0])
-            part = tuple(
+            piece = [
                 np.fromfile(self.spill, dtype=kind, count=n)
                 for kind in (np.float64, np.float64, ints, ints, ints, ints)
+            ]
+            piece.append(
+                np.fromfile(self.spill, dtype=np.float64, count=n * 8).reshape(n, 8)
+                if with_parts
+                else None
             )
-            parts.append(part)
+            pieces.append(tuple(piece))
             held_count += n
             if held_count >= size:
-                yield tuple(np.concatenate(p) for p in zip(*parts, strict=True))
-                parts, held_count = [], 0
-        if parts:
-            yield tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+                yield _joined(pieces)
+                pieces, held_count = [], 0
+        if pieces:
+            yield _joined(pieces)
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""
         if self.spill is not None:
             self.spill.close()
             self.spill = None
+
+
+def _joined(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """Pieces of samples (the same columns each) as one."""
+    return tuple(
+        None if column[0] is None else np.concatenate(column)
+        for column in zip(*pieces, strict=True)
+    )
 
 
 def _sequential_sum(start: float, values: np.ndarray) -> float:

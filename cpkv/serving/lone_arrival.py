@@ -33,7 +33,12 @@ def admit_lone_arrival(sim: Any) -> bool:
     if r.admitted_us is not None or max_new < 1:
         return False
     pool = sim.pool
-    block, running, step, free = pool.block_size, pool.n_running, pool.decode_steps, pool.free_blocks
+    block, running, step, free = (
+        pool.block_size,
+        pool.n_running,
+        pool.decode_steps,
+        pool.free_blocks,
+    )
     phase = need = 0
     if running:  # the decode step, tentatively
         phase = -step % block
@@ -102,6 +107,7 @@ def admit_lone_arrival(sim: Any) -> bool:
     pool.join(r, kv + 1)
     if max_new == 1:
         finishing.append(r)
+    pairs = extend * filled + extend * (extend + 1) // 2
     linear = sim.linear_costs
     if linear is not None:
         fixed, prefill, decode, ctx, load = linear
@@ -110,7 +116,6 @@ def admit_lone_arrival(sim: Any) -> bool:
             + load * loaded
         )  # fmt: skip
     else:
-        pairs = extend * filled + extend * (extend + 1) // 2
         duration = sim.settings.cost.batch_us(
             extend, running, decode_context, prefill_context, pairs, loaded
         )
@@ -118,7 +123,7 @@ def admit_lone_arrival(sim: Any) -> bool:
     samples = sim.samples
     samples.records += SEGMENT.pack(
         FULL, 1, now, pool.n_running, 0, duration, 0, pool.used_blocks, pool.free_blocks,
-        samples.jumped,
+        samples.jumped, extend, running, decode_context, prefill_context, pairs, loaded,
     )  # fmt: skip
     samples.phase_counts.append(0)
     samples.jumped = 0.0

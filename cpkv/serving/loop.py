@@ -256,8 +256,7 @@ class Sim:
             r = arrivals.pop()
             prompt, max_new = r.prompt_tokens, r.max_new_tokens
             never = ceil_div(prompt + max_new, block) > capacity or (
-                tokens is not None
-                and prompt + min(max_new, CLIP_MAX_NEW_TOKENS) + block >= tokens
+                tokens is not None and prompt + min(max_new, CLIP_MAX_NEW_TOKENS) + block >= tokens
             )
             if never:
                 self._reject(r, "exceeds_kv_capacity")
@@ -341,7 +340,8 @@ class Sim:
         samples = self.samples
         samples.records += SEGMENT.pack(  # samples.full(...), inline
             FULL, 1, start, pool.n_running, len(self.waiting), duration, 0, pool.used_blocks,
-            pool.free_blocks, samples.jumped,
+            pool.free_blocks, samples.jumped, self.prefill_tokens, decoded, decode_context,
+            self.prefill_context, self.prefill_attention_pairs, self.loaded,
         )  # fmt: skip
         samples.phase_counts.append(0)
         samples.jumped = 0.0

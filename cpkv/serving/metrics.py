@@ -42,7 +42,12 @@ from cpkv.serving.schema import SloSpec
 from cpkv.serving.timeline import timeline_points
 
 PERCENTILES = (50, 90, 95, 99)
-__all__ = ["SERIES", "RequestStats", "RequestSummary", "timeline_points"]  # re-exported: the run and the tests read them here
+__all__ = [
+    "SERIES",
+    "RequestStats",
+    "RequestSummary",
+    "timeline_points",
+]  # re-exported: the run and the tests read them here
 
 
 def _ms(**kw: Any) -> Any:

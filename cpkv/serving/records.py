@@ -239,7 +239,9 @@ def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> 
     columns: list[np.ndarray] = []
 
     def text(literal: str) -> None:
-        columns.append(np.broadcast_to(np.frombuffer(literal.encode(), dtype=np.uint8), (n, len(literal))))
+        columns.append(
+            np.broadcast_to(np.frombuffer(literal.encode(), dtype=np.uint8), (n, len(literal)))
+        )
 
     if _PLAIN.fullmatch("".join(rids)):  # nothing to escape: the rid itself, between quotes
         text('{"rid":"')

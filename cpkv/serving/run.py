@@ -2,8 +2,9 @@
 
 ``results.json`` holds one :class:`~cpkv.serving.metrics.ServingRow` (the headline
 metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric);
-``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation over time;
-``plots/`` the KV timeline and the TTFT/TPOT CDFs when matplotlib is importable.
+``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation and where the
+time went (:mod:`cpkv.serving.cost.report`) over time; ``plots/`` the KV timeline and the
+TTFT/TPOT CDFs when matplotlib is importable.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
+from cpkv.serving.cost.report import cost_note, time_note
 from cpkv.serving.helper import Helper, Producer, helper_wanted
 from cpkv.serving.iteration_log import IterationLog
 from cpkv.serving.loop import Sim, SimSettings
-from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of, timeline_points
+from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of
+from cpkv.serving.timeline import timeline_and_time
 from cpkv.serving.workload import load_serving_workload
 
 
@@ -68,9 +71,9 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     block = cfg.admit
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
     fit = None
-    cost = block.cost
-    if cost.fit_points is not None:
-        fit = fit_cost(read_points(cost.fit_points), cost)
+    cost = block.cost.build()
+    if block.cost.fit_points is not None:
+        fit = fit_cost(read_points(block.cost.fit_points), cost)
         cost = fit.model
     settings = settings_from(block, cost)
 
@@ -80,7 +83,9 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         cap, points = settings.capacity_blocks, block.serving.timeline_points
         lines = ctx.stream("requests.jsonl")  # written as requests end
         stats = RequestStats(block.slo, lines.write)
-        samples = IterationLog(cap, settings.block_size, keep=False, spill_dir=ctx.run_dir)
+        samples = IterationLog(
+            cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
+        )
         arriving = workload.arriving(block.arrivals, cfg.seed)
         helped = helper_wanted(count, lines)
         producer = Producer(arriving) if helped and workload.lazy else None
@@ -95,10 +100,11 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             stats.close()
             if helper is not None:  # the output work ran on the other core
                 done = helper.finish(res.end_us, cap, points)
-                summary, integrals, timeline = done["summary"], done["integrals"], done["timeline"]
+                summary, integrals = done["summary"], done["integrals"]
+                timeline, time = done["timeline"], done["time"]
             else:
                 summary, integrals = stats.summary(), res.integrals
-                timeline = timeline_points(samples.chunks(), res.end_us, cap, points)
+                timeline, time = timeline_and_time(samples, res.end_us, cap, points)
         except BaseException:
             if helper is not None:
                 helper.abort()
@@ -110,12 +116,14 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         ctx.report(1, 1, "done")
         row = row_of(summary, integrals, res.end_us, cap)
         extras = {
-            "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in timeline),
+            "timeline.jsonl": "".join(
+                json.dumps(p, separators=(",", ":")) + "\n" for p in timeline
+            ),
         }
         kept = lines.text()
         if kept is not None:  # no run directory: the lines were kept in memory
             extras = {"requests.jsonl": kept, **extras}
-        notes = _notes(block, settings, fit)
+        notes = _notes(block, settings, fit, time)
         too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
         if too_big:
             notes.append(
@@ -125,7 +133,11 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             )
         return RunOutput(
             rows=[row],
-            summary={**_summary(block, settings, res, summary, fit), "headline": _headline(row)},
+            summary={
+                **_summary(block, settings, res, summary, fit),
+                "time": time,
+                "headline": _headline(row),
+            },
             extras=extras,
             table_columns=TABLE_COLUMNS,
             notes=notes,
@@ -171,7 +183,7 @@ def _summary(block: Any, s: SimSettings, res: Any, stats: Any, fit: Any) -> dict
     return out
 
 
-def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
+def _notes(block: Any, s: SimSettings, fit: Any, time: dict[str, Any]) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
@@ -187,7 +199,9 @@ def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
         notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
-    if fit is None:
+    if s.cost.kind == "roofline":
+        notes.append(cost_note(s.cost))
+    elif fit is None:
         notes.append(f"cost model (illustrative defaults unless set): {shown}")
     else:
         notes.append(
@@ -198,5 +212,8 @@ def _notes(block: Any, s: SimSettings, fit: Any) -> list[str]:
         "admit.available_tokens, evictable_tokens, page_size, running and release_each_tick describe the "
         "passes mode's snapshot and are not read here (the pool and its page are admit.kv)"
     )
-    notes.append("requests.jsonl: one line per request; timeline.jsonl: KV utilisation over time")
+    notes.append(time_note(time))
+    notes.append(
+        "requests.jsonl: one line per request; timeline.jsonl: KV utilisation and where the time went over time"
+    )
     return notes

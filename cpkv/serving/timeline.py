@@ -17,6 +17,7 @@ own iterations, as in the loop. Sums are sequential (``np.cumsum``), never pairw
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -141,10 +142,31 @@ def timeline_points(
     chunks: Iterable[tuple[np.ndarray, ...]], end: float, capacity_blocks: int, points: int
 ) -> list[dict[str, float]]:
     """KV utilisation over time in ``points`` equal buckets of [0, ``end``], from the
-    iterations' samples ``(t0, dt, used, held, running, waiting)`` in order."""
+    iterations' samples ``(t0, dt, used, held, running, waiting, ...)`` in order."""
     if end <= 0:
         return []
     buckets = TimelineBuckets(end, points)
     for chunk in chunks:
-        buckets.add(*chunk)
+        buckets.add(*chunk[:6])
     return buckets.rows(capacity_blocks)
+
+
+def timeline_and_time(
+    samples: Any, end: float, capacity_blocks: int, points: int
+) -> tuple[list[dict[str, float | None]], dict[str, float | None]]:
+    """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
+    the summary's ``time``, from the samples of an
+    :class:`~cpkv.serving.iteration_log.IterationLog` that kept each iteration's breakdown
+    (its ``cost``), read once, in order (:class:`~cpkv.serving.cost.report.BreakdownBuckets`)."""
+    from cpkv.serving.cost.report import BreakdownBuckets
+
+    kv = TimelineBuckets(end, points) if end > 0 else None
+    parts = BreakdownBuckets(end, points, samples.cost.peak_flops_per_us)
+    for chunk in samples.chunks():
+        if kv is not None:
+            kv.add(*chunk[:6])
+        parts.add(chunk[0], chunk[6])
+    rows: list[dict[str, float | None]] = [] if kv is None else kv.rows(capacity_blocks)  # type: ignore[assignment]
+    for row, part in zip(rows, parts.rows(), strict=True):
+        row.update(part)
+    return rows, parts.summary()

@@ -6,8 +6,9 @@ Every ``admit.workload`` source can feed the serving loop:
   looked up in a cold tiered cache (``workload.cache``) when it is admitted, and its blocks
   are inserted when it finishes. ``rid`` is ``r<index>``, the arrival its ``timestamp``. A
   trace format without prefix information (``azure_csv``: every request has blocks of its
-  own, :data:`~cpkv.trace.readers.NO_PREFIX_FORMATS`) gets no cache: every lookup would
-  miss, so its requests run with no hit, as with a cache, faster;
+  own, :data:`~cpkv.trace.prefix_model.NO_PREFIX_FORMATS`) and no synthetic prefix
+  (``admit.workload.prefix``) gets no cache: every lookup would miss, so its requests run
+  with no hit, as with a cache, faster;
 * ``jsonl`` with prefill-model lines (``l1_cached_tokens``, ``l2_cached_tokens``,
   ``extend_tokens``, ``arrival_ms``...): the prompt is ``l1 + l2 + extend`` and the hits are
   fixed (no cache);
@@ -21,7 +22,7 @@ A request without ``max_new_tokens`` takes ``admit.max_new_tokens``.
 ``r<i>`` named ``r<i>.<c>`` (``r<i>`` in copy 0), arriving ``c`` periods later, the period
 being the trace's span plus its mean gap between arrivals (``(last - first) * n / (n - 1)``
 for ``n`` requests: the repeated trace keeps the trace's mean rate), with block hashes
-``h + c * 2**48`` (a copy shares prefix blocks within itself as the trace does, never with
+``h + c * 2**52`` (a copy shares prefix blocks within itself as the trace does, never with
 another copy). Copies are built as the loop reaches them
 (:func:`cpkv.serving.arrivals.repeated_trace`).
 """
@@ -43,7 +44,7 @@ from cpkv.serving.arrivals import (
 )
 from cpkv.serving.schema import ArrivalsSpec
 from cpkv.trace.prefix_cache import TieredPrefixCache
-from cpkv.trace.readers import NO_PREFIX_FORMATS
+from cpkv.trace.prefix_model import NO_PREFIX_FORMATS
 
 if TYPE_CHECKING:
     from cpkv.serving.kv_pool import Req
@@ -158,7 +159,9 @@ def _trace_workload(spec: Any) -> ServingWorkload:
     except ConfigError as err:
         raise ConfigError(f"admit.workload.cache.{err}") from None
     trace = read_workload_trace(spec)
-    shared = trace.format not in NO_PREFIX_FORMATS  # else: no cache, every lookup would miss
+    # a trace without prefix information and no synthetic prefix (azure_csv alone): no
+    # two requests share a block, every lookup would miss: no cache
+    shared = trace.format not in NO_PREFIX_FORMATS or spec.prefix.model != "none"
     requests = tuple(
         ServingRequest(
             f"r{t.index}",
@@ -175,7 +178,7 @@ def _trace_workload(spec: Any) -> ServingWorkload:
         if top >= COPY_HASH_STRIDE // 2:
             raise InputError(
                 f"admit.workload.repeat: {spec.path} has block hashes as large as {top}; a "
-                f"repeated trace needs them below 2**47 (copy c adds c * 2**48)"
+                f"repeated trace needs them below 2**51 (copy c adds c * 2**52)"
             )
     if not shared:
         return ServingWorkload(requests, repeat=repeat)

@@ -105,16 +105,32 @@ def processes(phases: Sequence[Phase], address: str | None, on_result: OnResult)
             _process_pool(phase, on_result)
 
 
-def _process_pool(phase: Phase, on_result: OnResult) -> None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
+_SESSION_POOLS: list[Any] = []
+"""The worker pool of an open :func:`executor_session` of the process executor (at most one)."""
 
-    jobs = min(phase.jobs or os.cpu_count() or 1, len(phase.tasks))
-    pool = ProcessPoolExecutor(
+
+def _new_pool(jobs: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=signals.worker_install,
+    )
+
+
+def _process_pool(phase: Phase, on_result: OnResult) -> None:
+    """Run a phase's tasks on worker processes: the open session's pool (kept for the next
+    call), else a pool of its own (shut down at the end)."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    shared = bool(_SESSION_POOLS)
+    pool = (
+        _SESSION_POOLS[0]
+        if shared
+        else _new_pool(min(phase.jobs or os.cpu_count() or 1, len(phase.tasks)))
     )
     try:
         futures = {pool.submit(run_point_in_worker, t): t for t in phase.tasks}
@@ -129,8 +145,11 @@ def _process_pool(phase: Phase, on_result: OnResult) -> None:
             on_result(result)
     except BaseException:
         stop_workers(pool)
+        if shared:
+            _SESSION_POOLS.clear()  # its workers are gone: the session must not reuse it
         raise
-    pool.shutdown()
+    if not shared:
+        pool.shutdown()
 
 
 def run_point_in_worker(task: Task) -> PointResult:
@@ -200,32 +219,67 @@ def _no_ray_failure_handler() -> Any:
             os.environ.pop(NO_FAILURE_HANDLER, None)
 
 
+def _ray_init(ray: Any, address: str | None, jobs: int | None) -> None:
+    """Start a local Ray instance or join ``address`` (UnsupportedError in one line)."""
+    # no address: a fresh local instance ("local"), even when a cluster already runs on
+    # this machine (ray.init() would join it), unless RAY_ADDRESS names one
+    target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
+    kwargs = {"num_cpus": jobs} if target == "local" and jobs else {}
+    handlers = signals.snapshot()
+    try:
+        ray.init(
+            address=target,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="warning",
+            **kwargs,
+        )
+    except Exception as err:  # noqa: BLE001 - any failure to start or join Ray is one line
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # whatever ray.init got as far as starting
+        where = f" at {address}" if address else ""
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
+    finally:
+        signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
+
+
+@contextlib.contextmanager
+def executor_session(name: str, address: str | None = None, jobs: int | None = None) -> Any:
+    """Keep an executor set up across several calls (a capacity search runs its points in
+    rounds): the process executor starts its ``jobs`` worker processes once (each call runs
+    on them; they stop at the end, or at once on Ctrl-C); Ray starts, or joins ``address``,
+    once, and stops at the end (each call finds it running and leaves it so); serial needs
+    nothing."""
+    name = EXECUTORS.canonical(name)
+    if name == "process" and not _SESSION_POOLS:
+        _SESSION_POOLS.append(_new_pool(jobs or os.cpu_count() or 1))
+        try:
+            yield
+        finally:
+            if _SESSION_POOLS:
+                _SESSION_POOLS.pop().shutdown()
+        return
+    if name != "ray":
+        yield
+        return
+    ray = _import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    with _no_ray_failure_handler():
+        _ray_init(ray, address, jobs)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
 def _ray_run(
     ray: Any, started: bool, phases: Sequence[Phase], address: str | None, on_result: OnResult
 ) -> None:
     if started:
-        # no address: a fresh local instance ("local"), even when a cluster already runs on
-        # this machine (ray.init() would join it), unless RAY_ADDRESS names one
-        target = address or os.environ.get("RAY_ADDRESS", "").strip() or "local"
-        most = max((p.jobs for p in phases if p.tasks and p.jobs), default=None)
-        kwargs = {"num_cpus": most} if target == "local" and most else {}
-        handlers = signals.snapshot()
-        try:
-            ray.init(
-                address=target,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level="warning",
-                **kwargs,
-            )
-        except Exception as err:  # noqa: BLE001 - any failure to start or join Ray is one line
-            with contextlib.suppress(Exception):
-                ray.shutdown()  # whatever ray.init got as far as starting
-            where = f" at {address}" if address else ""
-            lines = str(err).strip().splitlines() or [type(err).__name__]
-            raise UnsupportedError(f"--executor ray: cannot start Ray{where}: {lines[0]}") from None
-        finally:
-            signals.restore(handlers)  # SIGTERM and SIGHUP stop the sweep as Ctrl-C does
+        _ray_init(ray, address, max((p.jobs for p in phases if p.tasks and p.jobs), default=None))
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point_packed)
         for phase in phases:

@@ -19,6 +19,7 @@ from pathlib import Path
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.jsonl import require_file
 from cpkv.core.registry import Registry
+from cpkv.trace.prefix_model import NO_PREFIX_FORMATS, PrefixSpec, apply_prefix
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,12 @@ def read_trace(
     start: int = 0,
     limit: int | None = None,
     path_key: str = "trace.path",
+    prefix: PrefixSpec | None = None,
 ) -> Trace:
     """Read requests `start .. start + limit - 1` (by order index) of a trace file; ``path_key``
-    names the config key of ``path`` in the error for a missing file.
+    names the config key of ``path`` in the error for a missing file; ``prefix`` lays a
+    synthetic shared prefix over a trace without prefix information (`cpkv.trace.prefix_model`;
+    ConfigError for a format that has its own, naming ``path_key``'s block).
 
     Raises `ConfigError` for a bad format name or argument and `InputError` for a missing file
     or a malformed line (naming the file, the line number, the field and what is allowed).
@@ -75,10 +79,21 @@ def read_trace(
             raise ConfigError(f"trace {key}={value!r} is not allowed; use an integer >= {low}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ConfigError(f"trace limit={limit!r} is not allowed; use null or an integer >= 0")
+    name = TRACE_FORMATS.canonical(format)
+    synthetic = prefix is not None and prefix.model != "none"
+    if synthetic and name not in NO_PREFIX_FORMATS:
+        block = path_key.rsplit(".", 1)[0]
+        raise ConfigError(
+            f"{block}.prefix.model={prefix.model}: the {name} format carries its own prefix hashes; "
+            f"a synthetic prefix applies to traces without them ({', '.join(NO_PREFIX_FORMATS)}); "
+            "allowed here: none"
+        )
     file = Path(path)
     require_file(file, path_key, "trace file")
     requests = tuple(reader(file, block_size, start, limit))
-    return Trace(str(file), TRACE_FORMATS.canonical(format), block_size, requests)
+    if synthetic:
+        requests = tuple(apply_prefix(requests, prefix, block_size))
+    return Trace(str(file), name, block_size, requests)
 
 
 def _bad(file: Path, lineno: int, field: str, allowed: str, value: object) -> InputError:
@@ -174,14 +189,11 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
     return TraceRequest(index, stamp, input_length, output_length, tuple(hashes))
 
 
-NO_PREFIX_FORMATS = frozenset({"azure_csv"})
-"""Trace formats without prefix information: no two requests share a prefix block, so a
-prefix cache never hits (a serving run of them needs none)."""
-
 AZURE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_HASH_BASE = -(1 << 40)
 """Azure requests carry no prefix information: each gets block hashes of its own, negative
-(Mooncake's are not) and distinct per request, so no two requests share a prefix block."""
+(Mooncake's are not) and distinct per request, so no two requests share a prefix block
+(unless a synthetic prefix model is laid over them: `cpkv.trace.prefix_model`)."""
 
 
 @TRACE_FORMATS.register(
@@ -190,7 +202,8 @@ AZURE_HASH_BASE = -(1 << 40)
 def read_azure_csv(
     file: Path, block_size: int, start: int, limit: int | None
 ) -> Iterator[TraceRequest]:
-    """The Azure LLM inference traces of 2023 as Vidur ships them: a CSV with a header holding
+    """The Azure LLM inference traces of 2023 as Vidur ships them: a plain CSV (no quoted
+    fields) with a header holding
     ``arrived_at`` (seconds from the start), ``num_prefill_tokens`` (>= 1) and
     ``num_decode_tokens`` (>= 0); other columns are ignored.
 
@@ -198,33 +211,28 @@ def read_azure_csv(
     (no prefix sharing, so a prefix cache never hits). Rows before ``start`` are counted but
     not parsed.
     """
-    import csv
-
     stop = None if limit is None else start + limit
-    with file.open(encoding="utf-8", newline="") as handle:
-        rows = csv.reader(handle)
-        header = next(rows, None)
-        if header is None:
-            raise InputError(
-                f"{file}:1: empty file; expected a header with {', '.join(AZURE_COLUMNS)}"
-            )
-        names = [name.strip() for name in header]
-        missing = [c for c in AZURE_COLUMNS if c not in names]
-        if missing:
-            raise InputError(
-                f"{file}:1: header lacks column(s) {', '.join(missing)}"
-                f" (an azure_csv trace has {', '.join(AZURE_COLUMNS)})"
-            )
-        at = [names.index(c) for c in AZURE_COLUMNS]
-        index = 0
-        for lineno, row in enumerate(rows, start=2):
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            if stop is not None and index >= stop:
-                return
-            if index >= start:
-                yield _parse_azure(file, lineno, row, at, index, block_size)
-            index += 1
+    lines = _text_lines(file)
+    first = next(lines, None)
+    if first is None:
+        raise InputError(f"{file}:1: empty file; expected a header with {', '.join(AZURE_COLUMNS)}")
+    names = [name.strip() for name in first[1].rstrip("\r\n").split(",")]
+    missing = [c for c in AZURE_COLUMNS if c not in names]
+    if missing:
+        raise InputError(
+            f"{file}:1: header lacks column(s) {', '.join(missing)}"
+            f" (an azure_csv trace has {', '.join(AZURE_COLUMNS)})"
+        )
+    at = [names.index(c) for c in AZURE_COLUMNS]
+    index = 0
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        if stop is not None and index >= stop:
+            return
+        if index >= start:
+            yield _parse_azure(file, lineno, line.rstrip("\r\n").split(","), at, index, block_size)
+        index += 1
 
 
 def _parse_azure(

@@ -34,7 +34,9 @@ def load(block: TraceBlock, command: str) -> Trace:
     """The block's trace (ConfigError when no path is given)."""
     if block.path is None:
         raise ConfigError(f"trace.path: missing; give the trace file: {command} PATH")
-    return read_trace(block.path, block.format, block.block_size, block.start, block.limit)
+    return read_trace(
+        block.path, block.format, block.block_size, block.start, block.limit, prefix=block.prefix
+    )
 
 
 def _check_nonempty(trace: Trace) -> None:

@@ -9,6 +9,7 @@ from cpkv.core.memory import MemoryNeed, file_bytes
 from cpkv.core.schema import FieldError, non_empty, non_negative, positive, require
 from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
+from cpkv.trace.prefix_model import PrefixSpec, check_prefix_format
 from cpkv.trace.readers import TRACE_FORMATS
 from cpkv.trace.stats import DEFAULT_FRACTIONS
 
@@ -23,6 +24,7 @@ class TraceBlock:
     start: int = 0
     limit: int | None = None
     cache: CacheConfig = DEFAULT_CACHE
+    prefix: PrefixSpec = PrefixSpec()  # synthetic prefix sharing (azure_csv has none of its own)
 
     def validate(self) -> None:
         if self.format not in TRACE_FORMATS:
@@ -34,6 +36,7 @@ class TraceBlock:
         positive("block_size", self.block_size)
         non_negative("start", self.start)
         non_negative("limit", self.limit, allow_none=True)
+        check_prefix_format(self.prefix, TRACE_FORMATS.canonical(self.format))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, non_negative, require
 from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
+from cpkv.trace.prefix_model import PrefixSpec, check_prefix_format
+from cpkv.trace.readers import TRACE_FORMATS
 from cpkv.workload.request import Request, new_request
 from cpkv.workload.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
 
@@ -69,6 +71,7 @@ class WorkloadSpec:
     limit: int | None = None
     cache: CacheConfig = DEFAULT_CACHE  # trace: L1/L2 capacities of the prefix-cache replay
     synthetic: SyntheticSpec = DEFAULT_SYNTHETIC  # synthetic: count, seed, distributions
+    prefix: PrefixSpec = PrefixSpec()  # trace: synthetic prefix sharing (azure_csv has none)
     repeat: int = 1  # trace, mode serving: the selected requests this many times, back to back
 
     def validate(self) -> None:
@@ -82,6 +85,8 @@ class WorkloadSpec:
         non_negative("start", self.start)
         non_negative("limit", self.limit, allow_none=True)
         require(self.repeat >= 1, "repeat", f"must be >= 1, got {self.repeat}")
+        if self.format in TRACE_FORMATS:
+            check_prefix_format(self.prefix, TRACE_FORMATS.canonical(self.format))
 
 
 WorkloadSource = Callable[[WorkloadSpec], tuple[Request, ...]]

@@ -28,7 +28,7 @@ def read_workload_trace(spec: Any) -> Trace:
     check_trace_spec(spec)
     return read_trace(
         spec.path, spec.format, spec.block_size, spec.start, spec.limit,
-        path_key="admit.workload.path",
+        path_key="admit.workload.path", prefix=spec.prefix,
     )  # fmt: skip
 
 

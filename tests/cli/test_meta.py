@@ -77,6 +77,10 @@ def test_help_lists_every_registry_name() -> None:
     from cpkv.policies.blocks import SCANS
     from cpkv.policies.registry import POLICIES
     from cpkv.policies.victims import VICTIMS
+    from cpkv.serving.cluster.routers import ROUTERS
+    from cpkv.serving.cost.base import COST_KINDS
+    from cpkv.serving.cost.gpus import GPUS
+    from cpkv.serving.cost.shapes import MODELS
     from cpkv.trace.readers import TRACE_FORMATS
     from cpkv.workload.sources import SOURCES
 
@@ -85,7 +89,8 @@ def test_help_lists_every_registry_name() -> None:
                             *PROTOCOLS],
         ("alloc", "l1"): [*L1_IMPLS.allowed(), *FREE_PATTERNS, *OWNER_PATTERNS, *L1_OPS],
         ("admit",): [*SOURCES.names(), *TRACE_FORMATS.allowed(), *BACKENDS.names(),
-                     *POLICIES.names(), *SCANS.names(), *VICTIMS.names()],
+                     *POLICIES.names(), *SCANS.names(), *VICTIMS.names(), *ROUTERS.names(),
+                     *COST_KINDS.names(), *MODELS.allowed(), *GPUS.allowed()],
     }  # fmt: skip
     runner = CliRunner()
     for path, names in expected.items():

@@ -23,10 +23,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "alloc": BELOW_CAPABILITIES,
     "admit": BELOW_CAPABILITIES | {"trace", "workload", "admission", "policies", "serving"},
     "sweep": BELOW_CAPABILITIES,
+    "capacity": BELOW_CAPABILITIES | {"sweep"},
     "diff": BELOW_CAPABILITIES | {"sweep"},
-    "plots": BELOW_CAPABILITIES | {"sweep", "trace"},
+    "plots": BELOW_CAPABILITIES | {"sweep", "trace", "capacity"},
     "cli": {"core", "runs", "trace", "workload", "admission", "policies", "serving", "alloc",
-            "admit", "sweep", "diff", "plots"},
+            "admit", "sweep", "capacity", "diff", "plots"},
 }  # fmt: skip
 ONLY_IN = {
     "typer": "cli",

@@ -225,7 +225,7 @@ def _file_arg(reader: Reader, name: str) -> tuple[str, ...]:
     if reader.label in ("jsonl-requests", "admit-trace"):
         return (f"admit.workload.path={name}",)
     if reader.label == "fit-points":
-        return (f"admit.cost.fit_points={name}",)
+        return ("admit.cost.kind=linear", f"admit.cost.fit_points={name}")
     return (name,)
 
 
@@ -545,6 +545,39 @@ def sweep_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+SERVING = (
+    "kind: admit\nname: s\nadmit:\n  mode: serving\n  arrivals: {process: poisson, rate_rps: 2}\n"
+    "  slo: {ttft_ms: 1000}\n"
+)
+"""A serving config a capacity search accepts (the grid's 8 requests, Poisson arrivals)."""
+
+
+def capacity_cases() -> list[Case]:
+    ok = {"c.yaml": SERVING}
+    return [
+        Case("capacity/no-config", ("capacity", "-o", OUT), ("name one config file",)),
+        Case("capacity/passes-mode", ("capacity", "c.yaml", "admit.mode=passes", "-o", OUT), ("admit.mode is 'passes'",), files=ok),
+        Case("capacity/no-slo", ("capacity", "c.yaml", "admit.slo.ttft_ms=null", "-o", OUT), ("admit.slo sets no limit",), files=ok),
+        Case("capacity/zero-arrivals", ("capacity", "c.yaml", "admit.arrivals.process=zero", "-o", OUT), ("no load to search",), files=ok),
+        Case("capacity/other-kind", ("capacity", "h.yaml", "-o", OUT), ("h.yaml", "kind is 'alloc_host'"), files={"h.yaml": "kind: alloc_host\n"}),
+        Case("capacity/two-axes", ("capacity", "c.yaml", "seed=1,2", "admit.policy=conservative,optimistic", "-o", OUT), ("one second axis",), files=ok),
+        Case("capacity/load-as-axis", ("capacity", "c.yaml", "admit.arrivals.rate_rps=1,2", "-o", OUT), ("load the search varies",), files=ok),
+        Case("capacity/bad-block", ("capacity", "b.yaml", "-o", OUT), ("b.yaml:8", "capacity.tolerance"),
+             files={"b.yaml": SERVING + "capacity:\n  tolerance: 0\n"}),
+        Case("capacity/bad-flag", ("capacity", "c.yaml", "--growth", "1", "-o", OUT), ("--growth 1",), files=ok),
+        Case("capacity/max-requests-of-a-grid", ("capacity", "c.yaml", "--max-requests", "4", "-o", OUT), ("max_requests",), files=ok),
+        Case("capacity/missing-workload", ("capacity", "c.yaml", "admit.workload.source=jsonl", "admit.workload.path=none.jsonl", "-o", OUT),
+             ("none.jsonl",), files=ok),
+        Case("capacity/unknown-executor", ("capacity", "c.yaml", "--executor", "slurm", "-o", OUT), ("slurm",), files=ok),
+        Case("capacity/resume-not-a-search", ("capacity", "--resume", "adir"), ("adir", "capacity.yaml"), files={"adir/keep": ""}),
+        Case("capacity/resume-corrupt", ("capacity", "--resume", "adir"), ("capacity.yaml",),
+             files={"adir/capacity.yaml": "capacity_version: 1\nvalues: 3\n", "adir/sweep.yaml": "sweep_version: 1\n"}),
+        Case("capacity/resume-a-sweep", ("capacity", "--resume", "sw"), ("sw", "capacity.yaml"), setup=sweep_dir),
+        Case("capacity/cluster-refused", ("capacity", "c.yaml", "admit.cluster.instances=1,4", "-o", OUT),
+             ("admit.cluster.instances", "cluster driver"), files=ok),
+    ]  # fmt: skip
+
+
 def all_cases() -> list[Case]:
     cases: list[Case] = []
     for cmd in COMMANDS:
@@ -552,7 +585,7 @@ def all_cases() -> list[Case]:
     cases += size_cases()
     for reader in READERS:
         cases += input_cases(reader)
-    cases += fit_overflow_cases() + saved_cases() + sweep_cases()
+    cases += fit_overflow_cases() + saved_cases() + sweep_cases() + capacity_cases()
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

@@ -30,7 +30,7 @@ COMMON = """\
   policy: conservative
   kv: {block_size: 4, capacity_blocks: 64, scan: first_fit, victim: scan_order}
   iteration: {budget_tokens: 1000, chunk_tokens: 1000}
-  cost: {fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
+  cost: {kind: linear, fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
          kv_bytes_per_token: 1, l2_load_gb_per_s: null}
 """
 

@@ -122,7 +122,8 @@ def test_cost_fitted_from_a_points_file_inside_a_run(cli, tmp_path) -> None:
         "admit.kv.scan=first_fit",
     ]
     path = f"admit.workload.path={ROOT / 'configs/admit/seed004_requests.jsonl'}"
-    assert cli("admit", *args, path, f"admit.cost.fit_points={points}").exit_code == 0
+    fit = ("admit.cost.kind=linear", f"admit.cost.fit_points={points}")
+    assert cli("admit", *args, path, *fit).exit_code == 0
     (run,) = cli.run_dirs()
     doc = cli.results(run)
     fitted = doc["summary"]["cost_model"]
@@ -157,11 +158,34 @@ def test_fit_cost_command_prints_a_config_block(cli, tmp_path) -> None:
         ),
         ("admit.arrivals.process=hourly", "admit.arrivals.process: unknown value 'hourly'"),
         ("admit.slo.ttft_ms=0", "admit.slo.ttft_ms: must be > 0"),
-        ("admit.cost.fit_points=/nonexistent/points.jsonl", "cannot read the cost points file"),
+        (
+            "admit.cost.kind=linear admit.cost.fit_points=/nonexistent/points.jsonl",
+            "cannot read the cost points file",
+        ),
+        (
+            "admit.cost.fit_points=/nonexistent/points.jsonl",
+            "admit.cost.fit_points: belongs to kind linear, and this admit.cost.kind is roofline",
+        ),
+        ("admit.cost.tp=3", "admit.cost.tp: must divide the model's 32 attention heads, got 3"),
+        ("admit.cost.model=llama-9b", "admit.cost.model: unknown model 'llama-9b'"),
+        ("admit.cost.gpu=b200", "admit.cost.gpu: unknown GPU 'b200'"),
+        ("admit.cost.kind=quadratic", "admit.cost.kind: unknown cost model kind 'quadratic'"),
+        (
+            "admit.cost.kind=linear admit.cost.tp=2",
+            "admit.cost.tp: belongs to kind roofline, and this admit.cost.kind is linear",
+        ),
+        (
+            "admit.cost.calibration.gemm_corner=2",
+            "admit.cost.calibration.gemm_corner: must be in [0, 1]",
+        ),
+        (
+            "admit.cost.model=null",
+            "admit.cost.model_shape: model is null, so model_shape must give every size; missing: layers",
+        ),
     ],
 )
 def test_bad_serving_input_is_one_line_and_no_run(cli, override, message) -> None:
-    res = cli("admit", "admit.mode=serving", override)
+    res = cli("admit", "admit.mode=serving", *override.split())
     assert res.exit_code == 2
     assert message in res.output and len(res.output.strip().splitlines()) == 1
     assert cli.run_dirs() == []

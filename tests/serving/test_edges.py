@@ -14,7 +14,7 @@ from tests.serving.test_metrics_hand import ADMIT_1, SCENARIO_1, _run
 
 approx = pytest.approx
 
-FREE = "  cost: {fixed_us: 0, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,\n"
+FREE = "  cost: {kind: linear, fixed_us: 0, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,\n"
 FREE += "         kv_bytes_per_token: 1, l2_load_gb_per_s: null}\n"
 
 
@@ -29,7 +29,7 @@ def test_a_run_whose_makespan_is_zero(cli, tmp_path) -> None:
     zero; A, B, C meet the SLO (TTFT 0 <= 5, TPOT 0 <= 1.05): 3 of 4 requests = 75 %.
     """
     admit = ADMIT_1.replace(
-        "  cost: {fixed_us: 1000, prefill_token_us: 500, decode_request_us: 0, context_token_us: 0,\n"
+        "  cost: {kind: linear, fixed_us: 1000, prefill_token_us: 500, decode_request_us: 0, context_token_us: 0,\n"
         "         kv_bytes_per_token: 1, l2_load_gb_per_s: null}\n",
         FREE,
     )

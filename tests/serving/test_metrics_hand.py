@@ -87,7 +87,7 @@ SCENARIO_1 = [
 ADMIT_1 = """\
   policy: conservative
   kv: {block_size: 4, capacity_blocks: 4, scan: first_fit, victim: scan_order}
-  cost: {fixed_us: 1000, prefill_token_us: 500, decode_request_us: 0, context_token_us: 0,
+  cost: {kind: linear, fixed_us: 1000, prefill_token_us: 500, decode_request_us: 0, context_token_us: 0,
          kv_bytes_per_token: 1, l2_load_gb_per_s: null}
   slo: {ttft_ms: 5, tpot_ms: 1.05}
   serving: {on_preempt: abort, timeline_points: 13}
@@ -213,7 +213,7 @@ SCENARIO_2 = [
 ADMIT_2 = """\
   policy: optimistic
   kv: {block_size: 4, capacity_blocks: 2, scan: first_fit, victim: scan_order}
-  cost: {fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
+  cost: {kind: linear, fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
          kv_bytes_per_token: 1, l2_load_gb_per_s: null}
   serving: {on_preempt: abort, timeline_points: 1}
 """
@@ -292,7 +292,7 @@ def test_zero_token_request_holds_its_blocks_through_its_iteration(cli, tmp_path
     admit = """\
   policy: conservative
   kv: {block_size: 4, capacity_blocks: 8, scan: first_fit, victim: scan_order}
-  cost: {fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
+  cost: {kind: linear, fixed_us: 1000, prefill_token_us: 0, decode_request_us: 0, context_token_us: 0,
          kv_bytes_per_token: 1, l2_load_gb_per_s: null}
   serving: {timeline_points: 2}
 """

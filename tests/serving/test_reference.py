@@ -2,6 +2,9 @@
 independent reference model (``tests/helpers/serving_reference``, frozen copies of that
 code): the same summary row, ``requests.jsonl`` and ``timeline.jsonl``, byte for byte.
 
+Linear cost (``admit.cost.kind: linear``: the reference's only model), the time breakdown
+included (the reference's iterations recorded and broken down as a whole).
+
 * the issue's workload (prompt 1024, output 256, Poisson 8 req/s, 16,384 blocks x 16) at
   10,000 requests through the whole runner (run directory, streamed ``requests.jsonl``,
   samples spilled to a temporary file and read back for the timeline), against the
@@ -24,6 +27,7 @@ from hypothesis import given, settings
 from cpkv.core.config import load_config
 from cpkv.runs.runner import run_experiment
 from cpkv.serving import loop as loop_module
+from cpkv.serving.cost.report import CostRecorder, bucket_breakdown, time_summary
 from cpkv.serving.loop import SimulationStalled, simulate
 from cpkv.serving.metrics import request_lines, summary_row, timeline
 from cpkv.serving.run import settings_from
@@ -57,33 +61,39 @@ admit:
 
 
 def _both(tmp_path: Path, text: str, overrides: list[str]) -> None:
-    """Run the config with the runner and with the reference; compare what they wrote."""
+    """Run the config with the runner and with the reference (linear cost: the reference's
+    model), the reference's iterations recorded by :class:`CostRecorder` and broken down by
+    :func:`bucket_breakdown` (the whole-run computation the runner streams); compare what
+    they wrote."""
     config = tmp_path / "config.yaml"
     config.write_text(text)
-    loaded = load_config("admit", str(config), overrides)
+    loaded = load_config("admit", str(config), ["admit.cost.kind=linear", *overrides])
     run = run_experiment(loaded, tmp_path / "out", plots=False).path
     cfg = loaded.experiment
     block = cfg.admit
     work = ref_workload.load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
     requests = ref_workload.with_arrivals(work.requests, block.arrivals, cfg.seed)
-    row, lines, points, res = ref.run_reference(
-        requests,
-        settings_from(block, block.cost),
-        work.new_cache(),
-        block.slo,
-        block.serving.timeline_points,
+    recorder = CostRecorder(block.cost.build())
+    points = block.serving.timeline_points
+    row, lines, kv_points, res = ref.run_reference(
+        requests, settings_from(block, recorder), work.new_cache(), block.slo, points
     )
+    parts = bucket_breakdown(res.timeline[0], recorder, res.end_us, points)
+    timeline_lines = []
+    for line, part in zip(kv_points.splitlines(), parts, strict=True):
+        timeline_lines.append(json.dumps({**json.loads(line), **part}, separators=(",", ":")))
     doc = json.loads((run / "results.json").read_text())
     assert doc["rows"][0] == json.loads(json.dumps(dataclasses.asdict(row)))
     assert (run / "requests.jsonl").read_text() == lines
-    assert (run / "timeline.jsonl").read_text() == points
+    assert (run / "timeline.jsonl").read_text().splitlines() == timeline_lines
     summary, counters = doc["summary"], res.counters
+    assert summary["time"] == json.loads(json.dumps(time_summary(recorder, res.end_us)))
     for key in ("admission_stops", "admissions", "decode_tokens", "l1_hit_tokens"):
         assert summary[key] == counters[key], key
     assert summary["prefill_tokens_computed"] == counters["prefill_tokens"]
     assert summary["l2_loaded_tokens"] == counters["loaded_tokens"]
     recomputed = sum(r.recomputed for r in res.requests)
-    assert summary["recompute_bytes"] == recomputed * block.cost.kv_bytes_per_token
+    assert summary["recompute_bytes"] == recomputed * recorder.kv_bytes_per_token
     if block.policy == "prefill_adder":
         assert summary["final_new_token_ratio"] == counters["final_new_token_ratio"]
 
@@ -95,7 +105,9 @@ def test_the_issue_workload_at_10k_requests_is_byte_identical(tmp_path) -> None:
 @pytest.mark.parametrize("policy", ["conservative", "optimistic", "iteration"])
 def test_the_seed_004_policies_are_byte_identical(tmp_path, policy) -> None:
     # the token budget of 512 keeps requests waiting: few decode-only stretches
-    _both(tmp_path, ISSUE_WORKLOAD, [f"admit.policy={policy}", "admit.workload.synthetic.count=1500"])
+    _both(
+        tmp_path, ISSUE_WORKLOAD, [f"admit.policy={policy}", "admit.workload.synthetic.count=1500"]
+    )
 
 
 @pytest.mark.skipif(not MOONCAKE_TRACE.is_file(), reason="the Mooncake trace is not here")

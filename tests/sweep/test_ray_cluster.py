@@ -137,6 +137,21 @@ def test_an_interrupted_ray_sweep_resumes_to_the_same_rows(cluster: str, tmp_pat
         assert F.meta(sweep / name)["start_utc"] == started  # not run twice
 
 
+def test_a_capacity_search_runs_its_rounds_on_one_ray_session(cluster: str, tmp_path: Path) -> None:
+    """cpkv capacity --executor ray: every round runs on the cluster joined once; the points
+    and the capacities are those of a serial search."""
+    from tests.helpers import closed_form as cf
+
+    config = cf.write_config(tmp_path / "case")
+    args = ["capacity", str(config), "admit.cost.fixed_us=20000,10000", "--tolerance", "0.05"]
+    serial = F.run([*args, "-o", "serial"], tmp_path)
+    ray = F.run([*args, "--executor", "ray", "--ray-address", cluster, "-o", "ray"], tmp_path,
+                timeout=120)  # fmt: skip
+    assert serial.code == 0 and ray.code == 0, ray.stderr
+    table = [line for line in serial.stdout.splitlines() if "/" not in line]
+    assert [line for line in ray.stdout.splitlines() if "/" not in line] == table
+
+
 def test_an_open_port_that_is_not_ray_is_one_line_within_seconds(tmp_path: Path) -> None:
     with socket.socket() as server:  # accepts connections and never says a word
         server.bind(("127.0.0.1", 0))

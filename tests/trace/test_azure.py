@@ -98,3 +98,14 @@ def test_cpkv_admit_runs_on_the_azure_trace(cli):
     summary = cli.results(cli.run_dirs()[0])["summary"]
     assert summary["requests"] == 200 and summary["requests_admitted"] == 200
     assert summary["loaded_tokens"] == 0  # no prefix information: no L2 hit to load
+
+
+def test_not_utf8_is_one_line_with_the_byte_offset(cli, tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,\xff\xfe\n")
+    res = cli("trace", "stats", str(path), "trace.format=azure_csv")
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    # the header is 47 bytes and its newline 1 (offsets 0..47), "0,5," 4 more: the bad byte is at 52
+    assert len(lines) == 1 and "x.csv:2: not UTF-8" in lines[0] and "offset 52" in lines[0]
+    assert not cli.run_dirs()

@@ -1,7 +1,8 @@
-"""The iteration-time cost model of the serving simulation (``admit.cost``).
+"""The linear iteration-time model (``admit.cost.kind: linear``): :class:`CostModel`.
 
-One iteration (one forward pass: every running request decodes a token, plus this
-iteration's prefill chunks) takes
+(:mod:`cpkv.serving.cost.base` is the interface every kind offers; ``roofline``, the default
+kind, is :mod:`cpkv.serving.cost.roofline`.) One iteration (one forward pass: every running
+request decodes a token, plus this iteration's prefill chunks) takes
 
     time_us = fixed_us
             + prefill_token_us  * prefill_tokens     (prompt tokens computed)
@@ -21,13 +22,21 @@ on one H100-class GPU (16 GB of weights read per step ~ 5 ms; ~16 GFLOP per toke
 128 KiB per token, read at ~3.3 TB/s ~ 0.04 us; PCIe 5.0 x16 host-to-device ~ 50 GB/s).
 Fit them to a real engine with ``admit.cost.fit_points`` or ``cpkv fit-cost``
 (:mod:`cpkv.serving.cost.fit`).
+
+:meth:`CostModel.breakdown` names the terms as the roofline model's parts: the per prefill
+token and per decoding request terms are ``gemm``, the per context token term
+``attention``, load-back ``load``, ``fixed_us`` the ``overhead``; no FLOPs (no MFU).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cpkv.core.schema import non_negative, positive
+
+if TYPE_CHECKING:
+    from cpkv.serving.cost.spec import CostSpec
 
 FEATURES = ("prefill_tokens", "decode_requests", "context_tokens", "loaded_tokens")
 """The per-iteration quantities the model charges for, besides the fixed cost."""
@@ -35,7 +44,8 @@ FEATURES = ("prefill_tokens", "decode_requests", "context_tokens", "loaded_token
 
 @dataclass(frozen=True)
 class CostModel:
-    """``admit.cost``: coefficients of the iteration-time model (see the module docstring)."""
+    """The linear model's coefficients (``admit.cost`` with ``kind: linear``; see the module
+    docstring)."""
 
     fixed_us: float = 5000.0
     prefill_token_us: float = 30.0
@@ -43,7 +53,9 @@ class CostModel:
     context_token_us: float = 0.04
     kv_bytes_per_token: int = 131072
     l2_load_gb_per_s: float | None = 50.0
-    fit_points: str | None = None  # JSONL of measured iterations: fit the coefficients to it
+
+    kind = "linear"
+    peak_flops_per_us = None  # no FLOPs: no MFU
 
     def validate(self) -> None:
         for key in ("fixed_us", "prefill_token_us", "decode_request_us", "context_token_us"):
@@ -104,9 +116,72 @@ class CostModel:
             loaded_tokens,
         )
 
-    def describe(self) -> dict[str, float | int | None]:
-        """The coefficients as a plain dict (for summaries and notes)."""
+    def breakdown(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        loaded_tokens: int,
+    ) -> tuple[float, ...]:
+        """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``
+        (:mod:`cpkv.serving.cost.base`); ``time_us`` is :meth:`batch_us`'s, float for float."""
+        fixed, pre, dec, ctx, load = self.coefficients()
+        time_us = self.iteration_us(
+            prefill_tokens,
+            decode_requests,
+            decode_context_tokens + prefill_context_tokens,
+            loaded_tokens,
+        )
+        return (
+            time_us,
+            pre * prefill_tokens + dec * decode_requests,
+            0.0,
+            ctx * (decode_context_tokens + prefill_context_tokens),
+            0.0,
+            load * loaded_tokens,
+            fixed,
+            0.0,
+        )
+
+    def breakdowns(
+        self,
+        prefill_tokens: Any,
+        decode_requests: Any,
+        decode_context_tokens: Any,
+        prefill_context_tokens: Any,
+        prefill_attention_pairs: Any,
+        loaded_tokens: Any,
+    ) -> Any:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
+        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
+        elements, float for float (the same operations in the same order, element-wise)."""
+        import numpy as np
+
+        fixed, pre, dec, ctx, load = self.coefficients()
+        context = decode_context_tokens + prefill_context_tokens
+        out = np.empty((len(prefill_tokens), 8))
+        out[:, 0] = (
+            fixed
+            + pre * prefill_tokens
+            + dec * decode_requests
+            + ctx * context
+            + (load * loaded_tokens)
+        )
+        out[:, 1] = pre * prefill_tokens + dec * decode_requests
+        out[:, 2] = 0.0
+        out[:, 3] = ctx * context
+        out[:, 4] = 0.0
+        out[:, 5] = load * loaded_tokens
+        out[:, 6] = fixed
+        out[:, 7] = 0.0
+        return out
+
+    def describe(self) -> dict[str, float | int | str | None]:
+        """The kind and the coefficients as a plain dict (for summaries, notes, fit-cost)."""
         return {
+            "kind": "linear",
             "fixed_us": self.fixed_us,
             "prefill_token_us": self.prefill_token_us,
             "decode_request_us": self.decode_request_us,
@@ -114,3 +189,15 @@ class CostModel:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "l2_load_gb_per_s": self.l2_load_gb_per_s,
         }
+
+
+def build_linear(spec: CostSpec) -> CostModel:
+    """The linear model of an ``admit.cost`` block (``kind: linear``)."""
+    return CostModel(
+        spec.fixed_us,
+        spec.prefill_token_us,
+        spec.decode_request_us,
+        spec.context_token_us,
+        spec.kv_bytes_per_token,
+        spec.l2_load_gb_per_s,
+    )

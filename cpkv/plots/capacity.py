@@ -1,0 +1,101 @@
+"""The plot of a capacity search: SLO attainment and goodput against the offered load.
+
+Two panels side by side, one line per value of the second axis (its points sorted by load):
+the SLO attainment (%) with the target as a dashed line, and the goodput (requests/s meeting
+the SLO). The x axis is the offered load in requests per second when every point knows it
+(from its arrival times), else the searched key itself; it turns logarithmic when the points
+span 16x or more. Each search's capacity is a dotted vertical line with a marker, labelled in
+the legend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cpkv.capacity.store import PLOT_FILE
+from cpkv.plots.common import axis_label, is_number, pyplot, save
+
+LOG_SPAN = 16.0
+
+
+def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
+    """Write ``out/capacity.png`` from a capacity.json document; None when no point finished."""
+    searches = [s for s in doc.get("searches") or [] if _finished(s)]
+    if not searches:
+        return None
+    offered = all(
+        is_number(p.get("offered_requests_per_s")) for s in searches for p in _finished(s)
+    )
+    x_key = "offered_requests_per_s" if offered else "load"
+    load_key = str(doc.get("load_key", "load"))
+    axis_key = doc.get("axis_key")
+    plt = pyplot()
+    fig, (ax_att, ax_good) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    xs_all = []
+    for n, s in enumerate(searches):
+        color = f"C{n % 10}"
+        points = sorted(_finished(s), key=lambda p: p["load"])
+        xs = [p[x_key] for p in points]
+        xs_all.extend(xs)
+        name = f"{axis_key.split('.')[-1]}={s.get('label')}" if axis_key else "search"
+        capacity = s.get("capacity_load")
+        at = next((p for p in points if p["load"] == capacity), None)
+        if at is not None:
+            where = at[x_key]
+            unit = " req/s" if offered else f" ({load_key.split('.')[-1]})"
+            name += f": capacity {where:.3g}{unit}"
+        ax_att.plot(xs, [p["attainment_pct"] for p in points], marker="o", ms=4, color=color,
+                    label=name)  # fmt: skip
+        goodput = [p.get("goodput_requests_per_s") for p in points]
+        pairs = [(x, g) for x, g in zip(xs, goodput, strict=True) if is_number(g)]
+        if pairs:
+            ax_good.plot(*zip(*pairs, strict=True), marker="o", ms=4, color=color, label=name)
+        if at is not None:
+            for ax, y in (
+                (ax_att, at["attainment_pct"]),
+                (ax_good, at.get("goodput_requests_per_s")),
+            ):
+                ax.axvline(at[x_key], color=color, linestyle=":", linewidth=1.2)
+                if is_number(y):
+                    ax.plot([at[x_key]], [y], marker="*", ms=13, color=color, zorder=5)
+    target = doc.get("target_attainment_pct")
+    if is_number(target):
+        ax_att.axhline(
+            target, color="0.4", linestyle="--", linewidth=1, label=f"target {target:g}%"
+        )
+    x_label = (
+        "offered load (requests/s)"
+        if offered
+        else f"{axis_label(load_key.split('.')[-1])}  [{load_key}]"
+    )
+    positive = [x for x in xs_all if x > 0]
+    for ax in (ax_att, ax_good):
+        ax.set_xlabel(x_label)
+        ax.grid(True, alpha=0.3)
+        if positive and max(positive) / min(positive) >= LOG_SPAN:
+            ax.set_xscale("log")
+    ax_att.set_ylabel("SLO attainment (%)")
+    ax_att.set_ylim(-3, 103)
+    ax_good.set_ylabel("goodput (requests/s)")
+    ax_good.set_ylim(bottom=0)
+    ax_att.legend(fontsize=7, loc="lower left")
+    ax_good.legend(fontsize=7, loc="best")
+    slo = ", ".join(f"{k} {v:g}" for k, v in (doc.get("slo") or {}).items() if v is not None)
+    tol = 100 * float(doc.get("tolerance") or 0)
+    shown = f"{target:g}%" if is_number(target) else "the target"
+    fig.suptitle(
+        f"capacity {doc.get('name')}: the highest load with >= {shown} of requests within "
+        f"the SLO ({slo}), to {tol:g}%\n(stars: the capacity found; dotted: its load)",
+        fontsize=10,
+    )
+    return save(fig, out / PLOT_FILE)
+
+
+def _finished(search: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in search.get("points") or []
+        if is_number(p.get("attainment_pct")) and is_number(p.get("load"))
+    ]

@@ -1,0 +1,143 @@
+"""GPUs for the roofline cost model (``admit.cost.gpu``): a registry by name.
+
+Peak numbers are the vendor datasheets' (dense, i.e. without 2:4 sparsity; bandwidths per
+direction):
+
+* A100-80GB SXM — NVIDIA A100 Tensor Core GPU datasheet: BF16 tensor core 312 TFLOP/s
+  (624 with sparsity), HBM2e 2,039 GB/s, NVLink 600 GB/s (both directions: 300 each way),
+  PCIe Gen4 64 GB/s (both directions: 32 host-to-device);
+* H100-SXM (80 GB) — NVIDIA H100 Tensor Core GPU datasheet: BF16 tensor core 989.4 TFLOP/s
+  (1,979 with sparsity), HBM3 3.35 TB/s, NVLink 900 GB/s (450 each way), PCIe Gen5 128 GB/s
+  (64 host-to-device).
+
+``admit.cost.gpu_spec`` overrides any of them. Each GPU carries the default calibration
+(:mod:`cpkv.serving.cost.calibration`): its measured keys fitted jointly to every Vidur
+profile of that GPU (all models, all TP degrees) by ``cpkv fit-cost --profile
+../shared/data/gpu_profiles --table``, which prints these numbers under "GPU defaults".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from cpkv.core.errors import ConfigError
+from cpkv.core.registry import Registry
+from cpkv.core.schema import FieldError, positive
+from cpkv.serving.cost.calibration import Calibration
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device: datasheet peaks and its default calibration."""
+
+    peak_tflops: float  # dense BF16 tensor-core FLOP/s, in 1e12
+    hbm_gb_per_s: float  # device memory bandwidth, 1e9 bytes/s
+    h2d_gb_per_s: float  # host-to-device (PCIe) bandwidth, one direction
+    nvlink_gb_per_s: float  # NVLink bandwidth of one GPU, one direction
+    calibration: Calibration
+    profile_prefix: str = ""  # how Vidur's profile folders name it (a100_..., h100_...)
+
+
+@dataclass(frozen=True)
+class GpuOverrides:
+    """``admit.cost.gpu_spec``: datasheet numbers that replace the named GPU's (null: keep)."""
+
+    peak_tflops: float | None = None
+    hbm_gb_per_s: float | None = None
+    h2d_gb_per_s: float | None = None
+    nvlink_gb_per_s: float | None = None
+
+    def validate(self) -> None:
+        for f in fields(self):
+            positive(f.name, getattr(self, f.name), allow_none=True)
+
+    def given(self) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+
+# Modelled (not in the profiles): FlashAttention-2 reaches 50-73 % of A100's peak in its
+# forward pass (Dao, 2023, Fig. 5 and sec. 4.1); we take 0.5 for prefill attention, 0.8 of
+# HBM bandwidth for reading KV (decode attention is a streaming read), 0.8 of the PCIe
+# bandwidth for L2 load-back (pinned-memory copies reach about that), and 500 us of CPU time
+# per iteration that the GPU waits for (scheduling, sampling, launches not hidden by CUDA
+# graphs or SGLang's overlap scheduler).
+_MODELLED = {
+    "attention_flops_eff": 0.5,
+    "attention_bw_eff": 0.8,
+    "load_bw_eff": 0.8,
+    "overhead_us": 500.0,
+}
+
+GPUS: Registry[Gpu] = Registry("GPU")
+"""GPUs by name (``admit.cost.gpu``)."""
+
+GPUS.register(
+    "a100-80gb",
+    Gpu(
+        312.0,
+        2039.0,
+        32.0,
+        300.0,
+        Calibration(
+            gemm_flops_eff=0.7197,
+            gemm_bw_eff=0.9129,
+            gemm_latency_us=5.321,
+            gemm_tile_tokens=64,
+            gemm_corner=0.67,
+            elementwise_bw_eff=0.4918,
+            elementwise_latency_us=1.961,
+            allreduce_bw_eff=0.5129,
+            allreduce_latency_us=33.592,
+            **_MODELLED,
+        ),
+        profile_prefix="a100",
+    ),
+    help="NVIDIA A100 80GB SXM: 312 TFLOP/s BF16, 2,039 GB/s HBM2e, PCIe Gen4, NVLink 3",
+    aliases=("a100",),
+)
+GPUS.register(
+    "h100-sxm",
+    Gpu(
+        989.4,
+        3350.0,
+        64.0,
+        450.0,
+        Calibration(
+            gemm_flops_eff=0.6715,
+            gemm_bw_eff=0.9461,
+            gemm_latency_us=4.537,
+            gemm_tile_tokens=128,
+            gemm_corner=0.5,
+            elementwise_bw_eff=0.5765,
+            elementwise_latency_us=2.054,
+            allreduce_bw_eff=0.7196,
+            allreduce_latency_us=22.592,
+            **_MODELLED,
+        ),
+        profile_prefix="h100",
+    ),
+    help="NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s HBM3, PCIe Gen5, NVLink 4",
+    aliases=("h100",),
+)
+
+
+def resolve_gpu(name: str, overrides: GpuOverrides) -> Gpu:
+    """The named GPU with ``overrides`` applied; FieldError (key ``gpu``) for an unknown name."""
+    try:
+        gpu = GPUS.get(name)
+    except ConfigError as err:
+        raise FieldError("gpu", str(err)) from None
+    return replace(gpu, **overrides.given())
+
+
+def gpu_for_profile(folder_name: str) -> str | None:
+    """The registry name of the GPU a Vidur profile folder (``h100_meta-llama_...``) was
+    measured on, or None."""
+    prefix = folder_name.split("_", 1)[0].lower()
+    for name in GPUS:
+        if GPUS.get(name).profile_prefix == prefix:
+            return name
+    return None

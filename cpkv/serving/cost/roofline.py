@@ -1,0 +1,342 @@
+"""The roofline iteration-time model (``admit.cost.kind: roofline``): :class:`RooflineCost`.
+
+From the model's shape (:mod:`~cpkv.serving.cost.shapes`), the GPU's datasheet peaks
+(:mod:`~cpkv.serving.cost.gpus`), the tensor-parallel degree ``tp`` (weights, heads and the
+MLP split over ``tp`` GPUs; KV heads too, replicated when fewer than ``tp``) and the
+calibration (:mod:`~cpkv.serving.cost.calibration`), one iteration of ``T = prefill_tokens +
+decode_requests`` tokens takes, on each GPU (all in microseconds; ``P`` peak FLOP/s, ``W`` HBM
+bandwidth, ``layers`` the model's layers):
+
+* **gemm** — per layer, four GEMMs (QKV, attention output, gate+up, down), each
+  ``gemm_latency_us + combine(C, M)`` with ``C = 2·Tq·K·N / (gemm_flops_eff·P)`` (``Tq``: ``T``
+  rounded up to ``gemm_tile_tokens``), ``M = (K·N·param_bytes + T·(K+N)·2) /
+  (gemm_bw_eff·W)`` (weights read once, BF16 activations in and out) and ``combine(C, M) =
+  (C^(1/c) + M^(1/c))^c`` for ``c = gemm_corner`` (``max(C, M)`` at 0); plus the LM head, the
+  same GEMM on ``decode_requests`` tokens and one for the prefill (logits are computed for
+  each sequence's last token only);
+* **elementwise** — per layer, five memory-bound kernels (two RMSNorms, rotary embedding,
+  activation, residual add): ``5·elementwise_latency_us + T·B / (elementwise_bw_eff·W)``,
+  ``B`` the bytes each token reads and writes in them;
+* **attention** — per layer, ``max(F / (attention_flops_eff·P), R / (attention_bw_eff·W))``
+  for the prefill (``F = 4·head_dim·heads_per_gpu·prefill_attention_pairs``: QKᵀ and PV over
+  the causal pairs; ``R`` = ``prefill_context_tokens`` x KV bytes per token and layer) and the
+  same for decode (``F`` on ``decode_context_tokens`` pairs, ``R`` its KV): quadratic in a
+  chunk's prefix and length for prefill, memory-bound for decode;
+* **communication** — with ``tp > 1``, per layer two all-reduces (after attention and after
+  the MLP) of ``T·hidden·2`` bytes: ``allreduce_latency_us + 2(tp-1)/tp · bytes /
+  (allreduce_bw_eff · NVLink bandwidth)`` each;
+* **load** — ``loaded_tokens`` x this GPU's share of KV bytes per token /
+  (``load_bw_eff`` x host-to-device bandwidth): each GPU copies its own heads, in parallel;
+* **overhead** — ``overhead_us``.
+
+The time is the sum of the parts (nothing overlaps: an upper bound for load-back and
+all-reduce, which engines can overlap). An iteration with no token (``T = 0``) costs only its
+load-back and overhead. The model FLOPs (for MFU) count the useful work of all GPUs: 2 x
+parameters x tokens for the linear layers and the LM head, plus attention's
+``4·head_dim·heads·(prefill_attention_pairs + decode_context_tokens)`` per layer; no tile
+padding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from cpkv.core.schema import to_dict
+from cpkv.serving.cost.calibration import Calibration
+from cpkv.serving.cost.gpus import Gpu
+from cpkv.serving.cost.shapes import ModelShape
+
+if TYPE_CHECKING:
+    from cpkv.serving.cost.spec import CostSpec
+
+ACTIVATION_BYTES = 2  # BF16 activations
+ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNorm, activation, add
+ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
+
+
+def layer_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
+    """``(K, N)`` of one layer's four GEMMs on one GPU: QKV, attention output, gate+up, down."""
+    heads = shape.heads // tp
+    kv_heads = -(-shape.kv_heads // tp)
+    mlp = -(-shape.mlp // tp)
+    d, h = shape.head_dim, shape.hidden
+    return (
+        (h, (heads + 2 * kv_heads) * d),
+        (heads * d, h),
+        (h, (2 if shape.gated_mlp else 1) * mlp),
+        (mlp, h),
+    )
+
+
+def elementwise_bytes_per_token(shape: ModelShape, tp: int) -> int:
+    """Bytes one token reads and writes in one layer's elementwise kernels on one GPU: two
+    RMSNorms (read and write ``hidden``), rotary embedding (read and write Q and K), the
+    activation (gated: read gate and up, write one; else read and write one) and the
+    residual add (read two, write one ``hidden``)."""
+    heads, kv_heads = shape.heads // tp, -(-shape.kv_heads // tp)
+    mlp = -(-shape.mlp // tp)
+    act = (3 if shape.gated_mlp else 2) * mlp
+    elements = (
+        2 * 2 * shape.hidden + 2 * (heads + kv_heads) * shape.head_dim + act + 3 * shape.hidden
+    )
+    return elements * ACTIVATION_BYTES
+
+
+def combine(compute_us: float, memory_us: float, corner: float) -> float:
+    """``(C^(1/c) + M^(1/c))^c``: ``max`` at ``c = 0``, the sum at 1 (scaled: no overflow)."""
+    if corner == 0.0:
+        return compute_us if compute_us > memory_us else memory_us
+    if corner == 1.0:
+        return compute_us + memory_us
+    if corner == 0.5:
+        return math.hypot(compute_us, memory_us)
+    top = compute_us if compute_us > memory_us else memory_us
+    if top <= 0.0:
+        return 0.0
+    p = 1.0 / corner
+    return top * ((compute_us / top) ** p + (memory_us / top) ** p) ** corner
+
+
+class RooflineCost:
+    """The roofline model of one deployment (shape, GPU, ``tp``, calibration); every constant
+    of :meth:`breakdown` is computed here once."""
+
+    kind = "roofline"
+    __slots__ = (
+        "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
+        "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
+        "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
+        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_memo_key", "_memo_parts",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        gpu: Gpu,
+        tp: int = 1,
+        calibration: Calibration | None = None,
+        names: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        cal = calibration if calibration is not None else gpu.calibration
+        self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
+        flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
+        bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
+        gemm_flops_us, gemm_bytes_us = cal.gemm_flops_eff * flops_us, cal.gemm_bw_eff * bytes_us
+        pb = shape.param_bytes
+
+        def gemm(k: int, n: int) -> tuple[float, float, float]:
+            # (us per padded token of compute, us of weight reads, us per token of activations)
+            return (
+                2.0 * k * n / gemm_flops_us,
+                k * n * pb / gemm_bytes_us,
+                (k + n) * ACTIVATION_BYTES / gemm_bytes_us,
+            )
+
+        self._gemms = tuple(gemm(k, n) for k, n in layer_gemms(shape, tp))
+        self._head = gemm(shape.hidden, -(-shape.vocab // tp))
+        self._lat, self._tile, self._corner = (
+            cal.gemm_latency_us,
+            cal.gemm_tile_tokens,
+            cal.gemm_corner,
+        )
+        self._layers = shape.layers
+        self._elem_fixed = ELEMENTWISE_KERNELS * cal.elementwise_latency_us
+        self._elem_token = elementwise_bytes_per_token(shape, tp) / (
+            cal.elementwise_bw_eff * bytes_us
+        )
+        if tp > 1:
+            self._ar_fixed = cal.allreduce_latency_us
+            link_us = cal.allreduce_bw_eff * gpu.nvlink_gb_per_s * 1e3
+            self._ar_token = 2.0 * (tp - 1) / tp * shape.hidden * ACTIVATION_BYTES / link_us
+        else:
+            self._ar_fixed = self._ar_token = 0.0
+        heads, kv_heads = shape.heads // tp, -(-shape.kv_heads // tp)
+        kv_layer_bytes = 2 * kv_heads * shape.head_dim * shape.kv_bytes  # one token, one layer
+        self._attn_pair_us = 4.0 * shape.head_dim * heads / (cal.attention_flops_eff * flops_us)
+        self._attn_kv_us = kv_layer_bytes / (cal.attention_bw_eff * bytes_us)
+        load_bytes_us = cal.load_bw_eff * gpu.h2d_gb_per_s * 1e3
+        self._load_token_us = shape.layers * kv_layer_bytes / load_bytes_us
+        self._overhead = cal.overhead_us
+        self.kv_bytes_per_token = shape.kv_bytes_per_token()
+        self.peak_flops_per_us = tp * flops_us
+        linear_params = sum(k * n for k, n in layer_gemms(shape, 1))
+        self._flops_token = 2.0 * shape.layers * linear_params
+        self._flops_head = 2.0 * shape.hidden * shape.vocab
+        self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
+        self._memo_key: tuple[int, int] = (-1, -1)
+        self._memo_parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    # -- the per-iteration parts ---------------------------------------------------------------
+    def gemm_us(self, tokens: int) -> float:
+        """One layer's four GEMMs on ``tokens`` tokens (the linear-layer time the profiles
+        measure)."""
+        if tokens <= 0:
+            return 0.0
+        tile = self._tile
+        padded = -(-tokens // tile) * tile
+        corner = self._corner
+        total = 0.0
+        for c, w, a in self._gemms:
+            total += self._lat + combine(c * padded, w + a * tokens, corner)
+        return total
+
+    def _head_us(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        c, w, a = self._head
+        tile = self._tile
+        return self._lat + combine(c * (-(-tokens // tile) * tile), w + a * tokens, self._corner)
+
+    def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float]:
+        """``(gemm, elementwise, communication)`` for ``tokens`` tokens, ``head_tokens`` of them
+        through the LM head (memoised: decode stretches repeat them)."""
+        if (tokens, head_tokens) == self._memo_key:
+            return self._memo_parts
+        if tokens > 0:
+            layers = self._layers
+            gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
+            elementwise = layers * (self._elem_fixed + self._elem_token * tokens)
+            comm = 0.0
+            if self._ar_fixed or self._ar_token:
+                comm = layers * ALL_REDUCES_PER_LAYER * (self._ar_fixed + self._ar_token * tokens)
+            parts = (gemm, elementwise, comm)
+        else:
+            parts = (0.0, 0.0, 0.0)
+        self._memo_key, self._memo_parts = (tokens, head_tokens), parts
+        return parts
+
+    def breakdown(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        loaded_tokens: int,
+    ) -> tuple[float, ...]:
+        """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``."""
+        tokens = prefill_tokens + decode_requests
+        head_tokens = decode_requests + (1 if prefill_tokens else 0)
+        gemm, elementwise, comm = self._dense(tokens, head_tokens)
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        prefill_flops_us = pair_us * prefill_attention_pairs
+        prefill_kv_us = kv_us * prefill_context_tokens
+        decode_flops_us = pair_us * decode_context_tokens
+        decode_kv_us = kv_us * decode_context_tokens
+        attention = self._layers * (
+            (prefill_flops_us if prefill_flops_us > prefill_kv_us else prefill_kv_us)
+            + (decode_flops_us if decode_flops_us > decode_kv_us else decode_kv_us)
+        )
+        load = self._load_token_us * loaded_tokens
+        overhead = self._overhead
+        time_us = gemm + elementwise + attention + comm + load + overhead
+        flops = (
+            self._flops_token * tokens
+            + self._flops_head * head_tokens
+            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        ) if tokens else 0.0  # fmt: skip
+        return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
+
+    def breakdowns(
+        self,
+        prefill_tokens: Any,
+        decode_requests: Any,
+        decode_context_tokens: Any,
+        prefill_context_tokens: Any,
+        prefill_attention_pairs: Any,
+        loaded_tokens: Any,
+    ) -> Any:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
+        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
+        elements, float for float: the GEMM, elementwise and all-reduce parts once per
+        distinct ``(tokens, head tokens)``, the rest element-wise with the same operations
+        in the same order."""
+        import numpy as np
+
+        n = len(prefill_tokens)
+        tokens = prefill_tokens + decode_requests
+        head_tokens = decode_requests + (prefill_tokens != 0)
+        keys, where = np.unique(np.stack([tokens, head_tokens]), axis=1, return_inverse=True)
+        dense = np.array([self._dense(int(t), int(h)) for t, h in keys.T]).reshape(-1, 3)
+        gemm, elementwise, comm = (dense[where.reshape(-1), j] for j in range(3))
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        prefill_flops_us = pair_us * prefill_attention_pairs
+        prefill_kv_us = kv_us * prefill_context_tokens
+        decode_flops_us = pair_us * decode_context_tokens
+        decode_kv_us = kv_us * decode_context_tokens
+        attention = self._layers * (
+            np.where(prefill_flops_us > prefill_kv_us, prefill_flops_us, prefill_kv_us)
+            + np.where(decode_flops_us > decode_kv_us, decode_flops_us, decode_kv_us)
+        )
+        load = self._load_token_us * loaded_tokens
+        out = np.empty((n, 8))
+        out[:, 0] = gemm + elementwise + attention + comm + load + self._overhead
+        out[:, 1] = gemm
+        out[:, 2] = elementwise
+        out[:, 3] = attention
+        out[:, 4] = comm
+        out[:, 5] = load
+        out[:, 6] = self._overhead
+        flops = (
+            self._flops_token * tokens
+            + self._flops_head * head_tokens
+            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        )
+        out[:, 7] = np.where(tokens != 0, flops, 0.0)
+        return out
+
+    def batch_us(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        loaded_tokens: int,
+    ) -> float:
+        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`)."""
+        return self.breakdown(
+            prefill_tokens,
+            decode_requests,
+            decode_context_tokens,
+            prefill_context_tokens,
+            prefill_attention_pairs,
+            loaded_tokens,
+        )[0]
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, model, GPU, TP and every number the model uses, as a plain dict."""
+        model, gpu = self.names
+        return {
+            "kind": "roofline",
+            "model": model,
+            "gpu": gpu,
+            "tp": self.tp,
+            "shape": {k: v for k, v in to_dict(self.shape).items() if k != "hf_id"},
+            "gpu_spec": {
+                k: v
+                for k, v in to_dict(self.gpu).items()
+                if k not in ("calibration", "profile_prefix")
+            },
+            "calibration": to_dict(self.calibration),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+        }
+
+
+def build_roofline(spec: CostSpec) -> RooflineCost:
+    """The roofline model of an ``admit.cost`` block (``kind: roofline``)."""
+    from cpkv.serving.cost.gpus import resolve_gpu
+    from cpkv.serving.cost.shapes import resolve_shape
+
+    shape = resolve_shape(spec.model, spec.model_shape)
+    gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
+    calibration = spec.calibration.resolve(gpu.calibration)
+    return RooflineCost(shape, gpu, spec.tp, calibration, (spec.model, spec.gpu))
+
+
+def mfu_pct(flops: float, seconds: float, peak_flops_per_us: float | None) -> float | None:
+    """Model FLOPs utilisation in percent: ``flops`` over ``seconds`` at the model's peak."""
+    if peak_flops_per_us is None or seconds <= 0 or not math.isfinite(seconds):
+        return None
+    return 100.0 * flops / (seconds * 1e6 * peak_flops_per_us)
