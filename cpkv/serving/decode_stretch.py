@@ -76,6 +76,27 @@ def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
     return fixed, prefill, decode, ctx, load
 
 
+def decode_form_of(cost: Any) -> Any:
+    """``cost.decode_form`` when the model has one (the roofline model) that gives
+    ``batch_us(0, running, context, 0, 0, 0)`` float for float as ``((head + scale * (slope *
+    context)) + tail) + last`` on probes (else None: every decode duration comes from
+    ``batch_us``)."""
+    form = getattr(cost, "decode_form", None)
+    if form is None:
+        return None
+    try:
+        for _, running, context, *_ in _PROBES:
+            if not running:
+                continue
+            head, scale, slope, tail, last = form(running)
+            inline = ((head + scale * (slope * context)) + tail) + last
+            if inline != cost.batch_us(0, running, context, 0, 0, 0):
+                return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return form
+
+
 def decode_stretch(sim: Any) -> int:
     """Run the decode-only iterations from ``sim.now`` to ``sim.horizon_us`` (see the module
     docstring); returns how many ran. Under ``prefill_adder`` an arrival on the way is let in
@@ -92,6 +113,8 @@ def decode_stretch(sim: Any) -> int:
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
+    form = sim.decode_form
+    append = log.durations.append
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
     pop = heapq.heappop
     clip_heap = pool.clip_heap
@@ -122,11 +145,21 @@ def decode_stretch(sim: Any) -> int:
                 now += a + ctx * c
                 c += running
                 k += 1
+        elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
+            kind, a, ctx = LOGGED, 0.0, 0.0
+            head, scale, slope, tail, last = form(running)
+            c = context
+            while k < fit and now < horizon:
+                duration = ((head + scale * (slope * c)) + tail) + last
+                append(duration)
+                now += duration
+                c += running
+                k += 1
         else:
             kind, a, ctx = LOGGED, 0.0, 0.0
             while k < fit and now < horizon:
                 duration = batch_us(0, running, context + running * k, 0, 0, 0)
-                durations.append(duration)
+                append(duration)
                 now += duration
                 k += 1
         if k == fit < wanted and now < horizon:  # near a full pool: step by step

@@ -134,3 +134,22 @@ def test_breakdowns_are_breakdown_row_by_row(name) -> None:
     scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
     assert rows.shape == (n, 8)
     assert rows.tolist() == [list(r) for r in scalar]
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n.startswith("roofline")])
+def test_the_decode_form_is_batch_us(name) -> None:
+    """A decode-only iteration from the roofline model's decode form, float for float."""
+    from cpkv.serving.decode_stretch import decode_form_of
+
+    model = MODELS[name]
+    form = decode_form_of(model)
+    assert form is not None
+    rng = np.random.default_rng(11)
+    for running, context in zip(
+        rng.integers(1, 5000, 2000), rng.integers(0, 10**9, 2000), strict=True
+    ):
+        running, context = int(running), int(context)
+        head, scale, slope, tail, last = form(running)
+        assert ((head + scale * (slope * context)) + tail) + last == model.batch_us(
+            0, running, context, 0, 0, 0
+        )

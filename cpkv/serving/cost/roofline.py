@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 ACTIVATION_BYTES = 2  # BF16 activations
 ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNorm, activation, add
 ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
+DENSE_MEMO = 1 << 16
+"""``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
 
 
 def layer_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
@@ -107,7 +109,7 @@ class RooflineCost:
         "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
-        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_memo_key", "_memo_parts",
+        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
     )  # fmt: skip
 
     def __init__(
@@ -164,8 +166,7 @@ class RooflineCost:
         self._flops_token = 2.0 * shape.layers * linear_params
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
-        self._memo_key: tuple[int, int] = (-1, -1)
-        self._memo_parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
@@ -190,9 +191,12 @@ class RooflineCost:
 
     def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float]:
         """``(gemm, elementwise, communication)`` for ``tokens`` tokens, ``head_tokens`` of them
-        through the LM head (memoised: decode stretches repeat them)."""
-        if (tokens, head_tokens) == self._memo_key:
-            return self._memo_parts
+        through the LM head (memoised, up to :data:`DENSE_MEMO` pairs: iterations repeat
+        them)."""
+        key = (tokens, head_tokens)
+        parts = self._dense_memo.get(key)
+        if parts is not None:
+            return parts
         if tokens > 0:
             layers = self._layers
             gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
@@ -203,7 +207,9 @@ class RooflineCost:
             parts = (gemm, elementwise, comm)
         else:
             parts = (0.0, 0.0, 0.0)
-        self._memo_key, self._memo_parts = (tokens, head_tokens), parts
+        if len(self._dense_memo) >= DENSE_MEMO:
+            self._dense_memo.clear()
+        self._dense_memo[key] = parts
         return parts
 
     def breakdown(
@@ -237,6 +243,20 @@ class RooflineCost:
             + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
         ) if tokens else 0.0  # fmt: skip
         return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
+
+    def decode_form(self, running: int) -> tuple[float, int, float, float, float]:
+        """``(head, scale, slope, tail, last)`` such that a decode-only iteration of
+        ``running`` requests reading ``context`` tokens, ``batch_us(0, running, context, 0,
+        0, 0)``, is ``((head + scale * (slope * context)) + tail) + last`` float for float:
+        :meth:`breakdown`'s sum ``gemm + elementwise + attention + communication + load +
+        overhead`` with ``attention = layers * (0.0 + max(pair_us * c, kv_us * c))``, which
+        is ``layers * (max(pair_us, kv_us) * c)`` (rounding is monotone, ``0.0 + x`` is
+        ``x`` for ``x >= 0``), and ``load = 0.0`` (adding it to a non-negative sum changes
+        nothing). The serving loop checks the identity on probes before using it."""
+        gemm, elementwise, comm = self._dense(running, running)
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        slope = pair_us if pair_us > kv_us else kv_us
+        return (gemm + elementwise, self._layers, slope, comm, self._overhead)
 
     def breakdowns(
         self,
