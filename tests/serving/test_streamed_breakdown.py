@@ -153,3 +153,58 @@ def test_the_decode_form_is_batch_us(name) -> None:
         assert ((head + scale * (slope * context)) + tail) + last == model.batch_us(
             0, running, context, 0, 0, 0
         )
+
+
+def _loop_breakdown(starts, rows, end_us, points):
+    """The per-bucket sums written as the plain loop they are (independent of cpkv's numpy
+    version): each iteration that stops inside its first bucket (or starts in the last)
+    adds its row to that bucket, in order; afterwards each one that crosses an edge adds
+    its pieces, split by time, in order."""
+    width = end_us / points
+    acc = [[0.0] * 8 for _ in range(points)]
+    crossing = []
+    for t, row in zip(starts, rows, strict=True):
+        k = min(int(t / width), points - 1)
+        stop = t + row[0]
+        if k == points - 1 or stop <= (k + 1) * width:
+            acc[k] = [a + v for a, v in zip(acc[k], row, strict=True)]
+        else:
+            crossing.append((k, t, row))
+    for k, t, row in crossing:
+        stop = t + row[0]
+        while True:
+            edge = (k + 1) * width if k < points - 1 else stop
+            share = (min(stop, edge) - t) / row[0]
+            acc[k] = [a + v * share for a, v in zip(acc[k], row, strict=True)]
+            if stop <= edge or k == points - 1:
+                break
+            t, k = edge, k + 1
+    return acc
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 10**9])
+def test_the_chunked_buckets_are_the_plain_loop(chunk) -> None:
+    """Random iterations (back to back, with idle gaps, some longer than a bucket), fed in
+    chunks of ``chunk``: the same sums as the loop, exactly."""
+    from cpkv.serving.cost.report import BreakdownBuckets
+
+    rng = np.random.default_rng(5)
+    n, points = 3000, 13
+    duration = rng.exponential(1.0, n) * np.where(rng.random(n) < 0.01, 40.0, 1.0)
+    gap = np.where(rng.random(n) < 0.05, rng.exponential(5.0, n), 0.0)
+    starts, t = [], 0.0
+    for d, g in zip(duration.tolist(), gap.tolist(), strict=True):
+        t += g
+        starts.append(t)
+        t += d
+    rows = np.column_stack([duration, rng.random((n, 7)) * duration[:, None]])
+    buckets = BreakdownBuckets(t, points, 1e6)
+    for a in range(0, n, chunk):
+        buckets.add(np.array(starts[a : a + chunk]), rows[a : a + chunk])
+    expected = _loop_breakdown(starts, rows.tolist(), t, points)
+    assert buckets.sums().tolist() == expected
+    assert buckets.rows()[3]["gemm_ms"] == round(expected[3][1] / 1000.0, 4)
+    totals = [0.0] * 8
+    for row in rows.tolist():
+        totals = [a + v for a, v in zip(totals, row, strict=True)]
+    assert buckets.totals.tolist() == totals

@@ -66,10 +66,9 @@ class CostRecorder:
 
 class BreakdownBuckets:
     """The breakdown of one run whose makespan is ``end_us``, fed its iterations in order, a
-    chunk at a time (:meth:`add`), with the numbers :func:`bucket_breakdown` gives for them
-    all at once, float for float: per bucket, the iterations that stop inside their first
-    bucket (or start in the last) add their whole rows one by one in iteration order (as
-    ``np.bincount`` does), then those that cross an edge add their pieces, in iteration
+    chunk at a time (:meth:`add`), float for float the numbers of the loop over all of them
+    that :func:`bucket_breakdown` is: per bucket, the iterations that stop inside their first
+    bucket (or start in the last) add their whole rows one by one in iteration order, then those that cross an edge add their pieces, in iteration
     order (a bucket edge is crossed by at most one iteration: there are fewer of them than
     buckets, and they are kept until :meth:`rows`). The sums over the run (:meth:`summary`)
     are sequential in iteration order too (as ``sum(axis=0)`` of the rows)."""
@@ -105,8 +104,15 @@ class BreakdownBuckets:
         edge = np.where(first < points - 1, (first + 1) * width, np.inf)
         whole = stop <= edge
         index, weights = first[whole], rows[whole]
-        for j in range(FIELDS):
-            np.add.at(self.acc[:, j], index, weights[:, j])  # in order, one by one
+        if len(index):  # bucket by bucket (the start times never decrease: runs)
+            cuts = np.flatnonzero(index[1:] != index[:-1]) + 1
+            acc = self.acc
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(index)], strict=True):
+                k = int(index[a])
+                block = np.empty((b - a + 1, FIELDS))
+                block[0] = acc[k]
+                block[1:] = weights[a:b]
+                acc[k] = np.cumsum(block, axis=0)[-1]  # one by one, in order
         for i in np.flatnonzero(~whole).tolist():
             self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
 
@@ -115,6 +121,20 @@ class BreakdownBuckets:
         module docstring); none when no iteration ran or the makespan is 0."""
         if self.end_us <= 0 or not self.iterations:
             return []
+        width = self.width
+        out = []
+        for a in self.sums():
+            row: dict[str, float | None] = {
+                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
+            }
+            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
+            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
+            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
+            out.append(row)
+        return out
+
+    def sums(self) -> Any:
+        """The ``(points, 8)`` sums per bucket, the iterations that cross an edge included."""
         acc, points, width = self.acc.copy(), self.points, self.width
         for k, t, rec in self.crossing:  # split by time
             dt = float(rec[0])
@@ -126,16 +146,7 @@ class BreakdownBuckets:
                 if stop <= bucket_edge or k == points - 1:
                     break
                 t, k = bucket_edge, k + 1
-        out = []
-        for a in acc:
-            row: dict[str, float | None] = {
-                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
-            }
-            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
-            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
-            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
-            out.append(row)
-        return out
+        return acc
 
     def summary(self) -> dict[str, float | None]:
         """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""

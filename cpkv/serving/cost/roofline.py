@@ -277,9 +277,7 @@ class RooflineCost:
         n = len(prefill_tokens)
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
-        keys, where = np.unique(np.stack([tokens, head_tokens]), axis=1, return_inverse=True)
-        dense = np.array([self._dense(int(t), int(h)) for t, h in keys.T]).reshape(-1, 3)
-        gemm, elementwise, comm = (dense[where.reshape(-1), j] for j in range(3))
+        gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
@@ -305,6 +303,29 @@ class RooflineCost:
         )
         out[:, 7] = np.where(tokens != 0, flops, 0.0)
         return out
+
+    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
+        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
+        once per distinct pair (runs of equal pairs, as decode stretches log them, first
+        taken as one)."""
+        import numpy as np
+
+        n = len(tokens)
+        if not n:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        if int(tokens.max()) >= 1 << 31 or int(head_tokens.max()) >= 1 << 32:  # not one key
+            pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
+            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
+            return dense[:, 0], dense[:, 1], dense[:, 2]
+        key = (tokens.astype(np.int64) << 32) | head_tokens.astype(np.int64)
+        heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        keys, where = np.unique(key[heads], return_inverse=True)
+        dense = np.array(
+            [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], dtype=float
+        ).reshape(-1, 3)
+        lengths = np.diff(np.append(heads, n))
+        rows = np.repeat(where.reshape(-1), lengths)
+        return dense[rows, 0], dense[rows, 1], dense[rows, 2]
 
     def batch_us(
         self,
