@@ -113,7 +113,7 @@ def decode_stretch(sim: Any) -> int:
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
-    form = sim.decode_form
+    form, forms = sim.decode_form, sim.decode_forms
     append = log.durations.append
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
     pop = heapq.heappop
@@ -147,7 +147,10 @@ def decode_stretch(sim: Any) -> int:
                 k += 1
         elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
             kind, a, ctx = LOGGED, 0.0, 0.0
-            head, scale, slope, tail, last = form(running)
+            terms = forms.get(running)
+            if terms is None:
+                terms = forms[running] = form(running)
+            head, scale, slope, tail, last = terms
             c = context
             while k < fit and now < horizon:
                 duration = ((head + scale * (slope * c)) + tail) + last

@@ -168,6 +168,7 @@ class Sim:
             samples.context_coef = self.linear_costs[3]
         # any other model with a decode form (roofline): decode stretches evaluate it inline
         self.decode_form = None if self.linear_costs is not None else decode_form_of(s.cost)
+        self.decode_forms: dict[int, tuple] = {}  # by running requests
         self._load_threshold = max(1, s.adder.load_back_threshold)
         self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
         pool_tokens = s.capacity_blocks * s.block_size
