@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import APART, FLUSH_BYTES, LINEAR, LOGGED, SEGMENT
+from cpkv.serving.iteration_log import APART, FLUSH_BYTES, FORM, LINEAR, LOGGED, SEGMENT
 from cpkv.serving.kv_pool import RUNNING
 from cpkv.serving.lone_arrival import admit_lone_arrival
 
@@ -49,6 +49,10 @@ _PROBES = (
     (3, 250, 2_000_003, 100_000, 300_000_000, 0), (0, 0, 0, 0, 0, 123_457),
 )  # fmt: skip
 """(prefill, decode requests, decode context, prefill context, attention pairs, loaded)"""
+
+
+NO_TERMS = (0, 0.0, 0.0, 0.0)
+"""A stretch's unused decode-form terms (a FORM stretch logs its scale, slope, tail, last)."""
 
 
 def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
@@ -140,26 +144,25 @@ def decode_stretch(sim: Any) -> int:
             # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
             # term adds +0.0 to a non-negative sum, which changes nothing
             kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
+            extra = NO_TERMS
             c = context
             while k < fit and now < horizon:
                 now += a + ctx * c
                 c += running
                 k += 1
         elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
-            kind, a, ctx = LOGGED, 0.0, 0.0
             terms = forms.get(running)
             if terms is None:
                 terms = forms[running] = form(running)
             head, scale, slope, tail, last = terms
+            kind, a, ctx, extra = FORM, head, 0.0, terms[1:]
             c = context
             while k < fit and now < horizon:
-                duration = ((head + scale * (slope * c)) + tail) + last
-                append(duration)
-                now += duration
+                now += ((head + scale * (slope * c)) + tail) + last
                 c += running
                 k += 1
         else:
-            kind, a, ctx = LOGGED, 0.0, 0.0
+            kind, a, ctx, extra = LOGGED, 0.0, 0.0, NO_TERMS
             while k < fit and now < horizon:
                 duration = batch_us(0, running, context + running * k, 0, 0, 0)
                 append(duration)
@@ -175,6 +178,8 @@ def decode_stretch(sim: Any) -> int:
                 c = context + running * k
                 if kind == LINEAR:
                     now += a + ctx * c
+                elif kind == FORM:
+                    now += ((head + scale * (slope * c)) + tail) + last
                 else:
                     duration = batch_us(0, running, c, 0, 0, 0)
                     durations.append(duration)
@@ -199,7 +204,7 @@ def decode_stretch(sim: Any) -> int:
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                pool.used_blocks, free, log.jumped, 0, 0, 0, 0, 0, 0,
+                pool.used_blocks, free, log.jumped, *extra, 0, 0,
             )  # fmt: skip
             log.jumped = 0.0
             counts.fromlist(grow)

@@ -36,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
-FULL, LINEAR, LOGGED, APART = 0, 1, 2, 4
+FULL, LINEAR, LOGGED, FORM, APART = 0, 1, 2, 3, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
-stretch whose durations were logged; ``| APART``: the stretch logged its needed-block counts
+stretch whose durations were logged; a decode stretch with durations of the cost model's
+decode form (``((head + scale * (slope * context)) + tail) + last``: ``head`` in the
+constant term's place, the other four in those of a full iteration's cost arguments); ``| APART``: the stretch logged its needed-block counts
 apart from its used-block counts (a running request holds a reservation)."""
 WIDTH = 16
 """Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
@@ -231,6 +233,12 @@ class IterationLog:
         dt = np.repeat(rec[:, 5], steps) + self.context_coef * context
         if len(logged):
             dt[np.repeat((kind & 3) == LOGGED, steps)] = logged
+        formed = np.repeat((kind & 3) == FORM, steps)
+        if formed.any():  # element-wise, the loop's own operations in its order
+            head, scale, slope, tail, last = (
+                np.repeat(rec[:, j], steps)[formed] for j in (5, 10, 11, 12, 13)
+            )
+            dt[formed] = ((head + scale * (slope * context[formed])) + tail) + last
         # blocks: counts logged for min(k, block) steps (one 0 for a full iteration),
         # cycling; the needed counts after them when they differ
         m = np.where(kind == FULL, 1, np.minimum(steps, self.block_size))
@@ -349,7 +357,9 @@ def _cost_arguments(rec: np.ndarray, running: np.ndarray, context: np.ndarray) -
     steps = rec[:, 1].astype(np.int64)
     full = np.repeat(rec[:, 0] == FULL, steps)
     logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
-    prefill, decode, decode_context, prefill_context, pairs, loaded = logged
+    prefill, decode, decode_context, prefill_context, pairs, loaded = (
+        np.where(full, x, 0) for x in logged
+    )
     decode = np.where(full, decode, running)
     decode_context = np.where(full, decode_context, context)
     return prefill, decode, decode_context, prefill_context, pairs, loaded
