@@ -91,10 +91,12 @@ class BreakdownBuckets:
         if not n:
             return
         self.iterations += n
-        sums = np.empty((n + 1, FIELDS))
-        sums[0] = self.totals
-        sums[1:] = rows
-        self.totals = np.cumsum(sums, axis=0)[-1]  # sequential, as sum(axis=0)
+        if not rows.flags.writeable:
+            rows = rows.copy()
+        head = rows[0].copy()  # the sums start from the totals so far: in the first row
+        rows[0] = self.totals + head
+        self.totals = _row_sum(rows)
+        rows[0] = head
         if self.end_us <= 0:
             return
         points, width = self.points, self.width
@@ -109,10 +111,8 @@ class BreakdownBuckets:
             acc = self.acc
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(index)], strict=True):
                 k = int(index[a])
-                block = np.empty((b - a + 1, FIELDS))
-                block[0] = acc[k]
-                block[1:] = weights[a:b]
-                acc[k] = np.cumsum(block, axis=0)[-1]  # one by one, in order
+                weights[a] = acc[k] + weights[a]  # (a copy: ours to change)
+                acc[k] = _row_sum(weights[a:b])
         for i in np.flatnonzero(~whole).tolist():
             self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
 
@@ -151,6 +151,29 @@ class BreakdownBuckets:
     def summary(self) -> dict[str, float | None]:
         """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
         return _summed(self.totals, self.end_us, self.peak)
+
+
+def _sequential_rows() -> bool:
+    """Whether ``sum(axis=0)`` of a C-ordered ``(n, 8)`` array adds its rows one by one, in
+    order (numpy reduces over the outer axis that way; only a reduction along a contiguous
+    axis is pairwise), tried on values whose sum depends on the order."""
+    import numpy as np
+
+    probe = np.tile(np.array([[1.0], [1e-16], [-1.0], [1e-16]] * 64), (1, FIELDS))
+    probe[::5] *= 3.0
+    return bool(np.array_equal(probe.sum(axis=0), np.cumsum(probe, axis=0)[-1]))
+
+
+def _row_sum(rows: Any) -> Any:
+    """The sum of the rows of ``rows``, added one by one in order."""
+    import numpy as np
+
+    if _SEQUENTIAL_ROWS[0] is None:
+        _SEQUENTIAL_ROWS[0] = _sequential_rows()
+    return rows.sum(axis=0) if _SEQUENTIAL_ROWS[0] else np.cumsum(rows, axis=0)[-1]
+
+
+_SEQUENTIAL_ROWS: list[bool | None] = [None]
 
 
 def bucket_breakdown(
