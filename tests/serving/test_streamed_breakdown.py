@@ -208,3 +208,21 @@ def test_the_chunked_buckets_are_the_plain_loop(chunk) -> None:
     for row in rows.tolist():
         totals = [a + v for a, v in zip(totals, row, strict=True)]
     assert buckets.totals.tolist() == totals
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_batch_us_is_the_breakdowns_time(name) -> None:
+    model = MODELS[name]
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        prefill = int(rng.integers(0, 9000)) * int(rng.random() < 0.5)
+        before = int(rng.integers(0, 10**5)) if prefill else 0
+        args = (
+            prefill,
+            int(rng.integers(0, 300)),
+            int(rng.integers(0, 10**7)),
+            prefill + before,
+            prefill * before + prefill * (prefill + 1) // 2,
+            int(rng.integers(0, 5000)) * int(rng.random() < 0.3),
+        )
+        assert model.batch_us(*args) == model.breakdown(*args)[0]

@@ -336,15 +336,23 @@ class RooflineCost:
         prefill_attention_pairs: int,
         loaded_tokens: int,
     ) -> float:
-        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`)."""
-        return self.breakdown(
-            prefill_tokens,
-            decode_requests,
-            decode_context_tokens,
-            prefill_context_tokens,
-            prefill_attention_pairs,
-            loaded_tokens,
-        )[0]
+        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
+        number of :meth:`breakdown`, by the same operations in the same order (without the
+        FLOPs, which the time does not need)."""
+        gemm, elementwise, comm = self._dense(
+            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+        )
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        prefill_flops_us = pair_us * prefill_attention_pairs
+        prefill_kv_us = kv_us * prefill_context_tokens
+        decode_flops_us = pair_us * decode_context_tokens
+        decode_kv_us = kv_us * decode_context_tokens
+        attention = self._layers * (
+            (prefill_flops_us if prefill_flops_us > prefill_kv_us else prefill_kv_us)
+            + (decode_flops_us if decode_flops_us > decode_kv_us else decode_kv_us)
+        )
+        load = self._load_token_us * loaded_tokens
+        return gemm + elementwise + attention + comm + load + self._overhead
 
     def describe(self) -> dict[str, Any]:
         """Kind, model, GPU, TP and every number the model uses, as a plain dict."""
