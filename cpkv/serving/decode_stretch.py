@@ -51,10 +51,6 @@ _PROBES = (
 """(prefill, decode requests, decode context, prefill context, attention pairs, loaded)"""
 
 
-NO_TERMS = (0, 0.0, 0.0, 0.0)
-"""A stretch's unused decode-form terms (a FORM stretch logs its scale, slope, tail, last)."""
-
-
 def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
     """``(fixed, prefill, decode, ctx, load)`` when ``cost`` is the linear
     :class:`~cpkv.serving.cost.model.CostModel` with float coefficients: then
@@ -144,7 +140,7 @@ def decode_stretch(sim: Any) -> int:
             # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
             # term adds +0.0 to a non-negative sum, which changes nothing
             kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
-            extra = NO_TERMS
+            t1 = t2 = t3 = t4 = 0
             c = context
             while k < fit and now < horizon:
                 now += a + ctx * c
@@ -155,14 +151,16 @@ def decode_stretch(sim: Any) -> int:
             if terms is None:
                 terms = forms[running] = form(running)
             head, scale, slope, tail, last = terms
-            kind, a, ctx, extra = FORM, head, 0.0, terms[1:]
+            kind, a, ctx = FORM, head, 0.0
+            t1, t2, t3, t4 = scale, slope, tail, last
             c = context
             while k < fit and now < horizon:
                 now += ((head + scale * (slope * c)) + tail) + last
                 c += running
                 k += 1
         else:
-            kind, a, ctx, extra = LOGGED, 0.0, 0.0, NO_TERMS
+            kind, a, ctx = LOGGED, 0.0, 0.0
+            t1 = t2 = t3 = t4 = 0
             while k < fit and now < horizon:
                 duration = batch_us(0, running, context + running * k, 0, 0, 0)
                 append(duration)
@@ -204,7 +202,7 @@ def decode_stretch(sim: Any) -> int:
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                pool.used_blocks, free, log.jumped, *extra, 0, 0,
+                pool.used_blocks, free, log.jumped, t1, t2, t3, t4, 0, 0,
             )  # fmt: skip
             log.jumped = 0.0
             counts.fromlist(grow)
