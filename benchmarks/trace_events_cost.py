@@ -31,7 +31,10 @@ def main() -> int:
         "1 instance": [],
         "1 instance, trace events": ["admit.serving.trace_events=true"],
         "4 instances": ["admit.cluster.instances=4"],
-        "4 instances, trace events": ["admit.cluster.instances=4", "admit.serving.trace_events=true"],
+        "4 instances, trace events": [
+            "admit.cluster.instances=4",
+            "admit.serving.trace_events=true",
+        ],
     }
     best = dict.fromkeys(variants, float("inf"))
     outputs = {}

@@ -14,7 +14,7 @@ The file is one JSON object, ``{"traceEvents": [...], "displayTimeUnit": "ms"}``
   overlap. A preemption is an instant event (``ph: i``, ``s: t``) named ``preempt`` at the
   end of the iteration whose growth preempted, ``args`` the victim and the phase;
 * counters (``ph: C``) ``requests`` (``running``, ``waiting``) and ``kv`` (``used_blocks``)
-  at each iteration's start;
+  at the start of each iteration where they changed;
 * one async slice per request (``ph: b``/``e``, ``cat: request``, ``id`` the request's
   number in the run), from its arrival to its end (finished or rejected; ``args``: prompt,
   output, status, reason), holding a nested ``queued`` slice from its arrival to its first
@@ -64,11 +64,13 @@ class TraceEvents:
 class InstanceTrace:
     """The hooks of one instance (see the module docstring)."""
 
-    __slots__ = ("events", "pid", "l1_seen")
+    __slots__ = ("events", "pid", "l1_seen", "requests_seen", "kv_seen")
 
     def __init__(self, events: list[str], pid: int) -> None:
         self.events, self.pid = events, pid
         self.l1_seen = 0  # the loop's l1_hit_tokens counter at the last iteration
+        self.requests_seen: tuple[int, int] | None = None  # the counters last written
+        self.kv_seen: int | None = None
 
     def iteration(self, sim: Any, start: float, duration: float, decoded: int, firsts: int) -> None:
         """An iteration of ``sim`` from ``start`` for ``duration`` µs, before its end is
@@ -95,10 +97,15 @@ class InstanceTrace:
                 "waiting": len(sim.waiting), "kv_used_blocks": pool.used_blocks,
             },
         }))  # fmt: skip
-        add(_dumps({"ph": "C", "name": "requests", "pid": pid, "tid": 0, "ts": ts,
-                    "args": {"running": pool.n_running, "waiting": len(sim.waiting)}}))  # fmt: skip
-        add(_dumps({"ph": "C", "name": "kv", "pid": pid, "tid": 0, "ts": ts,
-                    "args": {"used_blocks": pool.used_blocks}}))  # fmt: skip
+        requests = (pool.n_running, len(sim.waiting))
+        if requests != self.requests_seen:
+            self.requests_seen = requests
+            add(_dumps({"ph": "C", "name": "requests", "pid": pid, "tid": 0, "ts": ts,
+                        "args": {"running": requests[0], "waiting": requests[1]}}))  # fmt: skip
+        if pool.used_blocks != self.kv_seen:
+            self.kv_seen = pool.used_blocks
+            add(_dumps({"ph": "C", "name": "kv", "pid": pid, "tid": 0, "ts": ts,
+                        "args": {"used_blocks": pool.used_blocks}}))  # fmt: skip
         if pool.preempted:
             end = _us(start + duration)
             for r, phase in pool.preempted:

@@ -22,7 +22,8 @@ from typing import Any
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
 from cpkv.serving.iteration_log import Integrals, IterationLog
 from cpkv.serving.loop import Sim
-from cpkv.serving.metrics import RequestStats, ServingRow, row_of, timeline_points
+from cpkv.serving.metrics import RequestStats, ServingRow, row_of
+from cpkv.serving.timeline import timeline_and_time
 from cpkv.serving.trace_events import TraceEvents
 
 INSTANCE_COLUMNS = (
@@ -45,6 +46,7 @@ class ClusterOutcome:
     cluster: dict[str, Any]
     instance_rows: list[dict[str, Any]]
     trace: str | None
+    time: dict[str, Any]  # the summary's time (where the time went), all instances together
 
 
 def serve_cluster(
@@ -66,7 +68,9 @@ def serve_cluster(
         tally = InstanceTally(
             k, total, RequestStats(block.slo), on_done=None if hooks is None else hooks.request
         )
-        log = IterationLog(cap, settings.block_size, keep=False, spill_dir=spill_dir)
+        log = IterationLog(
+            cap, settings.block_size, keep=False, spill_dir=spill_dir, cost=settings.cost
+        )
         tallies.append(tally)
         logs.append(log)
         sims.append(Sim(settings, caches[k], sink=tally, samples=log, trace=hooks))
@@ -79,11 +83,10 @@ def serve_cluster(
         total.close()
         end = run.end_us
         timeline: list[dict[str, Any]] = []
-        busy_us = []
+        times = []
         for k, log in enumerate(logs):
-            busy = [0.0]
-            points_k = timeline_points(_summing(log.chunks(), busy), end, cap, points)
-            busy_us.append(busy[0])
+            points_k, time_k = timeline_and_time(log, end, cap, points)
+            times.append(time_k)
             if n > 1:
                 points_k = [{"instance": k, **p} for p in points_k]
             timeline += points_k
@@ -98,6 +101,7 @@ def serve_cluster(
     if n > 1:  # the peak: the highest instance's (a sum of peaks is no peak of the sum)
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
     instance_rows = []
+    busy_us = [t["busy_s"] * 1e6 for t in times]
     for k, (tally, r, busy, res) in enumerate(
         zip(tallies, rows, busy_us, run.results, strict=True)
     ):
@@ -126,14 +130,37 @@ def serve_cluster(
     return ClusterOutcome(
         row, total.summary(), _added_counters([res.counters for res in run.results]), end,
         timeline, cluster_summary, instance_rows, None if events is None else events.text(),
+        _added_time(times),
     )  # fmt: skip
 
 
-def _summing(chunks: Any, busy: list[float]) -> Any:
-    """The chunks, adding their iterations' durations to ``busy[0]`` on the way."""
-    for chunk in chunks:
-        busy[0] += float(chunk[1].sum())
-        yield chunk
+def _added_time(times: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's ``time`` of the instances together (each over the cluster's makespan):
+    seconds added, shares of the busy time recomputed, MFU over all GPUs (one: its own)."""
+    if len(times) == 1:
+        return times[0]
+    n = len(times)
+    out: dict[str, Any] = {}
+    busy = sum(t["busy_s"] for t in times)
+    for key in times[0]:
+        if key.endswith("_s") or key == "model_tflop":
+            values = [t[key] for t in times]
+            out[key] = None if None in values else round(sum(values), 6)
+    shares = [t["busy_pct"] for t in times]
+    out["busy_pct"] = None if None in shares else round(sum(shares) / n, 4)
+    for key in times[0]:
+        if key.endswith("_pct") and key not in ("busy_pct", "mfu_pct", "mfu_busy_pct"):
+            part = out.get(key[: -len("_pct")] + "_s")
+            out[key] = None if part is None or busy <= 0 else round(100.0 * part / busy, 4)
+    mfu = [t.get("mfu_pct") for t in times]
+    out["mfu_pct"] = None if None in mfu else round(sum(mfu) / n, 4)
+    mfu_busy = [t.get("mfu_busy_pct") for t in times]
+    out["mfu_busy_pct"] = (
+        None
+        if None in mfu_busy or busy <= 0
+        else round(sum(m * t["busy_s"] for m, t in zip(mfu_busy, times, strict=True)) / busy, 4)
+    )
+    return {key: out.get(key) for key in times[0]}
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -178,3 +205,24 @@ def _added_counters(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def instances_lines(rows: list[dict[str, Any]]) -> str:
     """``instances.jsonl``: one line per instance."""
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+
+
+def cluster_note(c: dict[str, Any]) -> str:
+    """One line of the cluster, for the run's notes."""
+    per = "; ".join(
+        f"{x['instance']}: {x['routed']} routed, {x['slo_attainment_pct']:.1f}% within the SLO, "
+        f"hits L1 {x['l1_hit_pct'] or 0:.1f}% L2 {x['l2_hit_pct'] or 0:.1f}%, busy {x['busy_s']:.1f} s"
+        for x in c["per_instance"]
+    )
+    moved = (
+        f", {c['moved_by_balance']} requests moved by the balance threshold"
+        if c["router"] == "prefix_aware"
+        else ""
+    )
+    shared = " (one shared L2)" if c["shared_l2"] else ""
+    return (
+        f"{c['instances']} instances behind {c['router']}{shared}: load imbalance "
+        f"{c['load_imbalance']} (max / mean busy time){moved}; prefix hits L1 "
+        f"{c['l1_hit_pct'] or 0:.1f}% L2 {c['l2_hit_pct'] or 0:.1f}% of the prompt tokens; per "
+        f"instance (instances.jsonl) {per}"
+    )
