@@ -1,7 +1,7 @@
 """What ``admit.serving.trace_events: true`` costs: the same serving run with and without it,
 side by side in one process.
 
-Usage: python benchmarks/trace_events_cost.py [--config configs/admit/serving_mooncake.yaml]
+Usage: python benchmarks/trace_events_cost.py [--config configs/serving.yaml]
        [--repeat 3] [OVERRIDE ...]
 
 Each variant (plain; ``trace_events=true``; with ``admit.cluster.instances=4`` too, plain and
@@ -23,7 +23,7 @@ from cpkv.core.kinds import RunContext
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/admit/serving_mooncake.yaml")
+    parser.add_argument("--config", default="configs/serving.yaml")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
