@@ -6,7 +6,9 @@ policies as continuous policies), ``decode_stretch`` (decode-only stretches in o
 ``hits`` (prefix hits, fixed or from the live prefix cache), ``workload`` (requests and their
 arrival times), ``metrics`` (the summary row, ``requests.jsonl``, ``timeline.jsonl``),
 ``schema`` (arrivals, SLOs, loop options), ``run`` (the serving run's output), ``cost/`` (the
-iteration-time models — roofline and linear —, their calibration and the time breakdown).
+iteration-time models — roofline and linear —, their calibration and the time breakdown),
+``trace_events`` (``trace.json``, the run in the Chrome trace-event format), ``cluster/``
+(instances behind a router, ``admit.cluster``).
 
 May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``,
 ``cpkv.admission``, ``cpkv.policies``.
