@@ -95,3 +95,14 @@ def test_a_shared_l2_serves_prefixes_another_instance_computed(cli) -> None:
     shared = shared["summary"]["cluster"]
     assert shared["shared_l2"] and not own["shared_l2"]
     assert shared["l2_hit_pct"] > own["l2_hit_pct"]
+
+
+@needs_trace
+def test_same_config_and_seed_route_the_same_way(cli) -> None:
+    args = ("admit.cluster.instances=3", "admit.cluster.router=power_of_two", "seed=7")
+    a, b = _run(cli, *args), _run(cli, *args)
+    assert (a / "requests.jsonl").read_bytes() == (b / "requests.jsonl").read_bytes()
+    assert (a / "instances.jsonl").read_bytes() == (b / "instances.jsonl").read_bytes()
+    c = _run(cli, "admit.cluster.instances=3", "admit.cluster.router=power_of_two", "seed=8")
+    routed = [[r["instance"] for r in _lines(run / "requests.jsonl")] for run in (a, c)]
+    assert routed[0] != routed[1]  # the seed draws the two instances
