@@ -62,7 +62,8 @@ def check_policy_space(block: Any) -> None:
         found = serving_only_settings(block)
         if found:
             raise FieldError(
-                found[0], f"is read only by the serving simulation; set admit.mode serving (mode here: {block.mode})"
+                found[0],
+                f"is read only by the serving simulation; set admit.mode serving (mode here: {block.mode})",
             )
         return
     sglang_order = block.schedule_policy not in ("fcfs", "deadline")
@@ -87,7 +88,9 @@ def check_policy_space(block: Any) -> None:
             "profiled; prefill_adder budgets by SGLang's max_prefill_tokens and chunked_prefill_size",
         )
     if block.policy != "profiled" and block.profiled != ProfiledSpec():
-        raise FieldError("profiled", f"is read only by policy profiled (policy here: {block.policy})")
+        raise FieldError(
+            "profiled", f"is read only by policy profiled (policy here: {block.policy})"
+        )
     if block.schedule_policy != "deadline" and block.deadline != DeadlineSpec():
         raise FieldError(
             "deadline",

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
-from cpkv.policies.budgets import TokenWeights
 from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.policies.budgets import TokenWeights
 from cpkv.runs.results import metric
 
 
@@ -38,7 +38,13 @@ class IterationBudget:
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
-        for key in ("budget_tokens", "decode_requests", "prompt_tokens", "chunk_tokens", "verify_tokens"):
+        for key in (
+            "budget_tokens",
+            "decode_requests",
+            "prompt_tokens",
+            "chunk_tokens",
+            "verify_tokens",
+        ):
             non_negative(key, getattr(self, key))
         if self.prompt_tokens == 0:
             return  # nothing to prefill: an empty trace, whatever the budget

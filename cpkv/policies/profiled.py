@@ -34,9 +34,7 @@ class ProfiledSpec:
     cold_start_tokens: int | None = None
 
     def validate(self) -> None:
-        require(
-            0.0 <= self.quantile <= 1.0, "quantile", f"must be in [0, 1], got {self.quantile}"
-        )
+        require(0.0 <= self.quantile <= 1.0, "quantile", f"must be in [0, 1], got {self.quantile}")
         positive("window", self.window)
         if self.cold_start_tokens is not None:
             non_negative("cold_start_tokens", self.cold_start_tokens)
@@ -48,7 +46,11 @@ class OutputQuantile:
     __slots__ = ("quantile", "window", "cold_start", "recent", "ordered", "seen")
 
     def __init__(self, spec: ProfiledSpec) -> None:
-        self.quantile, self.window, self.cold_start = spec.quantile, spec.window, spec.cold_start_tokens
+        self.quantile, self.window, self.cold_start = (
+            spec.quantile,
+            spec.window,
+            spec.cold_start_tokens,
+        )
         self.recent: deque[int] = deque()
         self.ordered: list[int] = []
         self.seen = 0

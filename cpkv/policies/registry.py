@@ -104,5 +104,7 @@ def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
 def seed_policy_names() -> list[str]:
     """Names of the policies this module runs itself."""
     return [
-        n for n in POLICIES.names() if POLICIES.get(n).run is not None and not POLICIES.get(n).serving_only
+        n
+        for n in POLICIES.names()
+        if POLICIES.get(n).run is not None and not POLICIES.get(n).serving_only
     ]

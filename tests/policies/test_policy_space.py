@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-SERVING = ["admit.mode=serving", "admit.workload.source=synthetic", "admit.workload.synthetic.count=4"]
+SERVING = [
+    "admit.mode=serving",
+    "admit.workload.source=synthetic",
+    "admit.workload.synthetic.count=4",
+]
 
 REFUSED = [
     (["admit.policy=profiled"], "policy: is read only by the serving simulation"),
@@ -15,7 +19,10 @@ REFUSED = [
     (["admit.serving.check_invariants=true"], "serving.check_invariants: is read only"),
     (["admit.kv.safety_margin_blocks=1"], "kv.safety_margin_blocks: is read only"),
     (["admit.iteration.weights.decode=2"], "iteration.weights: is read only"),
-    ([*SERVING, "admit.policy=optimistic", "admit.schedule_policy=lpm"], "needs policy prefill_adder"),
+    (
+        [*SERVING, "admit.policy=optimistic", "admit.schedule_policy=lpm"],
+        "needs policy prefill_adder",
+    ),
     (
         [*SERVING, "admit.policy=conservative", "admit.enable_priority_scheduling=true"],
         "priority scheduling needs policy prefill_adder",
