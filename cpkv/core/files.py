@@ -3,6 +3,9 @@
 A reader never sees a half-written file, and a write that fails (a full disk, a file-size
 limit, a read-only folder) leaves no temporary file behind: it raises
 :class:`~cpkv.core.errors.OutputError` naming the file and the reason, in one line.
+:class:`StreamedFile` does the same for a file written piece by piece (a run's per-request
+lines, as the requests end): the pieces go to the temporary name, :meth:`StreamedFile.commit`
+renames it into place.
 """
 
 from __future__ import annotations
@@ -59,3 +62,67 @@ def remove_tmp_files(folder: Path) -> None:
         for p in folder.rglob(f".*{mine}"):
             with contextlib.suppress(OSError):
                 p.unlink()
+
+
+class StreamedFile:
+    """A text file written piece by piece under its temporary name (:func:`tmp_path`),
+    renamed into place by :meth:`commit` or removed by :meth:`discard`; without a ``path``
+    the text is kept in memory (:meth:`text`). A write that fails raises
+    :class:`OutputError` naming the file."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = None if path is None else Path(path)
+        self._parts: list[str] = []
+        self._handle = None
+        if self.path is not None:
+            self._tmp = tmp_path(self.path)
+            try:
+                self._handle = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
+            except OSError as err:
+                raise OutputError(f"{self.path}: cannot write ({reason(err)})") from None
+
+    def write(self, text: str) -> None:
+        if self._handle is None:
+            if self.path is None:
+                self._parts.append(text)
+            return
+        try:
+            self._handle.write(text)
+        except OSError as err:
+            self.discard()
+            raise OutputError(f"{self.path}: cannot write ({reason(err)})") from None
+
+    def flush(self) -> None:
+        """Push what was written so far to the file (a forked writer before it ends)."""
+        if self._handle is not None:
+            self._handle.flush()
+
+    def text(self) -> str | None:
+        """What was written, when kept in memory (no path); else None."""
+        return "".join(self._parts) if self.path is None else None
+
+    def commit(self) -> None:
+        """Flush, sync and rename into place (nothing to do in memory)."""
+        handle = self._handle
+        if handle is None:
+            return
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            self._handle = None
+            os.replace(self._tmp, self.path)
+        except BaseException as err:
+            self.discard()
+            if isinstance(err, OSError):
+                raise OutputError(f"{self.path}: cannot write ({reason(err)})") from None
+            raise
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (a run that failed)."""
+        if self._handle is not None:
+            with contextlib.suppress(OSError):
+                self._handle.close()
+            self._handle = None
+            with contextlib.suppress(OSError):
+                self._tmp.unlink()

@@ -16,10 +16,11 @@ directory exists; ``execute(ctx) -> RunOutput`` does the work.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cpkv.core.files import StreamedFile
 from cpkv.core.registry import Registry, _import_ref
 
 if TYPE_CHECKING:
@@ -28,14 +29,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a running experiment may use: its directory and a progress hook."""
+    """What a running experiment may use: its directory, a progress hook, and files it
+    writes as it goes (:meth:`stream`)."""
 
     run_dir: Path | None = None
     progress: Callable[[int, int, str], None] | None = None
+    streams: dict[str, StreamedFile] = field(default_factory=dict, compare=False, repr=False)
 
     def report(self, done: int, total: int, label: str = "") -> None:
         if self.progress is not None:
             self.progress(done, total, label)
+
+    def stream(self, name: str) -> StreamedFile:
+        """An extra file of the run (``requests.jsonl``) written piece by piece while the
+        run goes: the runner renames it into place with the results, or removes it when the
+        run fails. Without a run directory it is kept in memory: the kind puts its
+        :meth:`~cpkv.core.files.StreamedFile.text` in its extras instead."""
+        file = StreamedFile(None if self.run_dir is None else self.run_dir / name)
+        self.streams[name] = file
+        return file
 
 
 Execute = Callable[[RunContext], "RunOutput"]

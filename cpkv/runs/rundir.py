@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import CpkvError, InputError, OutputError
-from cpkv.core.files import reason, remove_tmp_files, write_atomic
+from cpkv.core.files import StreamedFile, reason, remove_tmp_files, write_atomic
 from cpkv.runs.results import RunRecord
 
 __all__ = ["write_atomic"]  # re-exported: the sweep store writes through it too
@@ -163,10 +163,19 @@ class RunDir:
         self.write_text("config.yaml", config_yaml)
         self.write_text("overrides.yaml", _yaml_list(overrides))
 
-    def finish(self, record: RunRecord, table: str, extras: Mapping[str, str]) -> None:
-        """Write extras, the table, then results.json, then mark the run complete."""
+    def finish(
+        self,
+        record: RunRecord,
+        table: str,
+        extras: Mapping[str, str],
+        streamed: Sequence[StreamedFile] = (),
+    ) -> None:
+        """Write extras, rename the ``streamed`` ones into place, write the table, then
+        results.json, then mark the run complete."""
         for name, text in extras.items():
             self.write_text(name, text)
+        for file in streamed:
+            file.commit()
         self.write_text("results.txt", table if table.endswith("\n") else table + "\n")
         self.write_text("results.json", record.to_json())
         self._end(STATUS_COMPLETE)

@@ -63,19 +63,22 @@ def run_experiment(
         if run_dir is not None
         else RunDir.create(Path(root), exp.name, meta)
     )
+    ctx = RunContext(run_dir=target.path, progress=progress)
     try:
         target.start(config_yaml=loaded.to_yaml(), overrides=list(loaded.overrides))
-        output = execute(RunContext(run_dir=target.path, progress=progress))
+        output = execute(ctx)
         record = RunRecord.from_output(loaded.spec.name, exp.name, output)
         text = render(record, "text")
         # the run may have imported torch: record its version and thread count
         target.meta.update(torch_info())
-        target.finish(record, text, output.extras)
+        target.finish(record, text, output.extras, list(ctx.streams.values()))
     except KeyboardInterrupt as err:  # Ctrl-C, and SIGTERM / SIGHUP (cpkv.core.signals)
+        _discard(ctx)
         target.fail(STATUS_INCOMPLETE, signals.reason(err))
         err.run_dir = target.path  # type: ignore[attr-defined]  # for the command's last line
         raise
     except Exception as err:
+        _discard(ctx)
         target.fail(
             STATUS_FAILED,
             str(err) if isinstance(err, CpkvError) else f"{type(err).__name__}: {err}",
@@ -86,6 +89,12 @@ def run_experiment(
     if plots is not False and plots_wanted():
         _plot(loaded.spec, record, target.path)
     return RunResult(target.path, record, text)
+
+
+def _discard(ctx: RunContext) -> None:
+    """Remove the files the run streamed (it failed: none of them is kept)."""
+    for file in ctx.streams.values():
+        file.discard()
 
 
 def plots_wanted() -> bool:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from cpkv.admission.budgets import cp_limit_broken
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_page
@@ -43,7 +44,7 @@ class AdderBudgets:
     cp_max_total_extend_tokens: int | None = None
     cp_max_total_cached_tokens: int | None = None
 
-    @property
+    @cached_property
     def cp_on(self) -> bool:
         """Whether a CP shared-KV limit applies (cpkv's own limits, not upstream SGLang)."""
         return (
@@ -52,11 +53,16 @@ class AdderBudgets:
             or self.cp_max_total_cached_tokens is not None
         )
 
+    @cached_property
+    def load_threshold(self) -> int:
+        """The smallest host hit that is loaded back (at least 1 token)."""
+        return max(1, self.load_back_threshold)
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+
+class Candidate(NamedTuple):
     """A waiting request as the pass sees it: fill length ``L``, device prefix and host hit
-    (both page aligned), ``max_new`` left and ``max_new`` as first asked (both clipped)."""
+    (both page aligned), ``max_new`` left and ``max_new`` as first asked (both clipped).
+    The loop hands the pass plain tuples of these five numbers, in this order."""
 
     fill_tokens: int
     device_prefix: int
@@ -65,7 +71,7 @@ class Candidate:
     max_new_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class PassResult:
     """What one pass decided.
 
@@ -109,7 +115,9 @@ def adder_pass(
     current_offset = mixed_tokens
     rem_input = budgets.max_prefill_tokens - mixed_tokens
     rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
-    out = PassResult(admitted=[])
+    admitted: list[tuple[int, int, bool]] = []
+    stop: str | None = None
+    chunk_tokens, chunk_done = 0, False
     batch_requests = 0
     cp_on = budgets.cp_on
     extend_paged_sum = cached_paged_sum = 0
@@ -126,7 +134,7 @@ def adder_pass(
             current_offset += extend_paged + page
             rem_input -= extend_paged
             rem_chunk -= extend_paged
-            out.chunk_tokens, out.chunk_done = extend, not cut
+            chunk_tokens, chunk_done = extend, not cut
             extend_paged_sum, cached_paged_sum = extend_paged, ceil_page(prefix, page)
             batch_requests = 1
     max_running = (
@@ -135,50 +143,50 @@ def adder_pass(
     prefill_max_requests = (
         NO_CAP if budgets.prefill_max_requests is None else budgets.prefill_max_requests
     )
-    load_threshold = max(1, budgets.load_back_threshold)
+    load_threshold = budgets.load_threshold
     first = True
-    while out.stop is None:
+    while stop is None:
         candidate = next(queue, None)
         if candidate is None:
             break
         if first and room - total_offset > 0 and room - current_offset > 0:
             # budget_state() at the top of the scan
             if rem_input <= 0:
-                out.stop = "rem_input_tokens"
+                stop = "rem_input_tokens"
             elif rem_chunk is not None and rem_chunk <= 0:
-                out.stop = "rem_chunk_tokens"
-            if out.stop is not None:
+                stop = "rem_chunk_tokens"
+            if stop is not None:
                 break
         first = False
         if batch_requests >= max_running:
-            out.stop = "max_running_requests"
+            stop = "max_running_requests"
             break
         if batch_requests >= prefill_max_requests:
-            out.stop = "prefill_max_requests"
+            stop = "prefill_max_requests"
             break
-        device, host = candidate.device_prefix, candidate.host_hit
+        fill, device, host, max_new_left, max_new_asked = candidate
         # memory: (L - D) + min(max_new left, 4096) + page < rem_total
-        if not candidate.fill_tokens - device + candidate.max_new_left + page < room - total_offset:
-            out.stop = "rem_total_tokens"
+        if not fill - device + max_new_left + page < room - total_offset:
+            stop = "rem_total_tokens"
             break
         # select with the host hit; a hit below the threshold is declined: select again without
         for loaded in (host, 0) if 0 < host < load_threshold else (host,):
             prefix = device + loaded
-            extend = candidate.fill_tokens - prefix
+            extend = fill - prefix
             extend_paged = -(-extend // page) * page
             cut = False
             if rem_chunk is None:
                 if batch_requests and extend_paged >= rem_input:
-                    out.stop = "rem_input_tokens"
+                    stop = "rem_input_tokens"
                     break
             elif extend_paged > rem_chunk:
                 extend_paged = extend = rem_chunk // page * page
                 if extend <= 0:
-                    out.stop = "rem_chunk_tokens"
+                    stop = "rem_chunk_tokens"
                     break
                 cut = True
             if cp_on and batch_requests:
-                out.stop = cp_limit_broken(
+                stop = cp_limit_broken(
                     batch_requests + 1,
                     extend_paged_sum + extend_paged,
                     cached_paged_sum + prefix,
@@ -186,12 +194,12 @@ def adder_pass(
                     budgets.cp_max_total_extend_tokens,
                     budgets.cp_max_total_cached_tokens,
                 )
-                if out.stop is not None:
+                if stop is not None:
                     break
-        if out.stop is not None:
+        if stop is not None:
             break
         room -= loaded
-        total_offset += extend_paged + page + (0 if cut else candidate.max_new_tokens)
+        total_offset += extend_paged + page + (0 if cut else max_new_asked)
         current_offset += extend_paged + page
         rem_input -= extend_paged
         if rem_chunk is not None:
@@ -199,17 +207,66 @@ def adder_pass(
         extend_paged_sum += extend_paged
         cached_paged_sum += prefix
         batch_requests += 1
-        out.admitted.append((extend, loaded, cut))
+        admitted.append((extend, loaded, cut))
         # budget_state(): stops the scan, the request stays admitted
         if room - total_offset <= 0:
-            out.stop = "rem_total_tokens"
+            stop = "rem_total_tokens"
         elif room - current_offset <= 0:
-            out.stop = "cur_rem_tokens"
+            stop = "cur_rem_tokens"
         elif rem_input <= 0:
-            out.stop = "rem_input_tokens"
+            stop = "rem_input_tokens"
         elif rem_chunk is not None and rem_chunk <= 0:
-            out.stop = "rem_chunk_tokens"
-    return out
+            stop = "rem_chunk_tokens"
+    return PassResult(chunk_tokens, chunk_done, admitted, stop)
+
+
+def lone_pass(
+    free_tokens: int,
+    mixed_tokens: int,
+    headroom: float,
+    running: int,
+    budgets: AdderBudgets,
+    candidate: tuple[int, int, int, int, int],
+) -> tuple[int, int, str | None] | None:
+    """:func:`adder_pass` for a queue of one ``candidate`` and no chunked request, when the
+    candidate is admitted whole: ``(extend, loaded, stop)``; None when it is not (stopped,
+    or cut into a chunk: the caller runs :func:`adder_pass`). The same arithmetic, in the
+    same order, for that one case (a test checks both agree on random passes)."""
+    page = budgets.page
+    total_offset = mixed_tokens + headroom
+    rem_input = budgets.max_prefill_tokens - mixed_tokens
+    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
+    room = free_tokens
+    if room - total_offset > 0 and room - mixed_tokens > 0:  # budget_state() at the top
+        if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+            return None
+    if budgets.max_running_requests is not None and budgets.max_running_requests - running <= 0:
+        return None
+    if budgets.prefill_max_requests is not None and budgets.prefill_max_requests <= 0:
+        return None
+    fill, device, host, max_new_left, max_new_asked = candidate
+    if not fill - device + max_new_left + page < room - total_offset:
+        return None
+    loaded = 0 if 0 < host < budgets.load_threshold else host  # a declined hit is not loaded
+    extend = fill - device - loaded
+    extend_paged = -(-extend // page) * page
+    if rem_chunk is not None and extend_paged > rem_chunk:
+        return None  # cut (with the hit or without it: without it needs more)
+    room -= loaded
+    total_offset += extend_paged + page + max_new_asked
+    current_offset = mixed_tokens + extend_paged + page
+    rem_input -= extend_paged
+    if room - total_offset <= 0:  # budget_state() after the admission
+        stop: str | None = "rem_total_tokens"
+    elif room - current_offset <= 0:
+        stop = "cur_rem_tokens"
+    elif rem_input <= 0:
+        stop = "rem_input_tokens"
+    elif rem_chunk is not None and rem_chunk - extend_paged <= 0:
+        stop = "rem_chunk_tokens"
+    else:
+        stop = None
+    return extend, loaded, stop
 
 
 def adder_step(sim: Any, decoded: int) -> None:
@@ -220,7 +277,13 @@ def adder_step(sim: Any, decoded: int) -> None:
     if chunked is not None:
         max_new = min(chunked.max_new_tokens, CLIP_MAX_NEW_TOKENS)
         chunk = (chunked.fill_tokens - chunked.filled_tokens, max_new, chunked.filled_tokens)
-    headroom = pool.headroom_tokens() * sim.ratio.current
+    headroom = (  # pool.headroom_tokens(), inline
+        pool.unclipped_finish_sum
+        - pool.n_unclipped * pool.decode_steps
+        + CLIP_MAX_NEW_TOKENS * pool.n_clipped
+    ) * sim.ratio.current
+    waiting = sim.waiting
+    hits: list[tuple[int, int]] = []  # the hits the pass looked up, to admit with
     res = adder_pass(
         pool.free_blocks * sim.block_size,
         decoded,
@@ -228,8 +291,9 @@ def adder_step(sim: Any, decoded: int) -> None:
         pool.n_running,
         sim.settings.adder,
         chunk,
-        _candidates(sim),
+        _candidates(sim, hits) if waiting else iter(()),
     )
+    completed = sim.completed
     if res.chunk_tokens:
         extend = res.chunk_tokens
         sim.prefill_tokens += extend
@@ -238,31 +302,45 @@ def adder_step(sim: Any, decoded: int) -> None:
         chunked.filled_tokens += extend
         chunked.prefilled += extend
         if res.chunk_done:
-            sim.completed.append(chunked)
+            completed.append(chunked)
             sim.chunked = None
-    waiting = sim.waiting
-    for k, (extend, _loaded, cut) in enumerate(res.admitted):
-        r = waiting[k]
-        device, host = sim.hit(r)
-        sim.admit(r, device, host, None)
-        sim.prefill_tokens += extend
-        sim.prefill_context += r.filled_tokens + extend
-        sim.prefill_attention_pairs += extend * r.filled_tokens + extend * (extend + 1) // 2
-        r.filled_tokens += extend
-        r.prefilled += extend
-        if cut:
-            sim.chunked = r
-        else:
-            sim.completed.append(r)
-    del waiting[: len(res.admitted)]
+    admitted = res.admitted
+    if admitted:
+        admit = sim.admit
+        prefill_tokens = prefill_context = pairs = 0
+        for k, (extend, _loaded, cut) in enumerate(admitted):
+            r = waiting[k]
+            device, host = hits[k]
+            admit(r, device, host, None)
+            filled = r.filled_tokens
+            prefill_tokens += extend
+            prefill_context += filled + extend
+            pairs += extend * filled + extend * (extend + 1) // 2
+            r.filled_tokens = filled + extend
+            r.prefilled += extend
+            if cut:
+                sim.chunked = r
+            else:
+                completed.append(r)
+        sim.prefill_tokens += prefill_tokens
+        sim.prefill_context += prefill_context
+        sim.prefill_attention_pairs += pairs
+        del waiting[: len(admitted)]
     if res.stop is not None:
         sim.stop_counts[res.stop] = sim.stop_counts.get(res.stop, 0) + 1
 
 
-def _candidates(sim: Any) -> Iterator[Candidate]:
+def _candidates(sim: Any, hits: list[tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int]]:
+    hit = sim.hit
     for r in sim.waiting:
-        device, host = sim.hit(r)
-        left = min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS)
-        yield Candidate(
-            r.fill_tokens, device, host, left, min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        device, host = found = hit(r)
+        hits.append(found)
+        max_new = r.max_new_tokens
+        left = max_new - r.generated
+        yield (
+            r.fill_tokens,
+            device,
+            host,
+            left if left < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS,
+            max_new if max_new < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS,
         )

@@ -11,6 +11,11 @@ leading blocks only grows when the block that ended it is inserted again, so whe
 block has not been inserted since the memo, the memo's ``D`` is still an upper bound
 (evictions can only shorten the run). The first-fit scans use it to skip requests that
 cannot fit even with that hit.
+
+Memory stays with the live requests: a request's memo goes when it ends (:meth:`forget`),
+and the versions of inserted blocks are kept only while a live memo is older than them
+(the record of a block inserted before every live memo answers nothing: it is dropped when
+the record has doubled since the last pruning).
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ class PrefixHits:
         self.version = 0
         self.memo: dict[int, tuple[int, int, int, int, int]] = {}  # i: version, D, H, lo, hi
         self.inserted_at: dict[int, int] = {}  # block hash: version of its last insert
+        self.prune_at = 1024  # prune inserted_at when it reaches this size
 
     def hit(self, r: Req) -> tuple[int, int]:
         """``(D, H)``: the L1 hit and the L2 hit after it, in whole blocks."""
         block = self.block_size
-        if self.cache is None or r.hash_ids is None:
-            device = floor_page(r.fixed_l1_tokens, block)
-            return device, floor_page(r.fixed_l1_tokens + r.fixed_l2_tokens, block) - device
+        if self.cache is None or r.hash_ids is None:  # floor_page, inline
+            l1 = r.fixed_l1_tokens
+            device = l1 // block * block
+            return device, (l1 + r.fixed_l2_tokens) // block * block - device
         memo = self.memo.get(r.index)
         if memo is not None and memo[0] == self.version:
             return memo[1], memo[2]
@@ -82,3 +89,17 @@ class PrefixHits:
         version, inserted = self.version, self.inserted_at
         for block in r.hash_ids:
             inserted[block] = version
+        if len(inserted) >= self.prune_at:
+            self._prune()
+
+    def forget(self, r: Req) -> None:
+        """``r`` ended: its memo goes."""
+        if self.memo:
+            self.memo.pop(r.index, None)
+
+    def _prune(self) -> None:
+        """Drop the blocks inserted no later than the oldest live memo: ``l1_upper`` only asks
+        whether a block was inserted *after* a memo."""
+        oldest = min((m[0] for m in self.memo.values()), default=self.version)
+        self.inserted_at = {h: v for h, v in self.inserted_at.items() if v > oldest}
+        self.prune_at = max(1024, 2 * len(self.inserted_at))

@@ -48,6 +48,34 @@ class Req:
             r.hash_ids,
         )
         self.fixed_l1_tokens, self.fixed_l2_tokens = r.l1_cached_tokens, r.l2_cached_tokens
+        self._fresh()
+
+    @classmethod
+    def new(
+        cls,
+        i: int,
+        rid: str,
+        arrival_us: float,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        l1_cached_tokens: int,
+        l2_cached_tokens: int,
+        hash_ids: tuple[int, ...] | None,
+    ) -> Req:
+        """Request ``i`` from its fields (lazy arrival streams build them one by one)."""
+        r = cls.__new__(cls)
+        r.index, r.rid, r.arrival_us = i, rid, arrival_us
+        r.prompt_tokens, r.max_new_tokens, r.hash_ids = prompt_tokens, max_new_tokens, hash_ids
+        r.fixed_l1_tokens, r.fixed_l2_tokens = l1_cached_tokens, l2_cached_tokens
+        r.state = r.epoch = r.generated = r.fill_tokens = r.device_prefix = r.host_hit = 0
+        r.filled_tokens = r.kv_tokens = r.reserved_blocks = r.stamp = r.kv_base = 0
+        r.context_base = r.finish_step = r.preemptions = r.recomputed = r.prefilled = 0
+        r.advanced_step = -1
+        r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
+        r.reject_reason = None
+        return r
+
+    def _fresh(self) -> None:
         self.state, self.epoch, self.generated = PENDING, 0, 0
         self.fill_tokens = self.device_prefix = self.host_hit = self.filled_tokens = (
             self.kv_tokens
@@ -69,9 +97,13 @@ class KvPool:
         self.choose = VICTIMS.get(victim)
         self.decode_steps = 0
         self.running: list[tuple[Req, int]] = []  # (request, epoch when it joined), lazily pruned
-        self.n_running = 0
+        self.n_running = self.n_unreserved = 0
         self.running_by_phase = [0] * block_size
         self.unreserved_by_phase = [0] * block_size
+        # the same counts in step order, twice: [i] = by_phase[(block - 1 - i) % block], so
+        # that the steps from ``step`` on read them at [(step - 1) % block:] in one slice
+        self.running_by_step = [0] * (2 * block_size)
+        self.unreserved_by_step = [0] * (2 * block_size)
         self.context_base_sum = 0
         self.finish_heap: list[tuple[int, int, int, Req]] = []
         self.clip_heap: list[tuple[int, int, int, Req]] = []
@@ -84,10 +116,14 @@ class KvPool:
     def take(self, r: Req, kv: int, reserve_tokens: int | None) -> None:
         """Give ``r`` blocks for ``kv`` tokens (and a reservation up to ``reserve_tokens``)."""
         block = self.block_size
-        blocks = ceil_div(kv, block)
+        blocks = -(-kv // block)  # ceil_div, inline
         r.kv_tokens = kv
-        r.reserved_blocks = ceil_div(reserve_tokens, block) if reserve_tokens is not None else 0
-        self.free_blocks -= max(blocks, r.reserved_blocks)
+        if reserve_tokens is None:
+            r.reserved_blocks = 0
+            self.free_blocks -= blocks
+        else:
+            reserved = r.reserved_blocks = -(-reserve_tokens // block)
+            self.free_blocks -= max(blocks, reserved)
         self.used_blocks += blocks
 
     def fits(self, kv: int, reserve_tokens: int | None) -> bool:
@@ -96,7 +132,7 @@ class KvPool:
         return need <= self.free_blocks
 
     def _release(self, r: Req, kv: int) -> None:
-        blocks = ceil_div(kv, self.block_size)
+        blocks = -(-kv // self.block_size)
         self.free_blocks += max(blocks, r.reserved_blocks)
         self.used_blocks -= blocks
         r.reserved_blocks = 0
@@ -123,37 +159,52 @@ class KvPool:
         """``r`` (``kv`` tokens, ``r.generated`` generated) starts decoding."""
         step, block = self.decode_steps, self.block_size
         r.state = RUNNING
-        r.kv_base = kv - step
-        r.context_base = kv + r.device_prefix - step
-        r.finish_step = step + r.max_new_tokens - r.generated
+        r.kv_base = kv_base = kv - step
+        r.context_base = context_base = kv + r.device_prefix - step
+        r.finish_step = finish = step + r.max_new_tokens - r.generated
         r.advanced_step = -1
-        self.running.append((r, r.epoch))
+        epoch = r.epoch
+        self.running.append((r, epoch))
         self.n_running += 1
-        self.running_by_phase[r.kv_base % block] += 1
+        phase = kv_base % block
+        self.running_by_phase[phase] += 1
+        at = block - 1 - phase
+        self.running_by_step[at] += 1
+        self.running_by_step[at + block] += 1
         if not r.reserved_blocks:
-            self.unreserved_by_phase[r.kv_base % block] += 1
-        self.context_base_sum += r.context_base
-        heapq.heappush(self.finish_heap, (r.finish_step, r.stamp, r.epoch, r))
-        if r.finish_step - step > CLIP_MAX_NEW_TOKENS:
+            self.unreserved_by_phase[phase] += 1
+            self.unreserved_by_step[at] += 1
+            self.unreserved_by_step[at + block] += 1
+            self.n_unreserved += 1
+        self.context_base_sum += context_base
+        heapq.heappush(self.finish_heap, (finish, r.stamp, epoch, r))
+        if finish - step > CLIP_MAX_NEW_TOKENS:
             self.n_clipped += 1
-            heapq.heappush(
-                self.clip_heap, (r.finish_step - CLIP_MAX_NEW_TOKENS, r.stamp, r.epoch, r)
-            )
+            heapq.heappush(self.clip_heap, (finish - CLIP_MAX_NEW_TOKENS, r.stamp, epoch, r))
         else:
             self.n_unclipped += 1
-            self.unclipped_finish_sum += r.finish_step
+            self.unclipped_finish_sum += finish
 
     def leave(self, r: Req) -> int:
         """Take ``r`` out of the running set, free its blocks; returns the KV it held."""
-        kv = self.kv_now(r)
-        r.generated = self.gen_now(r)
+        step = self.decode_steps
+        advanced = r.advanced_step == step  # kv_now / gen_now of a running request, inline
+        kv = r.kv_base + step + advanced
+        r.generated = r.max_new_tokens - r.finish_step + step + advanced
         block = self.block_size
+        phase = r.kv_base % block
         self.n_running -= 1
-        self.running_by_phase[r.kv_base % block] -= 1
+        self.running_by_phase[phase] -= 1
+        at = block - 1 - phase
+        self.running_by_step[at] -= 1
+        self.running_by_step[at + block] -= 1
         if not r.reserved_blocks:
-            self.unreserved_by_phase[r.kv_base % block] -= 1
+            self.unreserved_by_phase[phase] -= 1
+            self.unreserved_by_step[at] -= 1
+            self.unreserved_by_step[at + block] -= 1
+            self.n_unreserved -= 1
         self.context_base_sum -= r.context_base
-        if r.finish_step - self.decode_steps > CLIP_MAX_NEW_TOKENS:
+        if r.finish_step - step > CLIP_MAX_NEW_TOKENS:
             self.n_clipped -= 1
         else:
             self.n_unclipped -= 1
@@ -161,7 +212,7 @@ class KvPool:
         r.epoch += 1  # invalidates its heap entries
         r.state = PREFILL  # not running; the caller sets the final state
         self._release(r, kv)
-        if len(self.running) > 2 * self.n_running + 32:
+        if len(self.running) > 4 * self.n_running + 1024:  # prune the entries of those that left
             self.running_reqs()
         return kv
 
@@ -210,7 +261,8 @@ class KvPool:
             _, _, epoch, r = heapq.heappop(heap)
             if r.epoch == epoch and r.state == RUNNING:
                 finishing.append(r)
-        self.migrate_clipped()
+        if self.clip_heap:
+            self.migrate_clipped()
         return advanced, context, finishing
 
     def migrate_clipped(self) -> None:
@@ -257,7 +309,8 @@ class KvPool:
             self.used_blocks += 1
         r.kv_tokens += 1
         r.generated += 1
-        self._event(r, "advanced")
+        if self.events is not None:
+            self._event(r, "advanced")
         return True
 
     def _make_room(self, grower: Req, phase: str, candidates: list[Req]) -> None:

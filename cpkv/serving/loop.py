@@ -22,35 +22,53 @@ Each iteration (one forward pass), at simulated time ``now``:
 
 When nothing runs and nothing waits, time jumps to the next arrival (SGLang's ratio resets);
 when requests only decode, :func:`~cpkv.serving.decode_stretch.decode_stretch` runs the
-iterations up to the next event in a tight loop (same results, float for float).
+iterations up to the next arrival in a tight loop, finishing requests on the way (same
+results, float for float).
 The L1 tier of the prefix cache is modelled as its own partition of device memory: an L1
 hit costs no pool blocks and no compute; an L2 hit costs pool blocks and load-back time.
 ``prefill_adder`` keeps SGLang's adaptive ``new_token_ratio``: after each decode step
 (before that iteration's admission) one decay step, or, when the step preempted,
 ``min(1, (generated + 20 n) / (max_new + 1))`` over the ``n`` requests it kept (their
 tokens before the step), as ``retract_decode`` sets it.
+
+A run streams, so that its memory does not grow with its length: requests are built when
+they arrive (:mod:`cpkv.serving.arrivals`); a request that finishes or is rejected goes to
+the run's sink (:class:`~cpkv.serving.metrics.RequestStats`: its ``requests.jsonl`` line,
+its latencies) and is dropped; the iterations' samples go to an
+:class:`~cpkv.serving.iteration_log.IterationLog`. :func:`simulate` keeps everything
+instead (small runs, tests).
+
+One :class:`Sim` is one serving instance that an outer driver (instances behind a router)
+can advance in time order: :meth:`Sim.deliver` hands it a request that has arrived,
+:meth:`Sim.advance` runs every iteration that starts before a given time, :meth:`Sim.close`
+ends the run. A request delivered at ``t`` joins the queue at the first iteration that
+starts at or after ``t``, exactly as in a run that reads its own arrivals (:meth:`Sim.run`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
 from cpkv.serving.adder import AdderBudgets, adder_step
+from cpkv.serving.arrivals import Arrivals, arrival_order
 from cpkv.serving.block_policies import block_step
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.decode_stretch import decode_stretch
+from cpkv.serving.decode_stretch import decode_stretch, linear_costs
 from cpkv.serving.hits import PrefixHits
+from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
+from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
 
 COUNTERS = (
     "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
 )  # fmt: skip
+INF = float("inf")
 
 
 class SimulationStalled(CpkvError):
@@ -77,29 +95,52 @@ class SimSettings:
 
 @dataclass
 class SimResult:
-    """Requests (input order) and per-iteration samples of one run."""
+    """One run: its end, iterations, counters and integrals; when kept (:func:`simulate`),
+    the requests (input order) and the per-iteration samples too."""
 
-    requests: list[Req]
+    requests: list[Req] | None
     end_us: float
     iterations: int
-    timeline: tuple[list[float], list[float], list[int], list[int], list[int], list[int]]
+    timeline: tuple[list[float], list[float], list[int], list[int], list[int], list[int]] | None
     counters: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[int, str, str, int]] | None = None  # (iteration, rid, what, used blocks)
     # (iteration, decode tokens, prefill tokens, first tokens)
     log: list[tuple[int, int, int, int]] | None = None
+    integrals: Integrals = field(default_factory=Integrals)
+    samples: IterationLog | None = None  # the samples, to read back (timeline)
+
+
+class KeepRequests:
+    """A sink that keeps every request (``SimResult.requests``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[Req] = []
+
+    def done(self, r: Req) -> None:
+        self.requests.append(r)
+
+    def in_input_order(self) -> list[Req]:
+        return sorted(self.requests, key=lambda r: r.index)
 
 
 class Sim:
-    """One run of the serving loop; :func:`simulate` is the entry point."""
+    """One serving instance (see the module docstring); :func:`simulate` runs one whole."""
 
     def __init__(
-        self, requests: Sequence[ServingRequest], settings: SimSettings, cache: Any, events: bool
+        self,
+        settings: SimSettings,
+        cache: Any = None,
+        events: bool = False,
+        *,
+        sink: Any,
+        samples: IterationLog,
+        arrivals: Iterable[Req] | None = None,
     ) -> None:
         s = settings
         self.settings, self.policy, self.cache = s, s.policy, cache
         self.block_size = s.block_size
-        self.reqs = [Req(i, r, r.arrival_ms * 1000.0) for i, r in enumerate(requests)]
-        self.order = sorted(self.reqs, key=lambda r: (r.arrival_us, r.index))
+        self.arrivals = Arrivals(arrivals)
+        self.sink, self.samples = sink, samples
         self.pool = KvPool(s.block_size, s.capacity_blocks, s.victim)
         self.log: list[tuple[int, int, int, int]] | None = [] if events else None
         if events:
@@ -110,7 +151,8 @@ class Sim:
         self.chunked: Req | None = None
         self.ratio = s.ratio
         self.budget_tokens, self.chunk_tokens, self.scan = s.budget_tokens, s.chunk_tokens, s.scan
-        self.now, self.next_arrival, self.iterations, self.stamp = 0.0, 0, 0, 0
+        self.now, self.iterations, self.stamp = 0.0, 0, 0
+        self.horizon_us = self.until_us = INF
         self.hits = PrefixHits(cache, s.block_size)
         self.hit = self.hits.hit
         self.scan_version, self.scan_free, self.scan_seen = -1, -1, 0
@@ -118,90 +160,149 @@ class Sim:
         self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
         self.counters["preemptions"] = {}
         self.counters["rejects"] = {}
-        self.timeline = ([], [], [], [], [], [])
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.prefill_attention_pairs = 0
         self.stalled = 0
+        self.linear_costs = linear_costs(s.cost)  # the linear model, evaluated inline
+        if self.linear_costs is not None:
+            samples.context_coef = self.linear_costs[3]
+        self._load_threshold = max(1, s.adder.load_back_threshold)
+        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
+        pool_tokens = s.capacity_blocks * s.block_size
+        self._never_blocks = s.capacity_blocks
+        self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
 
     def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
         """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back
         of its ``host`` hit (when at least ``load_back_threshold`` tokens)."""
-        self.hits.touch(r)
-        loaded = host if host >= max(1, self.settings.adder.load_back_threshold) else 0
+        if self.cache is not None:
+            self.hits.touch(r)
+        loaded = host if host >= self._load_threshold else 0
         r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
         r.filled_tokens = device + loaded
-        self.stamp += 1
-        r.stamp = self.stamp
+        self.stamp = r.stamp = self.stamp + 1
         self.pool.take(r, r.fill_tokens - device, reserve)
         if r.admitted_us is None:
             r.admitted_us = self.now
             r.l1_hit, r.l2_hit = device, loaded
         self.loaded += loaded
-        self.counters["l1_hit_tokens"] += device
+        if device:
+            self.counters["l1_hit_tokens"] += device
         self.admitted += 1
 
-    # -- the loop -------------------------------------------------------------------------------
+    # -- driving it ------------------------------------------------------------------------------
+    def deliver(self, r: Req) -> None:
+        """``r`` arrived (at ``r.arrival_us``, not before the requests delivered so far); it
+        joins the queue at the first iteration that starts at or after its arrival."""
+        self.arrivals.deliver(r)
+
     def run(self) -> SimResult:
-        order, pool = self.order, self.pool
-        while True:
-            self._arrive()
+        """The whole run (the arrivals given at construction), then :meth:`close`."""
+        self.advance(INF)
+        return self.close()
+
+    def advance(self, until_us: float) -> None:
+        """Run every iteration that starts before ``until_us`` (an idle instance whose next
+        arrival is not before ``until_us`` stops at once)."""
+        pool, arrivals = self.pool, self.arrivals
+        while self.now < until_us:
+            if arrivals.next_us <= self.now:
+                self._arrive()
             if not (pool.n_running or self.prefilling or self.waiting or self.chunked):
-                if self.next_arrival >= len(order):
-                    break
-                self.now = max(self.now, order[self.next_arrival].arrival_us)
+                upcoming = arrivals.next_us
+                if upcoming >= until_us:
+                    return
+                self.now = max(self.now, upcoming)
                 self.ratio = self.ratio.reset()
+                self.samples.idle_jump()
                 continue
-            quiet = not (self.waiting or self.prefilling or self.chunked)
-            if quiet and pool.n_running and pool.events is None and decode_stretch(self):
-                continue  # decode-only iterations ran up to the next event
+            waiting = self.waiting
+            if not (waiting or self.prefilling or self.chunked):
+                if pool.n_running and pool.events is None:
+                    self.horizon_us = min(arrivals.next_us, until_us)
+                    self.until_us = until_us
+                    if decode_stretch(self):
+                        continue  # decode-only iterations ran up to the next arrival
+            elif (
+                self.lone_fast
+                and len(waiting) == 1
+                and self.chunked is None
+                and pool.events is None
+                and admit_lone_arrival(self)
+            ):
+                continue  # the commonest admission, in straight-line code
             self._iteration()
-        counters = self.counters
+
+    def close(self) -> SimResult:
+        """End the run: its counters, its integrals (and what :func:`simulate` keeps)."""
+        pool, counters = self.pool, self.counters
         counters["admission_stops"] = dict(sorted(self.stop_counts.items()))
         counters["final_used_blocks"] = pool.used_blocks
         counters["final_free_blocks"] = pool.free_blocks
         counters["final_new_token_ratio"] = self.ratio.current
+        integrals = self.samples.close(self.now)
+        kept = self.samples.kept
+        requests = self.sink.in_input_order() if isinstance(self.sink, KeepRequests) else None
         return SimResult(
-            self.reqs, self.now, self.iterations, self.timeline, counters, pool.events, self.log
-        )
+            requests, self.now, self.iterations, kept, counters, pool.events, self.log,
+            integrals, self.samples,
+        )  # fmt: skip
 
+    # -- the loop -------------------------------------------------------------------------------
     def _arrive(self) -> None:
-        order, settings = self.order, self.settings
-        pool_tokens = settings.capacity_blocks * self.block_size
-        while self.next_arrival < len(order) and order[self.next_arrival].arrival_us <= self.now:
-            r = order[self.next_arrival]
-            self.next_arrival += 1
-            total = r.prompt_tokens + r.max_new_tokens
-            never = ceil_div(total, self.block_size) > settings.capacity_blocks or (
-                self.policy == "prefill_adder"
-                and r.prompt_tokens + min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) + self.block_size
-                >= pool_tokens
+        arrivals, now = self.arrivals, self.now
+        block, capacity, tokens = self.block_size, self._never_blocks, self._never_tokens
+        while arrivals.next_us <= now:
+            r = arrivals.pop()
+            prompt, max_new = r.prompt_tokens, r.max_new_tokens
+            never = ceil_div(prompt + max_new, block) > capacity or (
+                tokens is not None and prompt + min(max_new, CLIP_MAX_NEW_TOKENS) + block >= tokens
             )
             if never:
                 self._reject(r, "exceeds_kv_capacity")
                 continue
-            r.state, r.fill_tokens = WAITING, r.prompt_tokens
+            r.state, r.fill_tokens = WAITING, prompt
             self.waiting.append(r)
 
     def _reject(self, r: Req, reason: str) -> None:
         r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
         rejects = self.counters["rejects"]
         rejects[reason] = rejects.get(reason, 0) + 1
+        self._done(r)
+
+    def _done(self, r: Req) -> None:
+        self.hits.forget(r)
+        self.sink.done(r)
+
+    def finish_decoded(self, finishing: list[Req], now: float) -> None:
+        """Running requests that generated their last token in the iteration that ended at
+        ``now`` leave and finish (in the order given)."""
+        pool, hits = self.pool, self.hits
+        for r in finishing:
+            pool.leave(r)
+            r.state = FINISHED
+            r.finished_us = now
+            hits.insert(r)
+            self._done(r)
 
     def _iteration(self) -> None:
         pool, settings = self.pool, self.settings
-        pool.event_iteration = self.iterations
-        idle = not (pool.n_running or self.prefilling or self.chunked)
+        if pool.events is not None:
+            pool.event_iteration = self.iterations
+        running = pool.n_running
+        idle = not (running or self.prefilling or self.chunked)
         self.prefill_tokens = self.prefill_context = self.loaded = self.admitted = 0
         self.prefill_attention_pairs = 0
-        self.completed = []
-        decoded, decode_context, finishing = pool.decode() if pool.n_running else (0, 0, [])
+        self.completed = completed = []
+        decoded, decode_context, finishing = pool.decode() if running else (0, 0, [])
         if decoded or pool.preempted:
             self._update_ratio()
         if self.policy == "prefill_adder":
             adder_step(self, decoded)
         else:
             block_step(self, decoded)
-        firsts, completed = [], self.completed
+        completed = self.completed
+        firsts = []
         for k, r in enumerate(completed):
             if r.state != PREFILL:
                 continue  # preempted by an earlier first token of this iteration
@@ -209,28 +310,43 @@ class Sim:
                 r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
                 finishing.append(r)
                 continue
-            if pool.grow_first_token(r, completed[k + 1 :]):
+            if pool.grow_first_token(r, completed[k + 1 :] if pool.free_blocks < 1 else ()):
                 firsts.append(r)
                 pool.join(r, r.kv_tokens)
                 if r.generated >= r.max_new_tokens:
                     finishing.append(r)
-        duration = settings.cost.batch_us(
-            self.prefill_tokens,
-            decoded,
-            decode_context,
-            self.prefill_context,
-            self.prefill_attention_pairs,
-            self.loaded,
-        )
+        linear = self.linear_costs
+        if linear is not None:  # batch_us of the linear model, inline (see linear_costs)
+            fixed, prefill, decode, ctx, load = linear
+            duration = (
+                fixed
+                + prefill * self.prefill_tokens
+                + decode * decoded
+                + ctx * (decode_context + self.prefill_context)
+                + load * self.loaded
+            )
+        else:
+            duration = settings.cost.batch_us(
+                self.prefill_tokens,
+                decoded,
+                decode_context,
+                self.prefill_context,
+                self.prefill_attention_pairs,
+                self.loaded,
+            )
         start = self.now
         self.now = now = start + duration
-        timeline = self.timeline  # the iteration's state: after its allocations, before finishes
-        timeline[0].append(start)
-        timeline[1].append(duration)
-        timeline[2].append(pool.used_blocks)
-        timeline[3].append(settings.capacity_blocks - pool.free_blocks)
-        timeline[4].append(pool.n_running)
-        timeline[5].append(len(self.waiting))
+        # the iteration's state: after its allocations, before finishes
+        samples = self.samples
+        samples.records += SEGMENT.pack(  # samples.full(...), inline
+            FULL, 1, start, pool.n_running, len(self.waiting), duration, 0, pool.used_blocks,
+            pool.free_blocks, samples.jumped, self.prefill_tokens, decoded, decode_context,
+            self.prefill_context, self.prefill_attention_pairs, self.loaded,
+        )  # fmt: skip
+        samples.phase_counts.append(0)
+        samples.jumped = 0.0
+        if len(samples.records) >= FLUSH_BYTES:
+            samples.flush(now)
         preempted = bool(pool.preempted)
         self._end(now, decoded, firsts, finishing)
         if self.log is not None:
@@ -262,6 +378,7 @@ class Sim:
                 pool.release_prefill(r)
             r.finished_us = now
             self.hits.insert(r)
+            self._done(r)
         preempted = pool.preempted
         if preempted:
             counts = counters["preemptions"]
@@ -312,7 +429,14 @@ def simulate(
     cache: Any = None,
     events: bool = False,
 ) -> SimResult:
-    """Run the serving loop; ``cache`` is a cold :class:`~cpkv.trace.prefix_cache.TieredPrefixCache`
-    (or None); ``events`` records every growth/preemption event and a per-iteration log
-    (slow: every decode step goes request by request; for tests)."""
-    return Sim(requests, settings, cache, events).run()
+    """Run the serving loop on ``requests`` (input order; they arrive at their
+    ``arrival_ms``), keeping every request and every iteration's sample in the result;
+    ``cache`` is a cold :class:`~cpkv.trace.prefix_cache.TieredPrefixCache` (or None);
+    ``events`` records every growth/preemption event and a per-iteration log (slow: every
+    decode step goes request by request; for tests)."""
+    samples = IterationLog(settings.capacity_blocks, settings.block_size, keep=True)
+    sim = Sim(
+        settings, cache, events, sink=KeepRequests(), samples=samples,
+        arrivals=arrival_order(requests),
+    )  # fmt: skip
+    return sim.run()

@@ -15,22 +15,39 @@ generates it):
   over iterations;
 * recomputed tokens = KV tokens that preemptions discarded (to be computed again);
   ``recompute_bytes`` in the summary = those x ``admit.cost.kv_bytes_per_token``.
+
+Every number is exact, whatever the run's length, and computed as it always was: requests
+are counted as they end (:class:`RequestStats`), their ``requests.jsonl`` lines are written
+as they end (in input order: a line waits only for the earlier requests still running),
+and each latency series is kept whole but compact (8 bytes per request: one ``array('d')``
+per series), so percentiles and means come from all the values, sorted, the mean being
+their sum in ascending order as before. The KV integrals come from the iteration log
+(:mod:`cpkv.serving.iteration_log`), the timeline from its samples read back once the
+makespan is known (:func:`timeline_points`); sums are sequential, in the order the
+iterations ran, as ``sum()`` and ``+=`` add them.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cpkv.runs.results import metric, outcome
-from cpkv.serving.kv_pool import FINISHED, REJECTED, Req
+from cpkv.serving.iteration_log import Integrals
+from cpkv.serving.kv_pool import FINISHED, Req
 from cpkv.serving.loop import SimResult
+from cpkv.serving.records import SERIES, RequestStats, RequestSummary
 from cpkv.serving.schema import SloSpec
+from cpkv.serving.timeline import timeline_points
 
 PERCENTILES = (50, 90, 95, 99)
-SERIES = ("queue", "ttft", "tpot", "e2e")
+__all__ = [
+    "SERIES",
+    "RequestStats",
+    "RequestSummary",
+    "timeline_points",
+]  # re-exported: the run and the tests read them here
 
 
 def _ms(**kw: Any) -> Any:
@@ -111,133 +128,68 @@ def latencies(r: Req) -> dict[str, float | None]:
     return {"queue": ms(r.admitted_us), "ttft": ms(r.first_token_us), "tpot": tpot, "e2e": e2e}
 
 
+def stats_of(requests: Iterable[Req], slo: SloSpec, write: Any = None) -> RequestStats:
+    """:class:`~cpkv.serving.records.RequestStats` of requests kept whole (input order)."""
+    stats = RequestStats(slo, write)
+    for r in requests:
+        stats.done(r)
+    stats.close()
+    return stats
+
+
 def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
-    """The run's :class:`ServingRow`."""
-    reqs = res.requests
-    lat = [latencies(r) for r in reqs]
-    stats: dict[str, float | None] = {}
-    for name in SERIES:
-        values = sorted(
-            x[name]
-            for x, r in zip(lat, reqs, strict=True)
-            if x[name] is not None and (name == "queue" or r.state == FINISHED)
-        )
-        stats[f"{name}_mean_ms"] = sum(values) / len(values) if values else None
-        for q in PERCENTILES:
-            stats[f"{name}_p{q}_ms"] = percentile(values, q)
-    finished = [r for r in reqs if r.state == FINISHED]
-    good = sum(
-        slo.met(x["ttft"], x["tpot"]) for x, r in zip(lat, reqs, strict=True) if r.state == FINISHED
-    )
-    span = res.end_us / 1e6
+    """The :class:`ServingRow` of a run that kept its requests (:func:`~cpkv.serving.loop.simulate`)."""
+    assert res.requests is not None, "summary_row needs the requests: use row_of for a stream"
+    summary = stats_of(res.requests, slo).summary()
+    return row_of(summary, res.integrals, res.end_us, capacity_blocks)
+
+
+def row_of(
+    stats: RequestSummary, totals: Integrals, end_us: float, capacity_blocks: int
+) -> ServingRow:
+    """The run's :class:`ServingRow` from its requests' stats and its iterations' integrals."""
+    span = end_us / 1e6
     per_s = (lambda v: v / span) if span > 0 else (lambda v: None)
-    used, held, busy = _weighted(res)
+    n = totals.iterations
+    if end_us > 0:  # time integrals (block-us); with zero-time iterations, means per iteration
+        used, held, busy = totals.used_block_us, totals.held_block_us, bool(n)
+    else:
+        used = totals.used_sum / n if n else 0.0
+        held = totals.held_sum / n if n else 0.0
+        busy = bool(n)
     cap = capacity_blocks * (span * 1e6 if span > 0 else 1.0)
+    requests = stats.requests
     return ServingRow(
-        requests=len(reqs),
-        finished=len(finished),
-        rejected=sum(r.state == REJECTED for r in reqs),
-        admission_rate_pct=100.0 * sum(r.admitted_us is not None for r in reqs) / max(1, len(reqs)),
-        preemptions=sum(r.preemptions for r in reqs),
-        recomputed_tokens=sum(r.recomputed for r in reqs),
-        **stats,
-        throughput_tokens_per_s=per_s(sum(r.generated for r in finished)),
-        throughput_requests_per_s=per_s(len(finished)),
-        goodput_requests_per_s=per_s(good),
-        slo_attainment_pct=100.0 * good / max(1, len(reqs)),
+        requests=requests,
+        finished=stats.finished,
+        rejected=stats.rejected,
+        admission_rate_pct=100.0 * stats.admitted / max(1, requests),
+        preemptions=stats.preemptions,
+        recomputed_tokens=stats.recomputed,
+        **stats.latencies,
+        throughput_tokens_per_s=per_s(stats.generated),
+        throughput_requests_per_s=per_s(stats.finished),
+        goodput_requests_per_s=per_s(stats.good),
+        slo_attainment_pct=100.0 * stats.good / max(1, requests),
         kv_util_mean_pct=100.0 * used / cap if busy else 0.0,
-        kv_util_peak_pct=100.0 * max(res.timeline[2], default=0) / capacity_blocks,
+        kv_util_peak_pct=100.0 * (totals.used_peak if n else 0) / capacity_blocks,
         kv_held_mean_pct=100.0 * held / cap if busy else 0.0,
         makespan_s=span,
-        iterations=res.iterations,
+        iterations=n,
     )
-
-
-def _weighted(res: SimResult) -> tuple[float, float, bool]:
-    """Time integrals of used and held blocks (block-us); with zero-time iterations,
-    plain sums over iterations (so that the mean is per iteration)."""
-    t0, dt, used, held = res.timeline[:4]
-    if res.end_us > 0:
-        return (
-            sum(u * d for u, d in zip(used, dt, strict=True)),
-            sum(h * d for h, d in zip(held, dt, strict=True)),
-            bool(dt),
-        )
-    n = len(used)
-    return (sum(used) / n if n else 0.0, sum(held) / n if n else 0.0, bool(n))
 
 
 def request_lines(res: SimResult) -> str:
-    """``requests.jsonl``: one JSON object per request, in input order."""
-    out = []
-    for r in res.requests:
-        lat = latencies(r)
-        out.append(
-            {
-                "rid": r.rid,
-                "status": "finished" if r.state == FINISHED else "rejected",
-                "reason": r.reject_reason,
-                "arrival_ms": _round(r.arrival_us / 1000.0),
-                "admitted_ms": _t(r.admitted_us),
-                "first_token_ms": _t(r.first_token_us),
-                "finish_ms": _t(r.finished_us),
-                "queue_ms": _round(lat["queue"]),
-                "ttft_ms": _round(lat["ttft"]),
-                "tpot_ms": _round(lat["tpot"]),
-                "e2e_ms": _round(lat["e2e"]),
-                "prompt_tokens": r.prompt_tokens,
-                "max_new_tokens": r.max_new_tokens,
-                "output_tokens": r.generated,
-                "computed_prompt_tokens": r.prefilled,
-                "preemptions": r.preemptions,
-                "recomputed_tokens": r.recomputed,
-                "l1_hit_tokens": r.l1_hit,
-                "l2_hit_tokens": r.l2_hit,
-            }
-        )
-    return "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in out)
-
-
-def _t(us: float | None) -> float | None:
-    return None if us is None else _round(us / 1000.0)
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 6)
+    """``requests.jsonl`` of a run that kept its requests: one JSON object per request, in
+    input order."""
+    assert res.requests is not None
+    parts: list[str] = []
+    stats_of(res.requests, SloSpec(), parts.append)
+    return "".join(parts)
 
 
 def timeline(res: SimResult, capacity_blocks: int, points: int) -> list[dict[str, float]]:
     """KV utilisation over time in ``points`` equal buckets of [0, makespan]."""
-    t0s, dts, used, held, running, waiting = res.timeline
-    end = res.end_us
-    if end <= 0 or not t0s:
+    if res.samples is None:
         return []
-    width = end / points
-    acc = [[0.0, 0.0, 0.0, 0.0, 0.0] for _ in range(points)]  # used, held, running, waiting, peak
-    for t0, dt, u, h, n, w in zip(t0s, dts, used, held, running, waiting, strict=True):
-        k = min(int(t0 / width), points - 1)
-        t, stop = t0, t0 + dt
-        while True:
-            edge = (k + 1) * width if k < points - 1 else stop
-            part = min(stop, edge) - t
-            a = acc[k]
-            a[0] += u * part
-            a[1] += h * part
-            a[2] += n * part
-            a[3] += w * part
-            a[4] = max(a[4], u)
-            if stop <= edge or k == points - 1:
-                break
-            t, k = edge, k + 1
-    scale = 100.0 / capacity_blocks
-    return [
-        {
-            "t_s": round(k * width / 1e6, 6),
-            "kv_used_mean_pct": round(a[0] / width * scale, 4),
-            "kv_used_peak_pct": round(a[4] * scale, 4),
-            "kv_held_mean_pct": round(a[1] / width * scale, 4),
-            "running_mean": round(a[2] / width, 4),
-            "waiting_mean": round(a[3] / width, 4),
-        }
-        for k, a in enumerate(acc)
-    ]
+    return timeline_points(res.samples.chunks(), res.end_us, capacity_blocks, points)

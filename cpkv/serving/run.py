@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
@@ -20,21 +19,13 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
-from cpkv.serving.cost.report import (
-    CostRecorder,
-    bucket_breakdown,
-    cost_note,
-    time_note,
-    time_summary,
-)
-from cpkv.serving.loop import SimSettings, simulate
-from cpkv.serving.metrics import (
-    TABLE_COLUMNS,
-    request_lines,
-    summary_row,
-    timeline,
-)
-from cpkv.serving.workload import load_serving_workload, with_arrivals
+from cpkv.serving.cost.report import cost_note, time_note
+from cpkv.serving.helper import Helper, Producer, helper_wanted
+from cpkv.serving.iteration_log import IterationLog
+from cpkv.serving.loop import Sim, SimSettings
+from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of
+from cpkv.serving.timeline import timeline_and_time
+from cpkv.serving.workload import load_serving_workload
 
 
 def settings_from(block: Any, cost: Any) -> SimSettings:
@@ -79,7 +70,6 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     """Read the workload and the cost points (user errors surface here), then simulate."""
     block = cfg.admit
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
-    requests = with_arrivals(workload.requests, block.arrivals, cfg.seed)
     fit = None
     cost = block.cost.build()
     if block.cost.fit_points is not None:
@@ -88,35 +78,63 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     settings = settings_from(block, cost)
 
     def execute(ctx: RunContext) -> RunOutput:
-        ctx.report(0, 1, f"serving {len(requests)} requests, policy {block.policy}")
-        recorder = CostRecorder(settings.cost)
-        res = simulate(requests, replace(settings, cost=recorder), workload.new_cache())
-        ctx.report(1, 1, "done")
-        cap = settings.capacity_blocks
-        row = summary_row(res, block.slo, cap)
-        points = timeline(res, cap, block.serving.timeline_points)
-        parts = bucket_breakdown(
-            res.timeline[0], recorder, res.end_us, block.serving.timeline_points
+        count = workload.size
+        ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
+        cap, points = settings.capacity_blocks, block.serving.timeline_points
+        lines = ctx.stream("requests.jsonl")  # written as requests end
+        stats = RequestStats(block.slo, lines.write)
+        samples = IterationLog(
+            cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
         )
-        for point, part in zip(points, parts, strict=True):
-            point.update(part)
-        time = time_summary(recorder, res.end_us)
+        arriving = workload.arriving(block.arrivals, cfg.seed)
+        helped = helper_wanted(count, lines)
+        producer = Producer(arriving) if helped and workload.lazy else None
+        sim = Sim(
+            settings, workload.new_cache(), sink=stats, samples=samples,
+            arrivals=arriving if producer is None else iter(producer),
+        )  # fmt: skip
+        others = [] if producer is None else [producer.inbox]
+        helper = Helper(stats, samples, lines, others) if helped else None
+        try:
+            res = sim.run()
+            stats.close()
+            if helper is not None:  # the output work ran on the other core
+                done = helper.finish(res.end_us, cap, points)
+                summary, integrals = done["summary"], done["integrals"]
+                timeline, time = done["timeline"], done["time"]
+            else:
+                summary, integrals = stats.summary(), res.integrals
+                timeline, time = timeline_and_time(samples, res.end_us, cap, points)
+        except BaseException:
+            if helper is not None:
+                helper.abort()
+            raise
+        finally:
+            if producer is not None:
+                producer.close()
+            samples.discard()
+        ctx.report(1, 1, "done")
+        row = row_of(summary, integrals, res.end_us, cap)
         extras = {
-            "requests.jsonl": request_lines(res),
-            "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in points),
+            "timeline.jsonl": "".join(
+                json.dumps(p, separators=(",", ":")) + "\n" for p in timeline
+            ),
         }
+        kept = lines.text()
+        if kept is not None:  # no run directory: the lines were kept in memory
+            extras = {"requests.jsonl": kept, **extras}
         notes = _notes(block, settings, fit, time)
         too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
         if too_big:
             notes.append(
-                f"{too_big} of {len(requests)} requests could never fit the KV pool even alone "
+                f"{too_big} of {count} requests could never fit the KV pool even alone "
                 f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
                 "raise admit.kv.capacity_blocks or admit.kv.block_size"
             )
         return RunOutput(
             rows=[row],
             summary={
-                **_summary(block, settings, res, fit),
+                **_summary(block, settings, res, summary, fit),
                 "time": time,
                 "headline": _headline(row),
             },
@@ -136,7 +154,7 @@ def _headline(row: Any) -> dict[str, float]:
     }
 
 
-def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
+def _summary(block: Any, s: SimSettings, res: Any, stats: Any, fit: Any) -> dict[str, Any]:
     c = res.counters
     out = {
         "mode": "serving",
@@ -154,7 +172,7 @@ def _summary(block: Any, s: SimSettings, res: Any, fit: Any) -> dict[str, Any]:
         "decode_tokens": c["decode_tokens"],
         "l1_hit_tokens": c["l1_hit_tokens"],
         "l2_loaded_tokens": c["loaded_tokens"],
-        "recompute_bytes": sum(r.recomputed for r in res.requests) * s.cost.kv_bytes_per_token,
+        "recompute_bytes": stats.recomputed * s.cost.kv_bytes_per_token,
         "cost_model": s.cost.describe(),
         "slo": to_dict(block.slo),
     }

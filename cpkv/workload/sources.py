@@ -73,6 +73,7 @@ class WorkloadSpec:
     cache: CacheConfig = DEFAULT_CACHE  # trace: L1/L2 capacities of the prefix-cache replay
     synthetic: SyntheticSpec = DEFAULT_SYNTHETIC  # synthetic: count, seed, distributions
     prefix: PrefixSpec = PrefixSpec()  # trace: synthetic prefix sharing (azure_csv has none)
+    repeat: int = 1  # trace, mode serving: the selected requests this many times, back to back
 
     def validate(self) -> None:
         if self.source not in SOURCES:
@@ -84,6 +85,7 @@ class WorkloadSpec:
         require(self.block_size > 0, "block_size", f"must be > 0, got {self.block_size}")
         non_negative("start", self.start)
         non_negative("limit", self.limit, allow_none=True)
+        require(self.repeat >= 1, "repeat", f"must be >= 1, got {self.repeat}")
         if self.format in TRACE_FORMATS:
             check_prefix_format(self.prefix, TRACE_FORMATS.canonical(self.format))
 

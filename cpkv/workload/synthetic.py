@@ -25,6 +25,7 @@ this one included, as a file for the ``jsonl`` source.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cpkv.core.schema import FieldError, require
@@ -117,15 +118,29 @@ def _sampler(dist: TokenDist, rng: random.Random):
 
 def synthetic_requests(spec) -> tuple[Request, ...]:  # spec: WorkloadSpec
     """``admit.workload`` (source ``synthetic``): ``spec.synthetic.count`` seeded requests."""
+    new = new_request
+    return tuple(new(rid, a, b, e, m, 0, 0.0) for rid, a, b, e, m in synthetic_draws(spec))
+
+
+def synthetic_draws(spec) -> Iterator[tuple[str, int, int, int, int | None]]:
+    """The draws of :func:`synthetic_requests`, one request at a time, as ``(rid, l1, l2,
+    extend, max_new or None)``."""
+    l1, l2, ext, mx = synthetic_samplers(spec)
+    for k in range(spec.synthetic.count):
+        a, b, e = l1(), l2(), ext()
+        yield f"s{k}", a, b, e, mx() if mx is not None else None
+
+
+def synthetic_samplers(spec) -> tuple:
+    """The four no-argument samplers of one run, sharing one ``random.Random(seed)``:
+    ``l1_cached_tokens``, ``l2_cached_tokens``, ``extend_tokens``, ``max_new_tokens`` (None
+    when not drawn). Call them in that order, once per request, as
+    :func:`synthetic_draws` does (the serving loop draws a million requests that way,
+    lazily)."""
     syn: SyntheticSpec = spec.synthetic
     rng = random.Random(0 if syn.seed is None else syn.seed)
     l1 = _sampler(syn.l1_cached_tokens, rng)
     l2 = _sampler(syn.l2_cached_tokens, rng)
     ext = _sampler(syn.extend_tokens, rng)
     mx = _sampler(syn.max_new_tokens, rng) if syn.max_new_tokens is not None else None
-    new = new_request
-    out = []
-    for k in range(syn.count):
-        a, b, e = l1(), l2(), ext()
-        out.append(new(f"s{k}", a, b, e, mx() if mx is not None else None, 0, 0.0))
-    return tuple(out)
+    return l1, l2, ext, mx

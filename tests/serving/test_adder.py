@@ -134,3 +134,46 @@ def test_mixed_decode_tokens_come_off_every_budget() -> None:
     # decodes that fill the chunk budget leave no prefill at all
     got = adder_pass(1000, 60, 0.0, 60, b, (30, 5, 100), iter(q))
     assert got.chunk_tokens == 0 and got.admitted == [] and got.stop == "rem_chunk_tokens"
+
+
+@st.composite
+def lone_passes(draw):
+    page = draw(st.sampled_from([1, 4, 16]))
+    budgets = AdderBudgets(
+        page,
+        draw(st.integers(1, 4096)),
+        draw(st.one_of(st.none(), st.integers(1, 2048))),
+        draw(st.one_of(st.none(), st.integers(0, 8))),
+        draw(st.one_of(st.none(), st.integers(0, 3))),
+        draw(st.integers(0, 64)),
+        *draw(st.sampled_from([(None, None, None), (2, 64, 128), (1, 16, 16)])),
+    )
+    fill = draw(st.integers(1, 3000))
+    device = draw(st.integers(0, fill - 1)) // page * page
+    host = draw(st.integers(0, fill - 1 - device)) // page * page
+    asked = draw(st.integers(0, CLIP))
+    left = draw(st.integers(0, asked))
+    running = draw(st.integers(0, 10))
+    mixed = draw(st.sampled_from([0, running]))
+    free = draw(st.integers(0, 40000))
+    headroom = draw(st.sampled_from([0.0, 0.5, 123.25, 5000.0]))
+    return free, mixed, headroom, running, budgets, (fill, device, host, left, asked)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(lone_passes())
+def test_the_lone_pass_decides_as_the_pass(case) -> None:
+    """lone_pass (one candidate, no chunked request) says exactly what adder_pass says when
+    the candidate is admitted whole, and declines every other case."""
+    from cpkv.serving.adder import lone_pass
+
+    free, mixed, headroom, running, budgets, candidate = case
+    full = adder_pass(free, mixed, headroom, running, budgets, None, iter([candidate]))
+    lone = lone_pass(free, mixed, headroom, running, budgets, candidate)
+    whole = len(full.admitted) == 1 and not full.admitted[0][2]
+    if lone is None:
+        assert not whole
+    else:
+        extend, loaded, stop = lone
+        assert full.admitted == [(extend, loaded, False)] and full.stop == stop
+        assert full.chunk_tokens == 0

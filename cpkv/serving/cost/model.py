@@ -31,7 +31,7 @@ token and per decoding request terms are ``gemm``, the per context token term
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cpkv.core.schema import non_negative, positive
 
@@ -144,6 +144,39 @@ class CostModel:
             fixed,
             0.0,
         )
+
+    def breakdowns(
+        self,
+        prefill_tokens: Any,
+        decode_requests: Any,
+        decode_context_tokens: Any,
+        prefill_context_tokens: Any,
+        prefill_attention_pairs: Any,
+        loaded_tokens: Any,
+    ) -> Any:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
+        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
+        elements, float for float (the same operations in the same order, element-wise)."""
+        import numpy as np
+
+        fixed, pre, dec, ctx, load = self.coefficients()
+        context = decode_context_tokens + prefill_context_tokens
+        out = np.empty((len(prefill_tokens), 8))
+        out[:, 0] = (
+            fixed
+            + pre * prefill_tokens
+            + dec * decode_requests
+            + ctx * context
+            + (load * loaded_tokens)
+        )
+        out[:, 1] = pre * prefill_tokens + dec * decode_requests
+        out[:, 2] = 0.0
+        out[:, 3] = ctx * context
+        out[:, 4] = 0.0
+        out[:, 5] = load * loaded_tokens
+        out[:, 6] = fixed
+        out[:, 7] = 0.0
+        return out
 
     def describe(self) -> dict[str, float | int | str | None]:
         """The kind and the coefficients as a plain dict (for summaries, notes, fit-cost)."""

@@ -64,6 +64,84 @@ class CostRecorder:
         return len(self.records) // FIELDS
 
 
+class BreakdownBuckets:
+    """The breakdown of one run whose makespan is ``end_us``, fed its iterations in order, a
+    chunk at a time (:meth:`add`), with the numbers :func:`bucket_breakdown` gives for them
+    all at once, float for float: per bucket, the iterations that stop inside their first
+    bucket (or start in the last) add their whole rows one by one in iteration order (as
+    ``np.bincount`` does), then those that cross an edge add their pieces, in iteration
+    order (a bucket edge is crossed by at most one iteration: there are fewer of them than
+    buckets, and they are kept until :meth:`rows`). The sums over the run (:meth:`summary`)
+    are sequential in iteration order too (as ``sum(axis=0)`` of the rows)."""
+
+    def __init__(self, end_us: float, points: int, peak_flops_per_us: float | None) -> None:
+        import numpy as np
+
+        self.end_us, self.points, self.peak = end_us, points, peak_flops_per_us
+        self.width = end_us / points if end_us > 0 else 0.0
+        self.acc = np.zeros((points, FIELDS))
+        self.totals = np.zeros(FIELDS)
+        self.crossing: list[tuple[int, float, Any]] = []  # (first bucket, start, row)
+        self.iterations = 0
+
+    def add(self, starts_us: Any, rows: Any) -> None:
+        """The next iterations: their start times and their ``(n, 8)`` breakdown rows."""
+        import numpy as np
+
+        n = len(rows)
+        if not n:
+            return
+        self.iterations += n
+        sums = np.empty((n + 1, FIELDS))
+        sums[0] = self.totals
+        sums[1:] = rows
+        self.totals = np.cumsum(sums, axis=0)[-1]  # sequential, as sum(axis=0)
+        if self.end_us <= 0:
+            return
+        points, width = self.points, self.width
+        start = np.asarray(starts_us, dtype=float)
+        first = np.minimum((start / width).astype(np.int64), points - 1)
+        stop = start + rows[:, 0]
+        edge = np.where(first < points - 1, (first + 1) * width, np.inf)
+        whole = stop <= edge
+        index, weights = first[whole], rows[whole]
+        for j in range(FIELDS):
+            np.add.at(self.acc[:, j], index, weights[:, j])  # in order, one by one
+        for i in np.flatnonzero(~whole).tolist():
+            self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
+
+    def rows(self) -> list[dict[str, float | None]]:
+        """Per timeline bucket: time in each part (ms), busy and MFU percentages (see the
+        module docstring); none when no iteration ran or the makespan is 0."""
+        if self.end_us <= 0 or not self.iterations:
+            return []
+        acc, points, width = self.acc.copy(), self.points, self.width
+        for k, t, rec in self.crossing:  # split by time
+            dt = float(rec[0])
+            stop = t + dt
+            while True:
+                bucket_edge = (k + 1) * width if k < points - 1 else stop
+                part = min(stop, bucket_edge) - t
+                acc[k] += rec * (part / dt)
+                if stop <= bucket_edge or k == points - 1:
+                    break
+                t, k = bucket_edge, k + 1
+        out = []
+        for a in acc:
+            row: dict[str, float | None] = {
+                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
+            }
+            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
+            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
+            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
+            out.append(row)
+        return out
+
+    def summary(self) -> dict[str, float | None]:
+        """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
+        return _summed(self.totals, self.end_us, self.peak)
+
+
 def bucket_breakdown(
     starts_us: Any, recorder: CostRecorder, end_us: float, points: int
 ) -> list[dict[str, float | None]]:
@@ -76,38 +154,9 @@ def bucket_breakdown(
         return []
     if len(starts_us) != n:
         raise ValueError(f"{len(starts_us)} timeline samples for {n} recorded iterations")
-    rec = np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS)
-    start = np.asarray(starts_us, dtype=float)
-    duration = rec[:, 0]
-    width = end_us / points
-    first = np.minimum((start / width).astype(np.int64), points - 1)
-    stop = start + duration
-    # iterations that end inside their first bucket (or start in the last) go there whole
-    edge = np.where(first < points - 1, (first + 1) * width, np.inf)
-    whole = stop <= edge
-    acc = np.zeros((points, FIELDS))
-    for j in range(FIELDS):
-        acc[:, j] = np.bincount(first[whole], weights=rec[whole, j], minlength=points)
-    for i in np.flatnonzero(~whole):  # the few that cross an edge: split by time
-        k, t, dt = int(first[i]), float(start[i]), float(duration[i])
-        while True:
-            bucket_edge = (k + 1) * width if k < points - 1 else stop[i]
-            part = min(stop[i], bucket_edge) - t
-            acc[k] += rec[i] * (part / dt)
-            if stop[i] <= bucket_edge or k == points - 1:
-                break
-            t, k = bucket_edge, k + 1
-    peak = recorder.model.peak_flops_per_us
-    out = []
-    for a in acc:
-        row: dict[str, float | None] = {
-            f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
-        }
-        row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
-        mfu = mfu_pct(float(a[7]), width / 1e6, peak)
-        row["mfu_pct"] = None if mfu is None else round(mfu, 4)
-        out.append(row)
-    return out
+    buckets = BreakdownBuckets(end_us, points, recorder.model.peak_flops_per_us)
+    buckets.add(starts_us, np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS))
+    return buckets.rows()
 
 
 def time_summary(recorder: CostRecorder, end_us: float) -> dict[str, float | None]:
@@ -120,6 +169,10 @@ def time_summary(recorder: CostRecorder, end_us: float) -> dict[str, float | Non
         if n
         else np.zeros(FIELDS)
     )
+    return _summed(totals, end_us, recorder.model.peak_flops_per_us)
+
+
+def _summed(totals: Any, end_us: float, peak: float | None) -> dict[str, float | None]:
     busy_us = float(totals[0])
     out: dict[str, float | None] = {
         "busy_s": round(busy_us / 1e6, 6),
@@ -131,13 +184,25 @@ def time_summary(recorder: CostRecorder, end_us: float) -> dict[str, float | Non
         out[f"{part}_pct"] = (
             round(100.0 * float(totals[1 + j]) / busy_us, 4) if busy_us > 0 else None
         )
-    peak = recorder.model.peak_flops_per_us
     flops = float(totals[7])
     out["model_tflop"] = round(flops / 1e12, 6) if peak is not None else None
     for key, seconds in (("mfu_pct", end_us / 1e6), ("mfu_busy_pct", busy_us / 1e6)):
         mfu = mfu_pct(flops, seconds, peak)
         out[key] = None if mfu is None else round(mfu, 4)
     return out
+
+
+def breakdown_rows(model: Any, *arguments: Any) -> Any:
+    """``(n, 8)`` breakdown rows of ``n`` iterations given as six integer arrays (the
+    arguments of ``batch_us``): the model's own ``breakdowns`` when it has one, else its
+    ``breakdown`` iteration by iteration."""
+    import numpy as np
+
+    many = getattr(model, "breakdowns", None)
+    if many is not None:
+        return many(*arguments)
+    rows = [model.breakdown(*(int(v) for v in args)) for args in zip(*arguments, strict=True)]
+    return np.array(rows, dtype=float).reshape(-1, FIELDS)
 
 
 def time_note(time: dict[str, Any]) -> str:

@@ -238,6 +238,54 @@ class RooflineCost:
         ) if tokens else 0.0  # fmt: skip
         return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
 
+    def breakdowns(
+        self,
+        prefill_tokens: Any,
+        decode_requests: Any,
+        decode_context_tokens: Any,
+        prefill_context_tokens: Any,
+        prefill_attention_pairs: Any,
+        loaded_tokens: Any,
+    ) -> Any:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
+        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
+        elements, float for float: the GEMM, elementwise and all-reduce parts once per
+        distinct ``(tokens, head tokens)``, the rest element-wise with the same operations
+        in the same order."""
+        import numpy as np
+
+        n = len(prefill_tokens)
+        tokens = prefill_tokens + decode_requests
+        head_tokens = decode_requests + (prefill_tokens != 0)
+        keys, where = np.unique(np.stack([tokens, head_tokens]), axis=1, return_inverse=True)
+        dense = np.array([self._dense(int(t), int(h)) for t, h in keys.T]).reshape(-1, 3)
+        gemm, elementwise, comm = (dense[where.reshape(-1), j] for j in range(3))
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        prefill_flops_us = pair_us * prefill_attention_pairs
+        prefill_kv_us = kv_us * prefill_context_tokens
+        decode_flops_us = pair_us * decode_context_tokens
+        decode_kv_us = kv_us * decode_context_tokens
+        attention = self._layers * (
+            np.where(prefill_flops_us > prefill_kv_us, prefill_flops_us, prefill_kv_us)
+            + np.where(decode_flops_us > decode_kv_us, decode_flops_us, decode_kv_us)
+        )
+        load = self._load_token_us * loaded_tokens
+        out = np.empty((n, 8))
+        out[:, 0] = gemm + elementwise + attention + comm + load + self._overhead
+        out[:, 1] = gemm
+        out[:, 2] = elementwise
+        out[:, 3] = attention
+        out[:, 4] = comm
+        out[:, 5] = load
+        out[:, 6] = self._overhead
+        flops = (
+            self._flops_token * tokens
+            + self._flops_head * head_tokens
+            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        )
+        out[:, 7] = np.where(tokens != 0, flops, 0.0)
+        return out
+
     def batch_us(
         self,
         prefill_tokens: int,

@@ -1,0 +1,349 @@
+"""The serving loop's per-iteration samples, logged compactly and expanded in batches.
+
+Every iteration has a sample: its start and duration (µs), the KV blocks used and held after
+its allocations, the requests running and waiting. A run of a million requests has tens of
+millions of iterations, so the loop does not append six numbers per iteration: it logs one
+fixed-width *segment* per full iteration and one per decode stretch with a constant running
+set (:mod:`cpkv.serving.decode_stretch`), and :meth:`IterationLog.flush` expands a batch of
+segments into per-iteration arrays with numpy:
+
+* a stretch's durations are recomputed as the stretch computed them (``a + ctx * context``
+  for the linear cost model, element for element the same float operations) or taken from
+  the durations it logged (any other model);
+* its used / held blocks from the growth of each step: the blocks that step needs come from
+  the pool's per-phase counts, which the stretch logs for its first ``min(k, block_size)``
+  steps (they repeat with the block size);
+* start times by a sequential cumulative sum of the durations from the segment's start,
+  restarted where the loop jumped over idle time. Each segment's logged start and the
+  loop's final time are checked against the sums, so an expansion that would not give the
+  loop's own times fails loudly instead of writing different numbers.
+
+The expanded samples then feed the run's integrals (sum of used x duration and held x
+duration in iteration order, exactly as ``sum()`` over the iterations adds them; peaks;
+counts) and either stay in memory (``keep``: small runs and tests, ``SimResult.timeline``) or
+are appended to an unlinked temporary file, which :meth:`IterationLog.timeline` reads back
+in chunks once the makespan (the timeline's bucket width) is known: memory does not grow
+with the number of iterations.
+"""
+
+from __future__ import annotations
+
+import struct
+import tempfile
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+FULL, LINEAR, LOGGED, APART = 0, 1, 2, 4
+"""Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
+stretch whose durations were logged; ``| APART``: the stretch logged its needed-block counts
+apart from its used-block counts (a running request holds a reservation)."""
+WIDTH = 16
+"""Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
+term, the context the first step reads (each step reads ``running`` more), the blocks used
+and free after the first step's allocations *less that step's growth*, whether the loop
+jumped over idle time just before it, and, for a full iteration, the six arguments the
+loop gave the cost model (prefill tokens, decoding requests, decode context, prefill
+context, prefill attention pairs, loaded tokens; zeros in a stretch, whose iterations are
+``(0, running, context, 0, 0, 0)``). A full iteration is a one-step segment whose constant
+term is its duration, context 0, growth 0 (one logged count of 0): its used and free blocks
+are its own."""
+SEGMENT = struct.Struct(f"<{WIDTH}d")
+"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append)."""
+FLUSH_BYTES = 16384 * SEGMENT.size
+"""Segments logged before a batch is expanded."""
+
+
+@dataclass
+class Integrals:
+    """What the summary row needs of the samples (see :func:`cpkv.serving.metrics.summary_row`)."""
+
+    iterations: int = 0
+    used_block_us: float = 0.0  # sum of used x duration, in iteration order
+    held_block_us: float = 0.0
+    used_sum: int = 0  # plain sums (the mean per iteration when the makespan is 0)
+    held_sum: int = 0
+    used_peak: int = 0
+
+
+class IterationLog:
+    """Segments of one run; ``keep`` keeps every sample as lists (``SimResult.timeline``),
+    else they go to a temporary file under ``spill_dir`` (None: the system's)."""
+
+    def __init__(
+        self,
+        capacity_blocks: int,
+        block_size: int,
+        keep: bool,
+        spill_dir: Any = None,
+        cost: Any = None,
+    ) -> None:
+        self.capacity_blocks, self.block_size = capacity_blocks, block_size
+        self.records = bytearray()  # packed segments
+        self.phase_counts = array("q")  # per stretch: m counts of used growth, m of needed
+        self.durations = array("d")  # LOGGED stretches
+        self.context_coef = 0.0  # LINEAR stretches: duration = a + context_coef * context
+        self.jumped = 0.0
+        self.forward: Any = None  # a helper process: the batches go to it
+        self.totals = Integrals()
+        self.kept: tuple[list, ...] | None = ([], [], [], [], [], []) if keep else None
+        self.spill_dir = spill_dir
+        self.spill: Any = None
+        self.int_type = np.int32 if capacity_blocks < 2**31 - 1 else np.int64
+        self.spilled_iterations = 0
+        self.cost = cost  # a cost model: each iteration's breakdown is kept too
+        self.kept_parts: list[np.ndarray] = []
+
+    # -- logging (the loop's side) ----------------------------------------------------------
+    def full(
+        self,
+        start: float,
+        duration: float,
+        used: int,
+        held: int,
+        running: int,
+        waiting: int,
+        cost_args: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
+    ) -> None:
+        """One full iteration (the loop packs it inline: the same record); ``cost_args``:
+        the arguments of its ``batch_us``."""
+        self.records += SEGMENT.pack(
+            FULL, 1, start, running, waiting, duration, 0, used, self.capacity_blocks - held,
+            self.jumped, *cost_args,
+        )  # fmt: skip
+        self.phase_counts.append(0)
+        self.jumped = 0.0
+        if len(self.records) >= FLUSH_BYTES:
+            self.flush(start + duration)
+
+    def stretch(
+        self,
+        kind: int,
+        steps: int,
+        start: float,
+        running: int,
+        a: float,
+        context: int,
+        used: int,
+        free: int,
+        grow: list[int],
+        need: list[int] | None,
+        end: float,
+    ) -> None:
+        """``steps`` decode-only iterations of ``running`` requests from ``start`` to ``end``:
+        ``a`` (LINEAR) the durations' constant term, ``context`` the context the first step
+        reads, ``used`` / ``free`` the blocks before it, ``grow`` / ``need`` the blocks used /
+        taken from the free ones by each of the first ``min(steps, block_size)`` steps (the
+        same counts repeat every ``block_size`` steps; ``need`` None: the same as ``grow``)."""
+        self.records += SEGMENT.pack(
+            kind if need is None else kind | APART, steps, start, running, 0, a, context,
+            used, free, self.jumped, 0, 0, 0, 0, 0, 0,
+        )  # fmt: skip
+        self.jumped = 0.0
+        self.phase_counts.fromlist(grow)
+        if need is not None:
+            self.phase_counts.fromlist(need)
+        if len(self.records) >= FLUSH_BYTES:
+            self.flush(end)
+
+    def idle_jump(self) -> None:
+        """The loop moved its clock over idle time: the next segment starts a new sum."""
+        self.jumped = 1.0
+
+    # -- expanding --------------------------------------------------------------------------
+    def flush(self, now: float) -> None:
+        """Expand the logged segments (``now``: the loop's time after the last one), or hand
+        them to ``forward``."""
+        if not self.records:
+            return
+        batch = (
+            bytes(self.records), self.phase_counts.tobytes(), self.durations.tobytes(), now,
+            bool(self.jumped),
+        )  # fmt: skip
+        self.records.clear()  # (the loop holds these three: empty them, keep them)
+        del self.phase_counts[:], self.durations[:]
+        if self.forward is not None:
+            self.forward(*batch)
+        else:
+            self.process(*batch)
+
+    def process(
+        self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
+    ) -> None:
+        """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
+        last one, so ``now`` is not where they end)."""
+        rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+        t0, dt, used, held, running, waiting, context = self._expand(
+            rec,
+            np.frombuffer(counts, dtype=np.int64),
+            np.frombuffer(durations, dtype=np.float64),
+            None if jumped else now,
+        )
+        totals = self.totals
+        totals.iterations += len(dt)
+        totals.used_block_us = _sequential_sum(totals.used_block_us, used * dt)
+        totals.held_block_us = _sequential_sum(totals.held_block_us, held * dt)
+        totals.used_sum += int(used.sum())
+        totals.held_sum += int(held.sum())
+        totals.used_peak = max(totals.used_peak, int(used.max()))
+        parts = None if self.cost is None else self._breakdown(rec, running, context, dt)
+        if self.kept is not None:
+            for target, values in zip(
+                self.kept, (t0, dt, used, held, running, waiting), strict=True
+            ):
+                target.extend(values.tolist())
+            if parts is not None:
+                self.kept_parts.append(parts)
+            return
+        if self.spill is None:
+            self.spill = tempfile.TemporaryFile(prefix="cpkv-samples-", dir=self.spill_dir)
+        ints = self.int_type
+        np.array([len(dt)], dtype=np.int64).tofile(self.spill)
+        for values, kind in ((t0, np.float64), (dt, np.float64), (used, ints), (held, ints),
+                             (running, ints), (waiting, ints)):  # fmt: skip
+            values.astype(kind, copy=False).tofile(self.spill)
+        if parts is not None:
+            parts.tofile(self.spill)
+        self.spilled_iterations += len(dt)
+
+    def _breakdown(
+        self, rec: np.ndarray, running: np.ndarray, context: np.ndarray, dt: np.ndarray
+    ) -> np.ndarray:
+        """The ``(n, 8)`` breakdown rows of the expanded iterations (a full iteration's from
+        the arguments it logged, a stretch's from ``(0, running, context, 0, 0, 0)``); their
+        times must be the loop's durations, float for float."""
+        from cpkv.serving.cost.report import breakdown_rows
+
+        steps = rec[:, 1].astype(np.int64)
+        full = np.repeat(rec[:, 0] == FULL, steps)
+        logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
+        prefill, decode, decode_context, prefill_context, pairs, loaded = logged
+        decode = np.where(full, decode, running)
+        decode_context = np.where(full, decode_context, context)
+        parts = breakdown_rows(
+            self.cost, prefill, decode, decode_context, prefill_context, pairs, loaded
+        )
+        if not np.array_equal(parts[:, 0], dt):
+            raise RuntimeError(
+                "internal error: the cost model's breakdown does not give the loop's durations"
+            )
+        return parts
+
+    def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
+        kind = rec[:, 0].astype(np.int64)
+        steps = rec[:, 1].astype(np.int64)
+        total = int(steps.sum())
+        first = np.cumsum(steps) - steps  # each segment's first iteration
+        j = np.arange(total) - np.repeat(first, steps)  # the step within its segment
+        running = np.repeat(rec[:, 3].astype(np.int64), steps)
+        waiting = np.repeat(rec[:, 4].astype(np.int64), steps)
+        # durations: a full iteration's own (its context term is 0.0), a LINEAR stretch's
+        # a + ctx * context, a LOGGED one's as logged
+        context = np.repeat(rec[:, 6].astype(np.int64), steps) + running * j
+        dt = np.repeat(rec[:, 5], steps) + self.context_coef * context
+        if len(logged):
+            dt[np.repeat((kind & 3) == LOGGED, steps)] = logged
+        # blocks: counts logged for min(k, block) steps (one 0 for a full iteration),
+        # cycling; the needed counts after them when they differ
+        m = np.where(kind == FULL, 1, np.minimum(steps, self.block_size))
+        apart = (kind & APART) != 0
+        width = np.where(apart, 2 * m, m)
+        offset = np.cumsum(width) - width
+        where = np.repeat(offset, steps) + j % np.repeat(m, steps)
+        grow = counts[where]
+        need = counts[where + np.repeat(np.where(apart, m, 0), steps)] if apart.any() else grow
+        grown, needed = np.cumsum(grow), np.cumsum(need)
+        used = np.repeat(rec[:, 7].astype(np.int64) - (grown - grow)[first], steps) + grown
+        held = self.capacity_blocks - (
+            np.repeat(rec[:, 8].astype(np.int64) + (needed - need)[first], steps) - needed
+        )
+        t0 = np.empty(total)
+        runs = np.flatnonzero(rec[:, 9] != 0).tolist()
+        if not runs or runs[0] != 0:
+            runs.insert(0, 0)
+        bounds = [*runs, len(rec)]
+        end = 0.0
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            lo, hi = int(first[a]), int(first[b]) if b < len(rec) else total
+            sums = np.empty(hi - lo + 1)
+            sums[0] = rec[a, 2]
+            sums[1:] = dt[lo:hi]
+            np.cumsum(sums, out=sums)  # sequential: the loop's own additions
+            t0[lo:hi] = sums[:-1]
+            end = float(sums[-1])
+        if not np.array_equal(t0[first], rec[:, 2]) or (now is not None and end != now):
+            raise RuntimeError(
+                "internal error: the iteration samples do not add up to the loop's own times"
+            )
+        return t0, dt, used, held, running, waiting, context
+
+    # -- reading back -------------------------------------------------------------------------
+    def close(self, now: float) -> Integrals:
+        """Expand what is left; the run's integrals."""
+        self.flush(now)
+        return self.totals
+
+    def chunks(self, size: int = 1 << 18):
+        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, parts)``
+        of about ``size`` iterations each (from memory or from the temporary file);
+        ``parts``: the ``(n, 8)`` breakdown rows, None without a cost model."""
+        with_parts = self.cost is not None
+        if self.kept is not None:
+            if self.kept[0]:
+                parts = np.concatenate(self.kept_parts) if with_parts else None
+                yield (*(np.asarray(v) for v in self.kept), parts)
+            return
+        if self.spill is None:
+            return
+        self.spill.seek(0)
+        pieces: list[tuple[Any, ...]] = []
+        held_count = 0
+        ints = self.int_type
+        while True:
+            header = np.fromfile(self.spill, dtype=np.int64, count=1)
+            if not len(header):
+                break
+            n = int(header[0])
+            piece = [
+                np.fromfile(self.spill, dtype=kind, count=n)
+                for kind in (np.float64, np.float64, ints, ints, ints, ints)
+            ]
+            piece.append(
+                np.fromfile(self.spill, dtype=np.float64, count=n * 8).reshape(n, 8)
+                if with_parts
+                else None
+            )
+            pieces.append(tuple(piece))
+            held_count += n
+            if held_count >= size:
+                yield _joined(pieces)
+                pieces, held_count = [], 0
+        if pieces:
+            yield _joined(pieces)
+
+    def discard(self) -> None:
+        """Close the temporary file (it was unlinked when created)."""
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+
+
+def _joined(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """Pieces of samples (the same columns each) as one."""
+    return tuple(
+        None if column[0] is None else np.concatenate(column)
+        for column in zip(*pieces, strict=True)
+    )
+
+
+def _sequential_sum(start: float, values: np.ndarray) -> float:
+    """``start + values[0] + values[1] + ...``, added one by one in order (as ``sum()`` and
+    a ``+=`` loop add floats), not pairwise as ``numpy.sum`` does."""
+    if not len(values):
+        return start
+    sums = np.empty(len(values) + 1)
+    sums[0] = start
+    sums[1:] = values
+    return float(np.cumsum(sums, out=sums)[-1])

@@ -1,0 +1,136 @@
+"""The time breakdown of a streamed run (``timeline.jsonl``'s ``<part>_ms``, ``busy_pct``,
+``mfu_pct`` and the summary's ``time``) against the whole-run computation: every iteration
+recorded by :class:`~cpkv.serving.cost.report.CostRecorder` in a kept
+:func:`~cpkv.serving.loop.simulate` and broken down at once by
+:func:`~cpkv.serving.cost.report.bucket_breakdown` / ``time_summary``. The runner instead
+logs each full iteration's cost arguments, expands decode stretches with the model's
+vectorised ``breakdowns``, spills the rows and buckets them a chunk at a time; the numbers
+must be the same, byte for byte, for both cost kinds, in one process and with the forked
+helper process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cpkv.core.config import load_config
+from cpkv.runs.runner import run_experiment
+from cpkv.serving import helper as helper_module
+from cpkv.serving.cost.model import CostModel
+from cpkv.serving.cost.report import CostRecorder, bucket_breakdown, time_summary
+from cpkv.serving.cost.spec import CostSpec
+from cpkv.serving.loop import simulate
+from cpkv.serving.metrics import timeline
+from cpkv.serving.run import settings_from
+from tests.helpers.serving_reference import workload as ref_workload
+
+WORKLOAD = """\
+kind: admit
+name: streamed-breakdown
+seed: 3
+admit:
+  mode: serving
+  workload:
+    source: synthetic
+    synthetic:
+      count: 1500
+      l1_cached_tokens: {choices: [0]}
+      l2_cached_tokens: {choices: [0]}
+      extend_tokens: {choices: [300, 1024, 3000]}
+      max_new_tokens: {choices: [16, 256]}
+  arrivals: {process: poisson, rate_rps: 12}
+  iteration: {budget_tokens: 512}
+  kv: {block_size: 16, capacity_blocks: 4096}
+  serving: {timeline_points: 37}
+"""
+
+
+def _compare(tmp_path: Path, overrides: list[str]) -> dict:
+    config = tmp_path / "config.yaml"
+    config.write_text(WORKLOAD)
+    loaded = load_config("admit", str(config), overrides)
+    run = run_experiment(loaded, tmp_path / "out", plots=False).path
+    cfg = loaded.experiment
+    block = cfg.admit
+    work = ref_workload.load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
+    requests = ref_workload.with_arrivals(work.requests, block.arrivals, cfg.seed)
+    recorder = CostRecorder(block.cost.build())
+    res = simulate(requests, settings_from(block, recorder), work.new_cache())
+    points = block.serving.timeline_points
+    kv = timeline(res, block.kv.capacity_blocks, points)
+    parts = bucket_breakdown(res.timeline[0], recorder, res.end_us, points)
+    expected = [
+        json.dumps({**a, **b}, separators=(",", ":")) for a, b in zip(kv, parts, strict=True)
+    ]
+    assert recorder.iterations == res.iterations > 2000
+    assert (run / "timeline.jsonl").read_text().splitlines() == expected
+    doc = json.loads((run / "results.json").read_text())
+    assert doc["summary"]["time"] == json.loads(json.dumps(time_summary(recorder, res.end_us)))
+    return doc
+
+
+@pytest.mark.parametrize("kind", ["roofline", "linear"])
+@pytest.mark.parametrize("helped", [False, True])
+def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, kind, helped):
+    if helped and not hasattr(__import__("os"), "fork"):
+        pytest.skip("no fork here")
+    monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 0 if helped else 10**9)
+    forks = []
+    original = helper_module.Helper.__init__
+
+    def counted(self, *args, **kwargs):
+        forks.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(helper_module.Helper, "__init__", counted)
+    doc = _compare(tmp_path, [f"admit.cost.kind={kind}"])
+    assert len(forks) == helped  # the output work ran in the forked helper, or here
+    time = doc["summary"]["time"]
+    assert time["busy_s"] > 0 and (time["mfu_pct"] is None) == (kind == "linear")
+
+
+def test_a_tensor_parallel_roofline_with_load_back(tmp_path, monkeypatch):
+    """All six parts non-zero: TP 2 (all-reduce), a trace with L2 hits (load-back)."""
+    monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 10**9)
+    doc = _compare(
+        tmp_path,
+        [
+            "admit.cost.gpu=a100-80gb", "admit.cost.tp=2", "admit.workload.synthetic.count=1200",
+            "admit.workload.synthetic.l2_cached_tokens={choices: [0, 512]}",
+        ],
+    )  # fmt: skip
+    time = doc["summary"]["time"]
+    assert all(time[f"{p}_s"] > 0 for p in ("gemm", "attention", "communication", "load"))
+
+
+MODELS = {
+    "linear": CostModel(),
+    "linear, fitted-like": CostModel(4000.0, 25.0, 28.0, 0.047, 131072, 51.6),
+    "roofline": CostSpec(model="llama-3-8b", gpu="h100-sxm").build(),
+    "roofline tp 4": CostSpec(model="llama-2-70b", gpu="h100-sxm", tp=4).build(),
+    "roofline a100 tp 2": CostSpec(gpu="a100-80gb", tp=2).build(),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_breakdowns_are_breakdown_row_by_row(name) -> None:
+    """The vectorised breakdown against the scalar one on random iterations (decode-only,
+    prefill-only, mixed, empty, with load-back), compared exactly."""
+    model = MODELS[name]
+    rng = np.random.default_rng(7)
+    n = 3000
+    prefill = rng.integers(0, 9000, n) * (rng.random(n) < 0.5)
+    decode = rng.integers(0, 300, n) * (rng.random(n) < 0.8)
+    decode_ctx = rng.integers(0, 10**7, n) * (decode > 0)
+    before = rng.integers(0, 10**5, n) * (prefill > 0)
+    prefill_ctx = prefill + before
+    pairs = prefill * before + prefill * (prefill + 1) // 2
+    loaded = rng.integers(0, 5000, n) * (rng.random(n) < 0.3)
+    args = (prefill, decode, decode_ctx, prefill_ctx, pairs, loaded)
+    rows = model.breakdowns(*args)
+    scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
+    assert rows.shape == (n, 8)
+    assert rows.tolist() == [list(r) for r in scalar]
