@@ -182,6 +182,29 @@ class PaddedDecodeCost:
             self.counts.padding_us += padded - inner.batch_us(0, decode, decode_context, 0, 0, 0)
         return padded
 
+    def _padded(self, prefill, decode, loaded):  # numpy arrays: the decode-only rows padded
+        import numpy as np
+
+        buckets = np.asarray(self.buckets)
+        k = np.searchsorted(buckets, decode)  # bisect_left, as graph_bucket
+        bucket = np.where(k < len(buckets), buckets[np.minimum(k, len(buckets) - 1)], decode)
+        pad = (prefill == 0) & (loaded == 0) & (decode > 0)
+        return np.where(pad, bucket, decode)
+
+    def breakdowns(self, prefill, decode, decode_context, prefill_context, pairs, loaded):
+        """The inner model's breakdown rows at the padded batch sizes."""
+        from cpkv.serving.cost.report import breakdown_rows
+
+        padded = self._padded(prefill, decode, loaded)
+        return breakdown_rows(
+            self.inner, prefill, padded, decode_context, prefill_context, pairs, loaded
+        )
+
+    def breakdown(self, prefill, decode, decode_context, prefill_context, pairs, loaded):
+        if not (prefill or loaded or not decode):
+            decode = graph_bucket(decode, self.buckets)
+        return self.inner.breakdown(prefill, decode, decode_context, prefill_context, pairs, loaded)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
