@@ -94,6 +94,11 @@ class Invariants:
                         f"request {r.rid} generated {generated} > max_new {r.max_new_tokens}",
                     )
                 kv = pool.kv_now(r)
+                if kv > r.prompt_tokens + r.max_new_tokens:
+                    self.fail(
+                        "tokens",
+                        f"request {r.rid} holds {kv} KV tokens > prompt + max_new = {r.prompt_tokens + r.max_new_tokens}",
+                    )
                 if state == RUNNING:
                     want = r.prompt_tokens + generated - r.device_prefix
                     if kv != want:
@@ -117,11 +122,6 @@ class Invariants:
                             f"waiting request {r.rid}: fill {r.fill_tokens} != prompt {r.prompt_tokens} + generated {r.generated} (filled {r.filled_tokens})",
                         )
                     continue
-                if kv > r.prompt_tokens + r.max_new_tokens:
-                    self.fail(
-                        "tokens",
-                        f"request {r.rid} holds {kv} KV tokens > prompt + max_new = {r.prompt_tokens + r.max_new_tokens}",
-                    )
                 blocks = -(-kv // block)
                 used += blocks
                 held += max(blocks, r.reserved_blocks)
