@@ -217,3 +217,30 @@ def test_deadline_order_and_aging_by_hand(cli, tmp_path, aging_ms, order) -> Non
     assert [out[rid]["admitted_ms"] for rid in order] == [0.0, 2.0, 4.0]
     last = out[order[-1]]
     assert row["longest_wait_ms"] == approx(4.0 - last["arrival_ms"])
+
+
+def test_policy_columns_only_when_asked(cli, tmp_path) -> None:
+    # defaults: the row as before (no policy columns, no policy_space block); with
+    # policy_metrics the columns are there and, nothing else changing, the shared ones equal
+    reqs = [{"rid": "A", "extend_tokens": 4, "max_new_tokens": 3}]
+    admit = "  kv: {block_size: 4, capacity_blocks: 8}\n"
+    plain_dir, asked_dir = tmp_path / "plain", tmp_path / "asked"
+    plain_dir.mkdir()
+    asked_dir.mkdir()
+    work = tmp_path / "work.jsonl"
+    work.write_text(json.dumps(reqs[0]) + "\n")
+    docs = []
+    for extra in ([], ["admit.serving.policy_metrics=true"]):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            "kind: admit\nname: hand\nseed: 0\nadmit:\n  mode: serving\n"
+            f"  workload: {{source: jsonl, path: {work}}}\n" + COST.replace("LOAD", "null") + admit
+        )
+        res = cli("admit", str(cfg), *extra)
+        assert res.exit_code == 0, res.output
+        docs.append(cli.results(cli.run_dirs()[-1]))
+    (plain,), (asked,) = docs[0]["rows"], docs[1]["rows"]
+    assert "timed_out" not in plain and "policy_space" not in docs[0]["summary"]
+    assert asked["timed_out"] == 0 and asked["swap_bytes"] == 0
+    assert asked["longest_wait_ms"] == 0.0  # admitted in the first iteration
+    assert {k: asked[k] for k in plain} == plain
