@@ -53,12 +53,15 @@ def block_step(sim: Any, decoded: int) -> None:
                 break
             device, host = sim.hit(r)
             if not sim.pool.fits(r.fill_tokens - device, None):
-                sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
+                stop = "kv_blocks" if extra is None else extra.kv_stop(r.fill_tokens - device)
+                sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
                 break
             taken += 1
             sim.admit(r, device, host, None)
             budget -= _chunk(sim, r, budget)
             (sim.completed if r.filled_tokens >= r.fill_tokens else sim.prefilling).append(r)
+        if extra is not None and budget <= 0 and taken < len(waiting):  # issue 13: named
+            sim.stop_counts["token_budget"] = sim.stop_counts.get("token_budget", 0) + 1
         del waiting[:taken]
 
 
@@ -98,7 +101,11 @@ def _scan(sim: Any) -> None:
             sim.admit(r, device, host, reserve)
             sim.prefilling.append(r)
             continue
-        sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
+        stop = "kv_blocks"
+        if extra is not None:  # issue 13: blocks the safety margin keeps
+            reserve = _reserve(sim, r, device)
+            stop = extra.kv_stop(r.fill_tokens - device if reserve is None else reserve)
+        sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
         kept.append(r)
         if sim.scan == "fcfs_stop":
             kept.extend(waiting[k + 1 :])

@@ -412,6 +412,18 @@ class Lifecycle:
         sim = self.sim
         return limit is not None and sim.pool.n_running + len(sim.prefilling) >= limit
 
+    def kv_stop(self, need_tokens: int) -> str:
+        """The stop reason of a request whose ``need_tokens`` do not fit the free blocks:
+        ``safety_margin_blocks`` when they would fit without the margin, else ``kv_blocks``."""
+        sim = self.sim
+        need = -(-need_tokens // sim.block_size)
+        margin = self.opts.safety_margin_blocks
+        return (
+            "safety_margin_blocks"
+            if margin and need <= sim.pool.free_blocks + margin
+            else "kv_blocks"
+        )
+
     def profiled_scan(self) -> None:
         """Policy ``profiled``: admit each waiting request (in queue order; ``admit.kv.scan``)
         whose prompt blocks plus reserved output fit the free blocks left after every admitted
@@ -441,7 +453,7 @@ class Lifecycle:
                 outstanding += need - -(-kv // block)
                 sim.prefilling.append(r)
                 continue
-            stop = "kv_blocks"
+            stop = self.kv_stop(kv + out + (outstanding * block))
             kept.append(r)
             if sim.scan == "fcfs_stop":
                 kept.extend(waiting[k + 1 :])
