@@ -97,11 +97,12 @@ class PolicyOptions:
     check_invariants: bool = False
     cuda_graph_buckets: tuple[int, ...] = ()
     seed: int = 0
+    cancellations: bool = False  # the workload carries cancel_ms (a run must honour them)
 
 
-def options_from(block: Any, seed: int) -> PolicyOptions | None:
-    """The run's :class:`PolicyOptions`, or None when every policy key is a default (the loop
-    then runs without a :class:`Lifecycle`)."""
+def options_from(block: Any, seed: int, cancellations: bool = False) -> PolicyOptions | None:
+    """The run's :class:`PolicyOptions`, or None when every policy key is a default and no
+    request carries a cancel time (the loop then runs without a :class:`Lifecycle`)."""
     s, it = block.serving, block.iteration
     schedule = SchedulePolicyConfig(
         **{k: getattr(block, k) for k in SchedulePolicyConfig.__dataclass_fields__}
@@ -125,6 +126,7 @@ def options_from(block: Any, seed: int) -> PolicyOptions | None:
         check_invariants=s.check_invariants,
         cuda_graph_buckets=tuple(s.cuda_graph_buckets),
         seed=seed,
+        cancellations=cancellations,
     )
     return None if opts == PolicyOptions(seed=seed) else opts
 

@@ -29,11 +29,13 @@ from cpkv.serving.timeline import timeline_and_time
 from cpkv.serving.workload import load_serving_workload
 
 
-def settings_from(block: Any, cost: Any, seed: int = 0) -> SimSettings:
+def settings_from(block: Any, cost: Any, seed: int = 0, cancellations: bool = False) -> SimSettings:
     """The loop's settings from the ``admit`` block (``cost``: possibly fitted; ``seed``: the
-    experiment's, for ``schedule_policy: random``)."""
+    experiment's, for ``schedule_policy: random``; ``cancellations``: requests carry
+    ``cancel_ms``)."""
     kv, cp = block.kv, block.cp
-    extra = options_from(block, seed)  # issue 13: None when every policy key is a default
+    # issue 13: None when every policy key is a default and nothing is cancelled
+    extra = options_from(block, seed, cancellations)
     if extra is not None and extra.cuda_graph_buckets:
         cost = PaddedDecodeCost(cost, extra.cuda_graph_buckets)
     limits = (
@@ -81,7 +83,8 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     if block.cost.fit_points is not None:
         fit = fit_cost(read_points(block.cost.fit_points), cost)
         cost = fit.model
-    settings = settings_from(block, cost, cfg.seed)
+    cancellations = any(r.cancel_ms is not None for r in workload.requests)
+    settings = settings_from(block, cost, cfg.seed, cancellations)
 
     def execute(ctx: RunContext) -> RunOutput:
         count = workload.size

@@ -182,6 +182,9 @@ def _trace_workload(spec: Any) -> ServingWorkload:
             t.input_length,
             t.output_length,
             hash_ids=t.hash_ids if shared else None,
+            priority=t.priority,
+            deadline_ms=t.deadline_ms,
+            cancel_ms=t.cancel_ms,
         )
         for t in trace.requests
     )

@@ -244,3 +244,37 @@ def test_policy_columns_only_when_asked(cli, tmp_path) -> None:
     assert asked["timed_out"] == 0 and asked["swap_bytes"] == 0
     assert asked["longest_wait_ms"] == 0.0  # admitted in the first iteration
     assert {k: asked[k] for k in plain} == plain
+
+
+def test_trace_fields_cancel_and_bad_value(cli, tmp_path) -> None:
+    # a Mooncake trace line may carry cancel_ms: A runs from t = 0 (first token at 1, then one
+    # token a ms); its cancel time 2.5 ms is noticed at the boundary at 3 ms: 3 tokens.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 4, "output_length": 5, "hash_ids": [1], "cancel_ms": 2.5}\n'
+        '{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [2], "priority": 3}\n'
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "kind: admit\nname: hand\nseed: 0\nadmit:\n  mode: serving\n"
+        f"  workload: {{source: trace, path: {trace}, format: mooncake, block_size: 4}}\n"
+        "  kv: {block_size: 4, capacity_blocks: 64}\n" + COST.replace("LOAD", "null")
+    )
+    res = cli("admit", str(cfg))
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    out = {
+        json.loads(x)["rid"]: json.loads(x)
+        for x in (run / "requests.jsonl").read_text().splitlines()
+    }
+    assert (out["r0"]["status"], out["r0"]["reason"], out["r0"]["output_tokens"], out["r0"]["finish_ms"]) == (
+        "cancelled", "running", 3, 3.0,
+    )  # fmt: skip
+    assert out["r1"]["status"] == "finished"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 4, "output_length": 5, "hash_ids": [1], "cancel_ms": -1}\n'
+    )
+    res = cli("admit", str(cfg))
+    assert (
+        res.exit_code == 2 and f"{trace}:1: field 'cancel_ms' must be a finite number" in res.stderr
+    )
