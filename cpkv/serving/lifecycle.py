@@ -64,9 +64,9 @@ from cpkv.admission.schedule_policy import (
     choose_preemption,
     preemption_need_tokens,
 )
-from cpkv.policies.budgets import TokenWeights, graph_bucket, weighted_prefill_budget
+from cpkv.policies.budgets import TokenWeights, weighted_prefill_budget
 from cpkv.policies.deadline import deadline_sort
-from cpkv.policies.profiled import OutputQuantile, ProfiledSpec
+from cpkv.policies.profiled import OutputQuantile
 from cpkv.serving.kv_pool import (
     CANCELLED,
     FINISHED,
@@ -76,59 +76,9 @@ from cpkv.serving.kv_pool import (
     WAITING,
     Req,
 )
+from cpkv.serving.policy_options import PolicyOptions
 
 INF = float("inf")
-
-
-@dataclass(frozen=True)
-class PolicyOptions:
-    """The non-default policy keys of a run (built by :func:`options_from`)."""
-
-    schedule: SchedulePolicyConfig = SchedulePolicyConfig()
-    deadline_aging_ms: float | None = None  # set: schedule_policy deadline
-    slo_ttft_ms: float | None = None
-    profiled: ProfiledSpec | None = None  # set: policy profiled
-    weights: TokenWeights = TokenWeights()
-    verify_tokens: int = 0
-    max_running_requests: int | None = None  # block policies (prefill_adder: AdderBudgets)
-    safety_margin_blocks: int = 0
-    swap: bool = False
-    queue_timeout_ms: float | None = None
-    check_invariants: bool = False
-    cuda_graph_buckets: tuple[int, ...] = ()
-    seed: int = 0
-    cancellations: bool = False  # the workload carries cancel_ms (a run must honour them)
-
-
-def options_from(block: Any, seed: int, cancellations: bool = False) -> PolicyOptions | None:
-    """The run's :class:`PolicyOptions`, or None when every policy key is a default and no
-    request carries a cancel time (the loop then runs without a :class:`Lifecycle`)."""
-    s, it = block.serving, block.iteration
-    schedule = SchedulePolicyConfig(
-        **{k: getattr(block, k) for k in SchedulePolicyConfig.__dataclass_fields__}
-    )
-    deadline = block.schedule_policy == "deadline"
-    if deadline:
-        schedule = SchedulePolicyConfig()
-    opts = PolicyOptions(
-        schedule=schedule,
-        deadline_aging_ms=block.deadline.aging_ms if deadline else None,
-        slo_ttft_ms=block.slo.ttft_ms if deadline else None,
-        profiled=block.profiled if block.policy == "profiled" else None,
-        weights=it.weights,
-        verify_tokens=it.verify_tokens,
-        max_running_requests=block.max_running_requests
-        if block.policy != "prefill_adder"
-        else None,
-        safety_margin_blocks=block.kv.safety_margin_blocks,
-        swap=s.on_preempt == "swap",
-        queue_timeout_ms=s.queue_timeout_ms,
-        check_invariants=s.check_invariants,
-        cuda_graph_buckets=tuple(s.cuda_graph_buckets),
-        seed=seed,
-        cancellations=cancellations,
-    )
-    return None if opts == PolicyOptions(seed=seed) else opts
 
 
 class ReqPolicy:
@@ -159,56 +109,7 @@ class PolicyCounts:
     swap_in_tokens: int = 0
     reservation_exceeded: int = 0
     profiled_finished: int = 0
-    padding_requests: int = 0
-    padding_us: float = 0.0
     invariant_checks: int = 0
-
-
-class PaddedDecodeCost:
-    """A cost model whose decode-only batches run at their CUDA-graph bucket size: the
-    padding requests cost decode time (no context) and are counted (``counts``). Wrapping
-    the model also turns off the loop's inline linear arithmetic (every duration comes from
-    here)."""
-
-    def __init__(self, inner: Any, buckets: tuple[int, ...]) -> None:
-        self.inner, self.buckets, self.counts = inner, buckets, PolicyCounts()
-
-    def batch_us(self, prefill, decode, decode_context, prefill_context, pairs, loaded) -> float:
-        inner = self.inner
-        if prefill or loaded or not decode:
-            return inner.batch_us(prefill, decode, decode_context, prefill_context, pairs, loaded)
-        size = graph_bucket(decode, self.buckets)
-        padded = inner.batch_us(0, size, decode_context, 0, 0, 0)
-        if size > decode:
-            self.counts.padding_requests += size - decode
-            self.counts.padding_us += padded - inner.batch_us(0, decode, decode_context, 0, 0, 0)
-        return padded
-
-    def _padded(self, prefill, decode, loaded):  # numpy arrays: the decode-only rows padded
-        import numpy as np
-
-        buckets = np.asarray(self.buckets)
-        k = np.searchsorted(buckets, decode)  # bisect_left, as graph_bucket
-        bucket = np.where(k < len(buckets), buckets[np.minimum(k, len(buckets) - 1)], decode)
-        pad = (prefill == 0) & (loaded == 0) & (decode > 0)
-        return np.where(pad, bucket, decode)
-
-    def breakdowns(self, prefill, decode, decode_context, prefill_context, pairs, loaded):
-        """The inner model's breakdown rows at the padded batch sizes."""
-        from cpkv.serving.cost.report import breakdown_rows
-
-        padded = self._padded(prefill, decode, loaded)
-        return breakdown_rows(
-            self.inner, prefill, padded, decode_context, prefill_context, pairs, loaded
-        )
-
-    def breakdown(self, prefill, decode, decode_context, prefill_context, pairs, loaded):
-        if not (prefill or loaded or not decode):
-            decode = graph_bucket(decode, self.buckets)
-        return self.inner.breakdown(prefill, decode, decode_context, prefill_context, pairs, loaded)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class Lifecycle:

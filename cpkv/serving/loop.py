@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
@@ -61,10 +61,12 @@ from cpkv.serving.decode_stretch import decode_stretch, linear_costs
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
-from cpkv.serving.lifecycle import Lifecycle, PolicyOptions
 from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
+
+if TYPE_CHECKING:
+    from cpkv.serving.policy_options import PolicyOptions
 
 COUNTERS = (
     "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
@@ -174,7 +176,11 @@ class Sim:
         self._never_blocks = s.capacity_blocks
         self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
         # issue 13: the admission-policy space (None when every key is a default)
-        self.extra = None if s.extra is None else Lifecycle(self, s.extra)
+        self.extra = None
+        if s.extra is not None:
+            from cpkv.serving.lifecycle import Lifecycle
+
+            self.extra = Lifecycle(self, s.extra)
 
     def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
         """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back

@@ -25,7 +25,8 @@ from typing import Any
 
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import metric
-from cpkv.serving.lifecycle import PaddedDecodeCost, PolicyCounts
+from cpkv.serving.graph_padding import PaddedDecodeCost
+from cpkv.serving.lifecycle import PolicyCounts
 from cpkv.serving.metrics import ServingRow
 
 
@@ -49,13 +50,11 @@ def policy_counts(sim: Any) -> PolicyCounts:
     return PolicyCounts() if extra is None else extra.counts
 
 
-def _padding(settings: Any) -> PolicyCounts | None:
+def _padding(settings: Any) -> PaddedDecodeCost | None:
     cost = settings.cost
-    while cost is not None:
-        if isinstance(cost, PaddedDecodeCost):
-            return cost.counts
-        cost = getattr(cost, "inner", None) if not isinstance(cost, PaddedDecodeCost) else None
-    return None
+    while cost is not None and not isinstance(cost, PaddedDecodeCost):
+        cost = getattr(cost, "inner", None)
+    return cost
 
 
 def policy_summary(block: Any, settings: Any, sim: Any, res: Any, stats: Any) -> dict[str, Any]:

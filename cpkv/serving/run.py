@@ -20,11 +20,12 @@ from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
+from cpkv.serving.graph_padding import PaddedDecodeCost
 from cpkv.serving.helper import Helper, Producer, helper_wanted
 from cpkv.serving.iteration_log import IterationLog
-from cpkv.serving.lifecycle import PaddedDecodeCost, options_from
 from cpkv.serving.loop import Sim, SimSettings
 from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of
+from cpkv.serving.policy_options import options_from
 from cpkv.serving.timeline import timeline_and_time
 from cpkv.serving.workload import load_serving_workload
 

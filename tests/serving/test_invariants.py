@@ -15,10 +15,12 @@ from cpkv.policies.budgets import TokenWeights
 from cpkv.policies.profiled import ProfiledSpec
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
+from cpkv.serving.graph_padding import PaddedDecodeCost
 from cpkv.serving.invariants import InvariantViolation
 from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT, KvPool
-from cpkv.serving.lifecycle import Lifecycle, PaddedDecodeCost, PolicyOptions
+from cpkv.serving.lifecycle import Lifecycle
 from cpkv.serving.loop import SimSettings, SimulationStalled, simulate
+from cpkv.serving.policy_options import PolicyOptions
 from cpkv.serving.workload import ServingRequest
 from cpkv.trace.prefix_cache import CacheConfig, TieredPrefixCache
 
