@@ -278,3 +278,21 @@ def test_trace_fields_cancel_and_bad_value(cli, tmp_path) -> None:
     assert (
         res.exit_code == 2 and f"{trace}:1: field 'cancel_ms' must be a finite number" in res.stderr
     )
+
+
+def test_sglang_order_applied_in_the_loop_by_hand(cli, tmp_path) -> None:
+    # lof (longest max_new_tokens first), one request slot, all at t = 0, 1 ms iterations:
+    # B (5 tokens) runs [0, 5], C (3) [5, 8], A (2) [8, 10]; fcfs would run A, B, C.
+    reqs = [
+        {"rid": "A", "extend_tokens": 4, "max_new_tokens": 2},
+        {"rid": "B", "extend_tokens": 4, "max_new_tokens": 5},
+        {"rid": "C", "extend_tokens": 4, "max_new_tokens": 3},
+    ]
+    admit = (
+        "  kv: {block_size: 4, capacity_blocks: 64}\n  max_running_requests: 1\n"
+        "  schedule_policy: lof\n"
+    )
+    _, summary, out = _run(cli, tmp_path, reqs, admit)
+    assert [out[r]["admitted_ms"] for r in "BCA"] == [0.0, 5.0, 8.0]
+    assert [out[r]["finish_ms"] for r in "BCA"] == [5.0, 8.0, 10.0]
+    assert summary["policy_space"]["schedule_policy"] == "lof"
