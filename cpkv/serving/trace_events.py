@@ -16,7 +16,7 @@ The file is one JSON object, ``{"traceEvents": [...], "displayTimeUnit": "ms"}``
 * counters (``ph: C``) ``requests`` (``running``, ``waiting``) and ``kv`` (``used_blocks``)
   at the start of each iteration where they changed;
 * one async slice per request (``ph: b``/``e``, ``cat: request``, ``id`` the request's
-  number in the run), from its arrival to its end (finished or rejected; ``args``: prompt,
+  number in the run), from its arrival to its end (finished, rejected, timed out or cancelled; ``args``: prompt,
   output, status, reason), holding a nested ``queued`` slice from its arrival to its first
   admission, and an instant (``ph: n``) ``first token``.
 
@@ -31,7 +31,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT
+
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+STATUS = {
+    FINISHED: "finished",
+    REJECTED: "rejected",
+    TIMED_OUT: "timed_out",
+    CANCELLED: "cancelled",
+}
+"""A request's end, as ``requests.jsonl`` names it."""
 
 
 def _us(t: float) -> float:
@@ -120,7 +129,7 @@ class InstanceTrace:
         pid, add = self.pid, self.events.append
         common = {"cat": "request", "id": r.index, "pid": pid, "tid": 0}
         arrival, end = _us(r.arrival_us), _us(r.finished_us)
-        finished = r.reject_reason is None
+        status = STATUS.get(r.state, "rejected")
         add(_dumps({"ph": "b", "name": r.rid, "ts": arrival, **common,
                     "args": {"prompt_tokens": r.prompt_tokens, "max_new_tokens": r.max_new_tokens}}))  # fmt: skip
         queued_until = end if r.admitted_us is None else _us(r.admitted_us)
@@ -129,5 +138,5 @@ class InstanceTrace:
         if r.first_token_us is not None:
             add(_dumps({"ph": "n", "name": "first token", "ts": _us(r.first_token_us), **common}))
         add(_dumps({"ph": "e", "name": r.rid, "ts": end, **common,
-                    "args": {"status": "finished" if finished else "rejected",
+                    "args": {"status": status,
                              "reason": r.reject_reason, "output_tokens": r.generated}}))  # fmt: skip

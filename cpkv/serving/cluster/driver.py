@@ -42,7 +42,7 @@ from cpkv.serving.cluster.routers import (
     make_router,
     unique_blocks,
 )
-from cpkv.serving.kv_pool import PENDING, RUNNING, WAITING, Req
+from cpkv.serving.kv_pool import FINISHED, PENDING, RUNNING, WAITING, Req
 from cpkv.serving.records import RequestStats
 
 INF = float("inf")
@@ -200,7 +200,7 @@ class Cluster:
                 else:
                     running_tokens += r.prompt_tokens + r.generated
             for r in late:  # they generated their last token after t
-                running_tokens += r.prompt_tokens + r.generated - (r.reject_reason is None)
+                running_tokens += r.prompt_tokens + r.generated - (r.state == FINISHED)
             out.append(InstanceLoad(queued, outstanding - queued, queued_tokens, running_tokens))
         return out
 

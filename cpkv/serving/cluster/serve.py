@@ -47,6 +47,7 @@ class ClusterOutcome:
     instance_rows: list[dict[str, Any]]
     trace: str | None
     time: dict[str, Any]  # the summary's time (where the time went), all instances together
+    policy: dict[str, Any] | None  # the summary's policy_space (issue 13), all instances together
 
 
 def serve_cluster(
@@ -100,6 +101,13 @@ def serve_cluster(
     row = row_of(total.summary(), _added([res.integrals for res in run.results]), end, cap * n)
     if n > 1:  # the peak: the highest instance's (a sum of peaks is no peak of the sum)
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
+    counters = _added_counters([res.counters for res in run.results])
+    policy = None
+    if settings.extra is not None or block.serving.policy_metrics:  # issue 13's columns
+        from cpkv.serving.policy_metrics import policy_row
+
+        policy = _policy_summary(block, settings, sims, run.results, counters, total.summary())
+        row = policy_row(row, policy)
     instance_rows = []
     busy_us = [t["busy_s"] * 1e6 for t in times]
     for k, (tally, r, busy, res) in enumerate(
@@ -128,10 +136,47 @@ def serve_cluster(
         "per_instance": [{k: x[k] for k in ("instance", *INSTANCE_COLUMNS)} for x in instance_rows],
     }
     return ClusterOutcome(
-        row, total.summary(), _added_counters([res.counters for res in run.results]), end,
+        row, total.summary(), counters, end,
         timeline, cluster_summary, instance_rows, None if events is None else events.text(),
-        _added_time(times),
+        _added_time(times), policy,
     )  # fmt: skip
+
+
+def _policy_summary(
+    block: Any,
+    settings: Any,
+    sims: list[Any],
+    results: list[Any],
+    counters: dict[str, Any],
+    summary: Any,
+) -> dict[str, Any]:
+    """The summary's ``policy_space`` of all instances (one: its own): the policy machinery's
+    counts added up; a ``profiled`` run's final quantile per instance."""
+    from types import SimpleNamespace
+
+    from cpkv.serving.lifecycle import PolicyCounts
+    from cpkv.serving.policy_metrics import policy_counts, policy_summary
+
+    if len(sims) == 1:
+        return policy_summary(block, settings, sims[0], results[0], summary)
+    merged = PolicyCounts()
+    for sim in sims:
+        counts = policy_counts(sim)
+        for name, value in vars(counts).items():
+            if isinstance(value, dict):
+                into = getattr(merged, name)
+                for key, count in value.items():
+                    into[key] = into.get(key, 0) + count
+            else:
+                setattr(merged, name, getattr(merged, name) + value)
+    first = sims[0].extra
+    whole = SimpleNamespace(
+        extra=SimpleNamespace(counts=merged, estimator=getattr(first, "estimator", None))
+    )
+    policy = policy_summary(block, settings, whole, SimpleNamespace(counters=counters), summary)
+    if "profiled" in policy:
+        policy["profiled"]["final_quantile_tokens"] = [s.extra.estimator.value() for s in sims]
+    return policy
 
 
 def _added_time(times: list[dict[str, Any]]) -> dict[str, Any]:

@@ -32,15 +32,34 @@ def _run(cli, *extra: str) -> Path:
 
 
 @needs_trace
-@pytest.mark.parametrize("router", ["round_robin", "prefix_aware"])
-def test_one_instance_through_the_driver_is_the_plain_run_byte_for_byte(cli, router) -> None:
+@pytest.mark.parametrize(
+    ("router", "policy"),
+    [
+        ("round_robin", ()),
+        ("prefix_aware", ()),
+        # issue 13's machinery: timeouts end requests in the queue, the policy columns
+        (
+            "round_robin",
+            (
+                "admit.serving.queue_timeout_ms=3000",
+                "admit.serving.cuda_graph_buckets=[1,2,4,8,16]",
+            ),
+        ),
+    ],
+)
+def test_one_instance_through_the_driver_is_the_plain_run_byte_for_byte(
+    cli, router, policy
+) -> None:
     # instances: 1 with trace events runs through the cluster driver (deliver/advance, every
     # iteration a full one); without, the plain loop with its shortcuts
-    plain = _run(cli)
+    plain = _run(cli, *policy)
     driven = _run(
-        cli, "admit.cluster.instances=1", f"admit.cluster.router={router}",
+        cli, *policy, "admit.cluster.instances=1", f"admit.cluster.router={router}",
         "admit.serving.trace_events=true",
     )  # fmt: skip
+    if policy:
+        (row,) = cli.results(plain)["rows"]
+        assert row["timed_out"] > 0 and row["padding_ms"] > 0  # the machinery did something
     for name in ("requests.jsonl", "timeline.jsonl"):
         assert (driven / name).read_bytes() == (plain / name).read_bytes(), name
     a, b = cli.results(plain), cli.results(driven)
@@ -106,3 +125,20 @@ def test_same_config_and_seed_route_the_same_way(cli) -> None:
     c = _run(cli, "admit.cluster.instances=3", "admit.cluster.router=power_of_two", "seed=8")
     routed = [[r["instance"] for r in _lines(run / "requests.jsonl")] for run in (a, c)]
     assert routed[0] != routed[1]  # the seed draws the two instances
+
+
+@needs_trace
+def test_the_policy_columns_add_up_over_the_instances(cli) -> None:
+    run = _run(
+        cli, "admit.cluster.instances=3", "admit.serving.queue_timeout_ms=3000",
+        "admit.arrivals.speedup=6",
+    )  # fmt: skip
+    doc = cli.results(run)
+    (row,) = doc["rows"]
+    reqs = _lines(run / "requests.jsonl")
+    statuses = [r["status"] for r in reqs]
+    assert row["timed_out"] == statuses.count("timed_out") > 0
+    assert row["finished"] == statuses.count("finished")
+    assert doc["summary"]["policy_space"]["terminal"]["timed_out"] == row["timed_out"]
+    per = doc["summary"]["cluster"]["per_instance"]
+    assert sum(x["finished"] for x in per) == row["finished"]
