@@ -18,7 +18,7 @@ from cpkv.policies.blocks import KvBlocks
 from cpkv.policies.deadline import DeadlineSpec
 from cpkv.policies.iteration import IterationBudget
 from cpkv.policies.profiled import ProfiledSpec
-from cpkv.serving.cluster.schema import MULTI_INSTANCE_PENDING, ClusterSpec
+from cpkv.serving.cluster.schema import ClusterSpec
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
@@ -71,13 +71,11 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
-        if self.cluster.instances > 1:
-            if self.mode != "serving":
-                raise FieldError(
-                    "cluster.instances",
-                    f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
-                )
-            raise FieldError("cluster.instances", MULTI_INSTANCE_PENDING)
+        if self.cluster.instances > 1 and self.mode != "serving":
+            raise FieldError(
+                "cluster.instances",
+                f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
+            )
         AdmitBudgets.validate(self)
         from cpkv.admit.policy_space import check_policy_space
 

@@ -67,7 +67,7 @@ def admit(
     admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
     llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100);
     admit.cluster.router round_robin, random, least_requests, least_tokens, prefix_aware,
-    power_of_two (admit.cluster.instances above 1 arrives with the cluster driver).
+    power_of_two (admit.cluster.instances: how many instances behind it).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """

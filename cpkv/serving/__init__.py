@@ -10,7 +10,9 @@ admission-policy space: ``policy_options`` (the non-default policy keys), ``life
 orders, priority preemption, profiled, budgets, margin, swap, timeouts, cancellation),
 ``graph_padding`` (CUDA-graph decode buckets), ``invariants`` (seed 004's common errors,
 checked), ``policy_metrics`` (the policy columns and summary); ``cost/`` (the
-iteration-time models — roofline and linear —, their calibration and the time breakdown).
+iteration-time models — roofline and linear —, their calibration and the time breakdown);
+``trace_events`` (``trace.json``, the run in the Chrome trace-event format); ``cluster/``
+(instances behind a router, ``admit.cluster``).
 
 May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``,
 ``cpkv.admission``, ``cpkv.policies``.

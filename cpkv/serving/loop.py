@@ -139,6 +139,7 @@ class Sim:
         sink: Any,
         samples: IterationLog,
         arrivals: Iterable[Req] | None = None,
+        trace: Any = None,
     ) -> None:
         s = settings
         self.settings, self.policy, self.cache = s, s.policy, cache
@@ -172,6 +173,10 @@ class Sim:
             samples.context_coef = self.linear_costs[3]
         self._load_threshold = max(1, s.adder.load_back_threshold)
         self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
+        # trace events (cpkv.serving.trace_events): every iteration a full one, reported
+        self.trace = trace
+        if trace is not None:
+            self.lone_fast = False
         pool_tokens = s.capacity_blocks * s.block_size
         self._never_blocks = s.capacity_blocks
         self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
@@ -232,7 +237,7 @@ class Sim:
                 continue
             waiting = self.waiting
             if not (waiting or self.prefilling or self.chunked):
-                if pool.n_running and pool.events is None:
+                if pool.n_running and pool.events is None and self.trace is None:
                     # issue 13: a stretch stops at the next cancellation too
                     self.until_us = until_us if extra is None else extra.until(until_us)
                     self.horizon_us = min(arrivals.next_us, self.until_us)
@@ -370,6 +375,8 @@ class Sim:
         samples.jumped = 0.0
         if len(samples.records) >= FLUSH_BYTES:
             samples.flush(now)
+        if self.trace is not None:
+            self.trace.iteration(self, start, duration, decoded, len(firsts))
         preempted = bool(pool.preempted)
         self._end(now, decoded, firsts, finishing)
         if self.log is not None:

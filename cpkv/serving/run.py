@@ -88,6 +88,8 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     settings = settings_from(block, cost, cfg.seed, cancellations)
 
     def execute(ctx: RunContext) -> RunOutput:
+        if block.cluster.instances > 1 or block.serving.trace_events:
+            return _execute_cluster(ctx, block, settings, workload, cfg.seed, fit)
         count = workload.size
         ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
         cap, points = settings.capacity_blocks, block.serving.timeline_points
@@ -161,6 +163,59 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         )
 
     return execute
+
+
+def _execute_cluster(
+    ctx: RunContext, block: Any, settings: SimSettings, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """Instances behind a router, or one with trace events (:mod:`cpkv.serving.cluster.serve`)."""
+    from cpkv.serving.cluster.serve import cluster_note, instances_lines, serve_cluster
+
+    n, count, cap = block.cluster.instances, workload.size, settings.capacity_blocks
+    behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
+    ctx.report(0, 1, f"serving {count} requests, policy {block.policy}{behind}")
+    lines = ctx.stream("requests.jsonl")  # written as requests end
+    out = serve_cluster(block, settings, workload, seed, lines, ctx.run_dir)
+    ctx.report(1, 1, "done")
+    extras = {
+        "timeline.jsonl": "".join(
+            json.dumps(p, separators=(",", ":")) + "\n" for p in out.timeline
+        ),
+    }
+    kept = lines.text()
+    if kept is not None:  # no run directory: the lines were kept in memory
+        extras = {"requests.jsonl": kept, **extras}
+    if n > 1:
+        extras["instances.jsonl"] = instances_lines(out.instance_rows)
+    if out.trace is not None:
+        extras["trace.json"] = out.trace
+    notes = _notes(block, settings, fit, out.time)
+    too_big = out.counters["rejects"].get("exceeds_kv_capacity", 0)
+    if too_big:
+        notes.append(
+            f"{too_big} of {count} requests could never fit the KV pool even alone "
+            f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
+            "raise admit.kv.capacity_blocks or admit.kv.block_size"
+        )
+    summary = {
+        **_summary(block, settings, out, out.summary, fit),
+        **({} if out.policy is None else {"policy_space": out.policy}),
+        "time": out.time,
+    }
+    if n > 1:
+        summary["cluster"] = out.cluster
+        notes.append(cluster_note(out.cluster))
+    if out.trace is not None:
+        notes.append(
+            "trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or chrome://tracing)"
+        )
+    return RunOutput(
+        rows=[out.row],
+        summary={**summary, "headline": _headline(out.row)},
+        extras=extras,
+        table_columns=TABLE_COLUMNS,
+        notes=notes,
+    )
 
 
 def _headline(row: Any) -> dict[str, float]:

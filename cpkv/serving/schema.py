@@ -74,7 +74,9 @@ class ServingSpec:
       prefill preempted before its first token);
     * ``timeline_points``: buckets of the KV-utilisation timeline (``timeline.jsonl``);
     * ``ratio_min_factor``, ``ratio_decay_steps``: SGLang's adaptive ``new_token_ratio``
-      (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``).
+      (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``);
+    * ``trace_events``: write ``trace.json``, the run's timeline in the Chrome trace-event
+      format (:mod:`cpkv.serving.trace_events`; Perfetto, chrome://tracing).
     """
 
     on_preempt: Literal["requeue", "swap", "abort"] = "requeue"
@@ -86,6 +88,7 @@ class ServingSpec:
     timeline_points: int = 200
     ratio_min_factor: float = 0.14
     ratio_decay_steps: int = 600
+    trace_events: bool = False
 
     def validate(self) -> None:
         positive("stall_iterations", self.stall_iterations)
