@@ -15,8 +15,10 @@ from cpkv.admission.schedule_policy.config import SchedulePolicyConfig
 from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import FieldError, choices, positive
 from cpkv.policies.blocks import KvBlocks
+from cpkv.policies.deadline import DeadlineSpec
 from cpkv.policies.iteration import IterationBudget
-from cpkv.serving.cluster.schema import MULTI_INSTANCE_PENDING, ClusterSpec
+from cpkv.policies.profiled import ProfiledSpec
+from cpkv.serving.cluster.schema import ClusterSpec
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
 from cpkv.workload.sources import WorkloadSpec
@@ -24,11 +26,11 @@ from cpkv.workload.sources import WorkloadSpec
 MODES = ("passes", "serving")
 """``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
 ``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.loop`)."""
-SCHEDULE_POLICY_MODES: tuple[str, ...] = ()
+SCHEDULE_POLICY_MODES: tuple[str, ...] = ("serving",)
 """The modes whose loop applies the ``admit.schedule_policy`` keys (the waiting-queue order and
-priority preemption of :mod:`cpkv.admission.schedule_policy`); elsewhere only their defaults
-(``fcfs``, no priority scheduling) are accepted, as nothing would read another value. The
-serving loop adds ``serving`` here when it orders its queue."""
+priority preemption of :mod:`cpkv.admission.schedule_policy`, and cpkv's ``deadline``);
+elsewhere only their defaults (``fcfs``, no priority scheduling) are accepted, as nothing
+would read another value."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     slo: SloSpec = SloSpec()  # mode serving: goodput
     serving: ServingSpec = ServingSpec()  # mode serving: loop options
     cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router
+    deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
+    profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -67,17 +71,25 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
-        if self.cluster.instances > 1:
-            if self.mode != "serving":
-                raise FieldError(
-                    "cluster.instances",
-                    f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
-                )
-            raise FieldError("cluster.instances", MULTI_INSTANCE_PENDING)
+        if self.cluster.instances > 1 and self.mode != "serving":
+            raise FieldError(
+                "cluster.instances",
+                f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
+            )
         AdmitBudgets.validate(self)
+        from cpkv.admit.policy_space import check_policy_space
+
+        check_policy_space(self)
 
     def _validate_schedule_policy(self) -> None:
-        self.validate_schedule()
+        if self.schedule_policy != "deadline":  # cpkv's own order (cpkv.policies.deadline)
+            self.validate_schedule()
+        elif self.enable_priority_scheduling:
+            raise FieldError(
+                "enable_priority_scheduling",
+                "SGLang's priority scheduling runs with schedule_policy fcfs or lof, not with "
+                "cpkv's deadline order",
+            )
         if self.mode in SCHEDULE_POLICY_MODES:
             return
         default = SchedulePolicyConfig()

@@ -53,17 +53,21 @@ def admit(
 
     admit.mode=serving runs the serving simulation around a policy: arrivals, decode first,
     chunked prefill, KV growth and preemption, TTFT/TPOT/goodput
-    (configs/admit/serving_mooncake.yaml).
+    (configs/admit/serving_mooncake.yaml). There admit.schedule_policy orders the queue
+    (SGLang's fcfs, lof, random, lpm, dfs-weight, hrrn, shortest-prefill-first; cpkv's
+    deadline), admit.policy=profiled reserves a quantile of the output lengths seen, and
+    admit.serving.on_preempt=swap, queue_timeout_ms, check_invariants add cpkv's lifecycle
+    (configs/sweeps/policies.yaml runs them all).
 
     Names: admit.workload.source grid, jsonl, trace, synthetic; admit.workload.format
     mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
-    conservative, optimistic; admit.kv.scan first_fit, fcfs_stop, all_or_error;
+    conservative, optimistic, profiled; admit.kv.scan first_fit, fcfs_stop, all_or_error;
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
     admit.arrivals.process trace, poisson, zero; admit.workload.prefix.model none, shared;
     admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
     llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100);
     admit.cluster.router round_robin, random, least_requests, least_tokens, prefix_aware,
-    power_of_two (admit.cluster.instances above 1 arrives with the cluster driver).
+    power_of_two (admit.cluster.instances: how many instances behind it).
 
     Example: cpkv admit configs/admit/seed_jsonl.yaml admit.page_size=64 admit.chunked_prefill_size=8192
     """

@@ -8,8 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, interrupted, is_path_arg, user_errors
-from cpkv.cli.sweep import EXECUTOR_NAMES
+from cpkv.cli.common import (
+    ExecutorOpt,
+    NoPlotsOpt,
+    OutputDirOpt,
+    RayAddressOpt,
+    interrupted,
+    is_path_arg,
+    user_errors,
+)
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
 
@@ -76,17 +83,8 @@ def capacity(
             help="Points run at once: the searches of different second-axis values run in parallel.",
         ),
     ] = None,
-    executor: Annotated[
-        str | None,
-        typer.Option(
-            "--executor",
-            help=f"Where points run: {', '.join(EXECUTOR_NAMES)} (default: serial, or process with --jobs > 1).",
-        ),
-    ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option("--ray-address", metavar="ADDR", help="Ray cluster for --executor ray."),
-    ] = None,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     resume: Annotated[
         Path | None,
         typer.Option(

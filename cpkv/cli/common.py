@@ -51,6 +51,24 @@ NoPlotsOpt = Annotated[
 ]
 
 
+EXECUTOR_NAMES = ("serial", "process", "ray")  # tests check this against cpkv.sweep.EXECUTORS
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help=f"Where points run: {', '.join(EXECUTOR_NAMES)} (default: serial, or process with --jobs > 1).",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to run on (--executor ray): HOST:PORT or ray://HOST:PORT, checked before anything is written; a local instance when omitted.",
+    ),
+]
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"cpkv: error: {message}", err=True)
     return typer.Exit(code)

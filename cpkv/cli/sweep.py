@@ -9,11 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from cpkv.cli.common import NoPlotsOpt, OutputDirOpt, interrupted, is_path_arg, user_errors
+from cpkv.cli.common import (
+    ExecutorOpt,
+    NoPlotsOpt,
+    OutputDirOpt,
+    RayAddressOpt,
+    interrupted,
+    is_path_arg,
+    user_errors,
+)
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
-
-EXECUTOR_NAMES = ("serial", "process", "ray")  # tests check this against cpkv.sweep.EXECUTORS
 
 
 @user_errors
@@ -36,21 +42,8 @@ def sweep(
             help="Points run at once (local worker processes unless --executor says otherwise).",
         ),
     ] = None,
-    executor: Annotated[
-        str | None,
-        typer.Option(
-            "--executor",
-            help=f"Where points run: {', '.join(EXECUTOR_NAMES)} (default: serial, or process with --jobs > 1).",
-        ),
-    ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            metavar="ADDR",
-            help="Ray cluster to run on (--executor ray): HOST:PORT or ray://HOST:PORT, checked before anything is written; a local instance when omitted.",
-        ),
-    ] = None,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     allow_parallel_timing: Annotated[
         bool,
         typer.Option(

@@ -94,11 +94,18 @@ def plot_serving(
     plt = pyplot()
     out = []
     fig, ax = plt.subplots(figsize=(8.2, 3.6))
-    xs = [p["t_s"] for p in points]
-    ax.plot(xs, [p["kv_used_mean_pct"] for p in points], label="used (mean)")
-    ax.plot(xs, [p["kv_used_peak_pct"] for p in points], lw=0.8, ls=":", label="used (peak)")
-    if any(p["kv_held_mean_pct"] != p["kv_used_mean_pct"] for p in points):
-        ax.plot(xs, [p["kv_held_mean_pct"] for p in points], ls="--", label="held (reserved)")
+    instances = sorted({p["instance"] for p in points if "instance" in p})
+    if instances:  # a cluster: one series per instance (admit.cluster)
+        for k in instances:
+            mine = [p for p in points if p.get("instance") == k]
+            ax.plot([p["t_s"] for p in mine], [p["kv_used_mean_pct"] for p in mine], lw=1,
+                    label=f"instance {k}, used (mean)")  # fmt: skip
+    else:
+        xs = [p["t_s"] for p in points]
+        ax.plot(xs, [p["kv_used_mean_pct"] for p in points], label="used (mean)")
+        ax.plot(xs, [p["kv_used_peak_pct"] for p in points], lw=0.8, ls=":", label="used (peak)")
+        if any(p["kv_held_mean_pct"] != p["kv_used_mean_pct"] for p in points):
+            ax.plot(xs, [p["kv_held_mean_pct"] for p in points], ls="--", label="held (reserved)")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("KV pool (%)")
     ax.set_ylim(0, 105)

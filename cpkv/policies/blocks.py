@@ -51,11 +51,13 @@ class KvBlocks:
     scan: str | None = None
     victim: str = "scan_order"
     on_finish: Literal["keep", "free"] = "keep"
+    safety_margin_blocks: int = 0  # mode serving: blocks no request may take (workspace)
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
         positive("block_size", self.block_size)
         non_negative("capacity_blocks", self.capacity_blocks)
+        non_negative("safety_margin_blocks", self.safety_margin_blocks)
         if self.scan is not None:
             require(
                 self.scan in SCANS,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.policies.budgets import TokenWeights
 from cpkv.runs.results import metric
 
 
@@ -30,10 +31,20 @@ class IterationBudget:
     decode_requests: int = 2
     prompt_tokens: int = 12
     chunk_tokens: int = 4
+    # mode serving (cpkv.policies.budgets): budget units per token kind, and the draft tokens
+    # each decoding request verifies per iteration
+    weights: TokenWeights = TokenWeights()
+    verify_tokens: int = 0
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
-        for key in ("budget_tokens", "decode_requests", "prompt_tokens", "chunk_tokens"):
+        for key in (
+            "budget_tokens",
+            "decode_requests",
+            "prompt_tokens",
+            "chunk_tokens",
+            "verify_tokens",
+        ):
             non_negative(key, getattr(self, key))
         if self.prompt_tokens == 0:
             return  # nothing to prefill: an empty trace, whatever the budget

@@ -66,7 +66,7 @@ def _iteration_output(ticks: tuple[IterationTick, ...], budget: IterationBudget)
     capacity = len(ticks) * budget.budget_tokens
     summary = {
         "policy": "iteration",
-        **to_dict(budget),
+        **{k: v for k, v in to_dict(budget).items() if k not in ("weights", "verify_tokens")},
         "ticks": len(ticks),
         "decode_tokens": decode,
         "prefill_tokens": prefill,

@@ -9,7 +9,10 @@
   ``admit.iteration`` and no requests;
 * ``conservative`` - reserve the maximum blocks at admission (:mod:`cpkv.policies.blocks`);
 * ``optimistic`` - admit on prompt blocks, preempt on growth (:mod:`cpkv.policies.growth`);
-  both read ``admit.kv`` and block requests (``rid``, ``prompt_tokens``, ``max_new_tokens``).
+  both read ``admit.kv`` and block requests (``rid``, ``prompt_tokens``, ``max_new_tokens``);
+* ``profiled`` - cpkv's: reserve the prompt plus a quantile of the output lengths seen so
+  far (:mod:`cpkv.policies.profiled`); it needs finished requests, so it runs only in the
+  serving simulation (``serving_only``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class PolicySpec:
     reads: Literal["prefill_requests", "iteration", "block_requests"]
     run: Callable[[SeedInputs], PolicyResult] | None
     help: str
+    serving_only: bool = False
 
 
 POLICIES: Registry[PolicySpec] = Registry("admission policy")
@@ -71,6 +75,13 @@ for _spec in (
         lambda s: optimistic(s.requests, s.kv),
         "seed 004: admit on prompt blocks, preempt when growth does not fit",
     ),
+    PolicySpec(
+        "profiled",
+        "block_requests",
+        None,
+        "cpkv: reserve prompt + a quantile of the output lengths seen so far (mode serving)",
+        serving_only=True,
+    ),
 ):
     POLICIES.register(_spec.name, _spec, help=_spec.help)
 
@@ -81,6 +92,8 @@ def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
         spec = POLICIES.get(name)
     except ConfigError as err:
         raise ConfigError(f"admit.policy: {err}") from None
+    if spec.serving_only:
+        raise ConfigError(f"admit.policy: {name!r} runs only with admit.mode serving")
     if spec.run is None:
         raise ConfigError(
             f"admit.policy: {name!r} runs through the PrefillAdder tick model, not the seed 004 policies"
@@ -90,4 +103,8 @@ def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
 
 def seed_policy_names() -> list[str]:
     """Names of the policies this module runs itself."""
-    return [n for n in POLICIES.names() if POLICIES.get(n).run is not None]
+    return [
+        n
+        for n in POLICIES.names()
+        if POLICIES.get(n).run is not None and not POLICIES.get(n).serving_only
+    ]

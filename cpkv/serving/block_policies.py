@@ -29,8 +29,11 @@ from cpkv.serving.kv_pool import PREFILL, Req
 
 def block_step(sim: Any, decoded: int) -> None:
     """Admission and prefill of one iteration for ``conservative``/``optimistic``/``iteration``."""
-    budget = sim.budget_tokens - decoded
-    if sim.policy != "iteration":
+    extra = sim.extra  # issue 13: weighted budget, slots, profiled (cpkv.serving.lifecycle)
+    budget = sim.budget_tokens - decoded if extra is None else extra.prefill_budget(decoded)
+    if sim.policy == "profiled":
+        extra.profiled_scan()
+    elif sim.policy != "iteration":
         _scan(sim)
     keep = []
     for r in sim.prefilling:
@@ -43,14 +46,22 @@ def block_step(sim: Any, decoded: int) -> None:
         taken = 0
         while budget > 0 and taken < len(waiting):
             r = waiting[taken]
+            if extra is not None and extra.slots_full():
+                sim.stop_counts["max_running_requests"] = (
+                    sim.stop_counts.get("max_running_requests", 0) + 1
+                )
+                break
             device, host = sim.hit(r)
             if not sim.pool.fits(r.fill_tokens - device, None):
-                sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
+                stop = "kv_blocks" if extra is None else extra.kv_stop(r.fill_tokens - device)
+                sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
                 break
             taken += 1
             sim.admit(r, device, host, None)
             budget -= _chunk(sim, r, budget)
             (sim.completed if r.filled_tokens >= r.fill_tokens else sim.prefilling).append(r)
+        if extra is not None and budget <= 0 and taken < len(waiting):  # issue 13: named
+            sim.stop_counts["token_budget"] = sim.stop_counts.get("token_budget", 0) + 1
         del waiting[:taken]
 
 
@@ -68,21 +79,33 @@ def _scan(sim: Any) -> None:
     if start >= len(waiting) or (start and sim.scan == "fcfs_stop"):
         return
     kept: list[Req] = []
+    extra = sim.extra
     for k in range(start, len(waiting)):
         r = waiting[k]
+        if extra is not None and extra.slots_full():  # issue 13: max_running_requests
+            sim.stop_counts["max_running_requests"] = (
+                sim.stop_counts.get("max_running_requests", 0) + 1
+            )
+            kept.extend(waiting[k:])
+            break
         fits = True
-        device = hits.l1_upper(r)  # the need with the largest hit it can have: no lookup
+        # the need with the largest hit it can have: no lookup (not for a swapped request)
+        device = hits.l1_upper(r) if extra is None else None
         if device is not None:
             fits = pool.fits(r.fill_tokens - device, _reserve(sim, r, device))
         if fits:
-            device, host = hits.hit(r)
+            device, host = sim.hit(r)
             reserve = _reserve(sim, r, device)
             fits = pool.fits(r.fill_tokens - device, reserve)
         if fits:
             sim.admit(r, device, host, reserve)
             sim.prefilling.append(r)
             continue
-        sim.stop_counts["kv_blocks"] = sim.stop_counts.get("kv_blocks", 0) + 1
+        stop = "kv_blocks"
+        if extra is not None:  # issue 13: blocks the safety margin keeps
+            reserve = _reserve(sim, r, device)
+            stop = extra.kv_stop(r.fill_tokens - device if reserve is None else reserve)
+        sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
         kept.append(r)
         if sim.scan == "fcfs_stop":
             kept.extend(waiting[k + 1 :])

@@ -77,13 +77,13 @@ def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
 
 
 def decode_form_of(cost: Any) -> Any:
-    """``cost.decode_form`` when the model has one (the roofline model) that gives
+    """``cost.decode_form`` when the model's class defines one (the roofline model) that gives
     ``batch_us(0, running, context, 0, 0, 0)`` float for float as ``((head + scale * (slope *
     context)) + tail) + last`` on probes (else None: every decode duration comes from
     ``batch_us``)."""
-    form = getattr(cost, "decode_form", None)
-    if form is None:
-        return None
+    if getattr(type(cost), "decode_form", None) is None:
+        return None  # not the model's own (a wrapper that delegates attributes, say)
+    form = cost.decode_form
     try:
         for _, running, context, *_ in _PROBES:
             if not running:

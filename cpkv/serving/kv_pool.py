@@ -28,6 +28,7 @@ from cpkv.policies.victims import VICTIMS, Holder
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
 
 PENDING, WAITING, PREFILL, RUNNING, FINISHED, REJECTED = range(6)
+TIMED_OUT, CANCELLED = 6, 7  # issue 13's terminal states (cpkv.serving.lifecycle)
 
 
 class Req:
@@ -37,7 +38,7 @@ class Req:
         "index", "rid", "arrival_us", "prompt_tokens", "max_new_tokens", "hash_ids", "fixed_l1_tokens", "fixed_l2_tokens", "state",
         "epoch", "generated", "fill_tokens", "device_prefix", "host_hit", "filled_tokens", "kv_tokens", "reserved_blocks", "stamp", "kv_base", "context_base",
         "finish_step", "advanced_step", "admitted_us", "first_token_us", "finished_us", "preemptions", "l1_hit",
-        "l2_hit", "recomputed", "prefilled", "reject_reason",
+        "l2_hit", "recomputed", "prefilled", "reject_reason", "ext",
     )  # fmt: skip
 
     def __init__(self, i: int, r, arrival_us: float) -> None:
@@ -48,7 +49,16 @@ class Req:
             r.hash_ids,
         )
         self.fixed_l1_tokens, self.fixed_l2_tokens = r.l1_cached_tokens, r.l2_cached_tokens
+        self.ext = r  # issue 13: the request as given; its policy state once it arrives
         self._fresh()
+
+    # issue 13: what the waiting-queue orders read (cpkv.serving.lifecycle sets ``ext``
+    # when the request arrives; only runs with policy options read these)
+    output_tokens = property(lambda self: self.generated)
+    priority = property(lambda self: self.ext.priority)
+    queue_entry_us = property(lambda self: self.ext.queue_entry_us)
+    arrival_processed_tokens = property(lambda self: self.ext.arrival_processed_tokens)
+    deadline_us = property(lambda self: self.ext.deadline_us)
 
     @classmethod
     def new(

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
@@ -64,6 +64,9 @@ from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, R
 from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
+
+if TYPE_CHECKING:
+    from cpkv.serving.policy_options import PolicyOptions
 
 COUNTERS = (
     "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
@@ -91,6 +94,7 @@ class SimSettings:
     ratio: NewTokenRatio = NewTokenRatio()
     cost: CostModel = CostModel()
     stall_iterations: int = 1000
+    extra: PolicyOptions | None = None  # issue 13: cpkv.serving.lifecycle (None: all defaults)
 
 
 @dataclass
@@ -135,6 +139,7 @@ class Sim:
         sink: Any,
         samples: IterationLog,
         arrivals: Iterable[Req] | None = None,
+        trace: Any = None,
     ) -> None:
         s = settings
         self.settings, self.policy, self.cache = s, s.policy, cache
@@ -171,9 +176,19 @@ class Sim:
         self.decode_forms: dict[int, tuple] = {}  # by running requests
         self._load_threshold = max(1, s.adder.load_back_threshold)
         self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
+        # trace events (cpkv.serving.trace_events): every iteration a full one, reported
+        self.trace = trace
+        if trace is not None:
+            self.lone_fast = False
         pool_tokens = s.capacity_blocks * s.block_size
         self._never_blocks = s.capacity_blocks
         self._never_tokens = pool_tokens if self.policy == "prefill_adder" else None
+        # issue 13: the admission-policy space (None when every key is a default)
+        self.extra = None
+        if s.extra is not None:
+            from cpkv.serving.lifecycle import Lifecycle
+
+            self.extra = Lifecycle(self, s.extra)
 
     def admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
         """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back
@@ -192,6 +207,8 @@ class Sim:
         if device:
             self.counters["l1_hit_tokens"] += device
         self.admitted += 1
+        if self.extra is not None:  # issue 13
+            self.extra.admitted(r, loaded)
 
     # -- driving it ------------------------------------------------------------------------------
     def deliver(self, r: Req) -> None:
@@ -207,10 +224,12 @@ class Sim:
     def advance(self, until_us: float) -> None:
         """Run every iteration that starts before ``until_us`` (an idle instance whose next
         arrival is not before ``until_us`` stops at once)."""
-        pool, arrivals = self.pool, self.arrivals
+        pool, arrivals, extra = self.pool, self.arrivals, self.extra
         while self.now < until_us:
             if arrivals.next_us <= self.now:
                 self._arrive()
+            if extra is not None:  # issue 13: cancellations and timeouts due now
+                extra.before_iteration()
             if not (pool.n_running or self.prefilling or self.waiting or self.chunked):
                 upcoming = arrivals.next_us
                 if upcoming >= until_us:
@@ -221,9 +240,10 @@ class Sim:
                 continue
             waiting = self.waiting
             if not (waiting or self.prefilling or self.chunked):
-                if pool.n_running and pool.events is None:
-                    self.horizon_us = min(arrivals.next_us, until_us)
-                    self.until_us = until_us
+                if pool.n_running and pool.events is None and self.trace is None:
+                    # issue 13: a stretch stops at the next cancellation too
+                    self.until_us = until_us if extra is None else extra.until(until_us)
+                    self.horizon_us = min(arrivals.next_us, self.until_us)
                     if decode_stretch(self):
                         continue  # decode-only iterations ran up to the next arrival
             elif (
@@ -266,6 +286,8 @@ class Sim:
                 continue
             r.state, r.fill_tokens = WAITING, prompt
             self.waiting.append(r)
+            if self.extra is not None:  # issue 13
+                self.extra.arrived(r)
 
     def _reject(self, r: Req, reason: str) -> None:
         r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
@@ -275,6 +297,8 @@ class Sim:
 
     def _done(self, r: Req) -> None:
         self.hits.forget(r)
+        if self.extra is not None:  # issue 13
+            self.extra.done(r)
         self.sink.done(r)
 
     def finish_decoded(self, finishing: list[Req], now: float) -> None:
@@ -300,6 +324,8 @@ class Sim:
         decoded, decode_context, finishing = pool.decode() if running else (0, 0, [])
         if decoded or pool.preempted:
             self._update_ratio()
+        if self.extra is not None:  # issue 13: queue order, priority preemption
+            self.extra.before_admission(decoded)
         if self.policy == "prefill_adder":
             adder_step(self, decoded)
         else:
@@ -318,6 +344,8 @@ class Sim:
                 pool.join(r, r.kv_tokens)
                 if r.generated >= r.max_new_tokens:
                     finishing.append(r)
+        if self.extra is not None:  # issue 13: swap traffic, priority victims re-queued
+            self.extra.before_duration()
         linear = self.linear_costs
         if linear is not None:  # batch_us of the linear model, inline (see linear_costs)
             fixed, prefill, decode, ctx, load = linear
@@ -350,6 +378,8 @@ class Sim:
         samples.jumped = 0.0
         if len(samples.records) >= FLUSH_BYTES:
             samples.flush(now)
+        if self.trace is not None:
+            self.trace.iteration(self, start, duration, decoded, len(firsts))
         preempted = bool(pool.preempted)
         self._end(now, decoded, firsts, finishing)
         if self.log is not None:
@@ -360,6 +390,8 @@ class Sim:
         elif preempted or not (self.prefill_tokens or self.admitted):
             self.stalled += 1
         self._check_progress(idle)
+        if self.extra is not None:  # issue 13: the invariants
+            self.extra.after_iteration()
 
     def _end(self, now: float, decoded: int, firsts: list[Req], finishing: list[Req]) -> None:
         pool, counters = self.pool, self.counters
@@ -394,6 +426,8 @@ class Sim:
                     r.fill_tokens = r.prompt_tokens + r.generated
                     r.filled_tokens = r.device_prefix = r.host_hit = r.kv_tokens = 0
                     self.waiting.append(r)
+                    if self.extra is not None:  # issue 13
+                        self.extra.requeued(r)
             pool.preempted = []
 
     def _update_ratio(self) -> None:

@@ -37,15 +37,26 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.serving.kv_pool import FINISHED, REJECTED
+from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT
 
 SERIES = ("queue", "ttft", "tpot", "e2e")
 NAN = float("nan")
 RECORD = struct.Struct("<4d8q2B")
 """arrival, admitted, first token, finish (µs; NaN: none); prompt, max_new, output,
-computed prompt tokens, preemptions, recomputed tokens, L1 hit, L2 hit (-1: none); finished
-(1) or rejected (0); the reject reason's code (0: none)."""
-REASONS: list[str | None] = [None, "exceeds_kv_capacity", "preempted"]
+computed prompt tokens, preemptions, recomputed tokens, L1 hit, L2 hit (-1: none); the
+terminal status' code (:data:`STATUSES`); the reason's code (0: none)."""
+REASONS: list[str | None] = [
+    None,
+    "exceeds_kv_capacity",
+    "preempted",
+    "waiting",
+    "prefilling",
+    "running",
+]
+"""Reasons: a rejection's; where a timed-out or cancelled request was (issue 13)."""
+STATUSES = ("rejected", "finished", "timed_out", "cancelled")
+"""The terminal states, by code (``finished`` = 1, ``rejected`` = 0 as before)."""
+_STATUS_CODE = {REJECTED: 0, FINISHED: 1, TIMED_OUT: 2, CANCELLED: 3}
 BATCH = 8192
 """Records processed at a time."""
 
@@ -68,6 +79,9 @@ class RequestSummary:
     generated: int
     good: int
     latencies: dict[str, float | None]
+    timed_out: int = 0
+    cancelled: int = 0
+    longest_wait_ms: float | None = None  # queue time before the first admission (or the end)
 
 
 class RequestStats:
@@ -85,6 +99,8 @@ class RequestStats:
         self.series = {name: array("d") for name in SERIES}
         self.requests = self.finished = self.rejected = self.admitted = 0
         self.preemptions = self.recomputed = self.generated = self.good = 0
+        self.timed_out = self.cancelled = 0
+        self.longest_wait_ms: float | None = None
 
     def done(self, r: Any) -> None:
         """``r`` finished or was rejected: pack its record (processed in input order)."""
@@ -103,10 +119,10 @@ class RequestStats:
             r.recomputed,
             -1 if l1 is None else l1,
             -1 if l2 is None else l2,
-            r.state == FINISHED,
+            _STATUS_CODE.get(r.state, 0),
             0 if reason is None else REASONS.index(reason),
         )
-        if r.state != FINISHED and r.state != REJECTED:
+        if r.state not in _STATUS_CODE:
             raise ValueError(f"request {r.rid} has not ended")
         if r.index == self.next_index:
             self.packed += record
@@ -165,7 +181,15 @@ class RequestStats:
         ttft_shown = ttft  # the line shows a first token of a rejected request too
         self.requests += len(f)
         self.finished += int(finished.sum())
-        self.rejected += int((~finished).sum())
+        status = f["finished"]
+        self.rejected += int((status == 0).sum())
+        self.timed_out += int((status == 2).sum())
+        self.cancelled += int((status == 3).sum())
+        waits = np.where(np.isnan(queue), (f["finish"] - arrival) / 1000.0, queue)
+        if len(waits):
+            top = float(np.nanmax(waits)) if not np.isnan(waits).all() else None
+            if top is not None and (self.longest_wait_ms is None or top > self.longest_wait_ms):
+                self.longest_wait_ms = top
         self.admitted += int((~np.isnan(queue)).sum())
         self.preemptions += int(f["preemptions"].sum())
         self.recomputed += int(f["recomputed"].sum())
@@ -189,6 +213,7 @@ class RequestStats:
         return RequestSummary(
             self.requests, self.finished, self.rejected, self.admitted, self.preemptions,
             self.recomputed, self.generated, self.good, self.latency_stats(),
+            self.timed_out, self.cancelled, self.longest_wait_ms,
         )  # fmt: skip
 
     def latency_stats(self) -> dict[str, float | None]:
@@ -252,9 +277,7 @@ def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> 
         quoted = np.array([_quote(rid) for rid in rids], dtype=np.bytes_)
         columns.append(quoted.view(np.uint8).reshape(n, -1))
     text(',"status":"')
-    status = np.where(f["finished"] == 1, np.frombuffer(b"finished", np.uint64)[0],
-                      np.frombuffer(b"rejected", np.uint64)[0])  # fmt: skip
-    columns.append(status.view(np.uint8).reshape(n, 8))
+    columns.append(_STATUS_TEXT[f["finished"]].view(np.uint8).reshape(n, 9))
     text('","reason":')
     reasons = np.array([b"null" if r is None else _quote(r).encode() for r in REASONS])
     columns.append(reasons[f["reason"]].view(np.uint8).reshape(n, -1))
@@ -282,6 +305,9 @@ def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> 
     text("}\n")
     lines = np.concatenate(columns, axis=1)
     return lines.tobytes().translate(None, b"\0").decode("ascii")
+
+
+_STATUS_TEXT = np.array([s.encode() for s in STATUSES], dtype="S9")  # NUL-padded to 9
 
 
 def _table(make) -> np.ndarray:

@@ -20,17 +20,25 @@ from cpkv.runs.results import RunOutput
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
+from cpkv.serving.graph_padding import PaddedDecodeCost
 from cpkv.serving.helper import Helper, Producer, helper_wanted
 from cpkv.serving.iteration_log import IterationLog
 from cpkv.serving.loop import Sim, SimSettings
 from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of
+from cpkv.serving.policy_options import options_from
 from cpkv.serving.timeline import timeline_and_time
 from cpkv.serving.workload import load_serving_workload
 
 
-def settings_from(block: Any, cost: Any) -> SimSettings:
-    """The loop's settings from the ``admit`` block (``cost``: possibly fitted)."""
+def settings_from(block: Any, cost: Any, seed: int = 0, cancellations: bool = False) -> SimSettings:
+    """The loop's settings from the ``admit`` block (``cost``: possibly fitted; ``seed``: the
+    experiment's, for ``schedule_policy: random``; ``cancellations``: requests carry
+    ``cancel_ms``)."""
     kv, cp = block.kv, block.cp
+    # issue 13: None when every policy key is a default and nothing is cancelled
+    extra = options_from(block, seed, cancellations)
+    if extra is not None and extra.cuda_graph_buckets:
+        cost = PaddedDecodeCost(cost, extra.cuda_graph_buckets)
     limits = (
         (cp.max_batch_requests, cp.max_total_extend_tokens, cp.max_total_cached_tokens)
         if cp.active
@@ -63,6 +71,7 @@ def settings_from(block: Any, cost: Any) -> SimSettings:
         ratio=ratio,
         cost=cost,
         stall_iterations=block.serving.stall_iterations,
+        extra=extra,
     )
 
 
@@ -75,9 +84,12 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     if block.cost.fit_points is not None:
         fit = fit_cost(read_points(block.cost.fit_points), cost)
         cost = fit.model
-    settings = settings_from(block, cost)
+    cancellations = any(r.cancel_ms is not None for r in workload.requests)
+    settings = settings_from(block, cost, cfg.seed, cancellations)
 
     def execute(ctx: RunContext) -> RunOutput:
+        if block.cluster.instances > 1 or block.serving.trace_events:
+            return _execute_cluster(ctx, block, settings, workload, cfg.seed, fit)
         count = workload.size
         ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
         cap, points = settings.capacity_blocks, block.serving.timeline_points
@@ -115,6 +127,12 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             samples.discard()
         ctx.report(1, 1, "done")
         row = row_of(summary, integrals, res.end_us, cap)
+        policy = None
+        if settings.extra is not None or block.serving.policy_metrics:  # issue 13
+            from cpkv.serving.policy_metrics import policy_row, policy_summary
+
+            policy = policy_summary(block, settings, sim, res, summary)
+            row = policy_row(row, policy)
         extras = {
             "timeline.jsonl": "".join(
                 json.dumps(p, separators=(",", ":")) + "\n" for p in timeline
@@ -135,6 +153,7 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
             rows=[row],
             summary={
                 **_summary(block, settings, res, summary, fit),
+                **({} if policy is None else {"policy_space": policy}),
                 "time": time,
                 "headline": _headline(row),
             },
@@ -144,6 +163,59 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         )
 
     return execute
+
+
+def _execute_cluster(
+    ctx: RunContext, block: Any, settings: SimSettings, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """Instances behind a router, or one with trace events (:mod:`cpkv.serving.cluster.serve`)."""
+    from cpkv.serving.cluster.serve import cluster_note, instances_lines, serve_cluster
+
+    n, count, cap = block.cluster.instances, workload.size, settings.capacity_blocks
+    behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
+    ctx.report(0, 1, f"serving {count} requests, policy {block.policy}{behind}")
+    lines = ctx.stream("requests.jsonl")  # written as requests end
+    out = serve_cluster(block, settings, workload, seed, lines, ctx.run_dir)
+    ctx.report(1, 1, "done")
+    extras = {
+        "timeline.jsonl": "".join(
+            json.dumps(p, separators=(",", ":")) + "\n" for p in out.timeline
+        ),
+    }
+    kept = lines.text()
+    if kept is not None:  # no run directory: the lines were kept in memory
+        extras = {"requests.jsonl": kept, **extras}
+    if n > 1:
+        extras["instances.jsonl"] = instances_lines(out.instance_rows)
+    if out.trace is not None:
+        extras["trace.json"] = out.trace
+    notes = _notes(block, settings, fit, out.time)
+    too_big = out.counters["rejects"].get("exceeds_kv_capacity", 0)
+    if too_big:
+        notes.append(
+            f"{too_big} of {count} requests could never fit the KV pool even alone "
+            f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
+            "raise admit.kv.capacity_blocks or admit.kv.block_size"
+        )
+    summary = {
+        **_summary(block, settings, out, out.summary, fit),
+        **({} if out.policy is None else {"policy_space": out.policy}),
+        "time": out.time,
+    }
+    if n > 1:
+        summary["cluster"] = out.cluster
+        notes.append(cluster_note(out.cluster))
+    if out.trace is not None:
+        notes.append(
+            "trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or chrome://tracing)"
+        )
+    return RunOutput(
+        rows=[out.row],
+        summary={**summary, "headline": _headline(out.row)},
+        extras=extras,
+        table_columns=TABLE_COLUMNS,
+        notes=notes,
+    )
 
 
 def _headline(row: Any) -> dict[str, float]:
@@ -189,11 +261,17 @@ def _notes(block: Any, s: SimSettings, fit: Any, time: dict[str, Any]) -> list[s
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
         "optimistic": f"admit on prompt blocks ({s.scan}), preempt on growth; prefill by admit.iteration's token budget",
         "iteration": "admit FCFS when admit.iteration's token budget can start the prompt; preempt on growth",
+        "profiled": "admit when prompt + a quantile of the finished output lengths fits beside the outstanding reservations (admit.profiled); prefill by admit.iteration's token budget",
     }
     notes = [
         f"serving simulation, policy {block.policy}: {mapping[block.policy]}",
         f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
-        f"growth preempts by victim order {s.victim}, victims {'re-queue (recompute)' if s.on_preempt == 'requeue' else 'are aborted'}",
+        f"growth preempts by victim order {s.victim}, victims "
+        + {
+            "requeue": "re-queue (recompute)",
+            "swap": "re-queue (KV swapped to host and back)",
+            "abort": "are aborted",
+        }[s.on_preempt],
     ]
     if block.policy == "prefill_adder" and s.adder.cp_on:
         notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")

@@ -57,25 +57,49 @@ class ServingSpec:
     """``admit.serving``: options of the serving loop.
 
     * ``on_preempt``: ``requeue`` (recompute: the victim frees its KV and waits again at the
-      back of the queue, its prompt now holding the tokens it generated) or ``abort`` (the
-      victim ends, rejected with reason ``preempted``);
+      back of the queue, its prompt now holding the tokens it generated), ``swap`` (cpkv's:
+      the victim's KV is copied to host memory and back when it is admitted again, both
+      ways at ``admit.cost``'s load bandwidth, instead of being recomputed) or ``abort``
+      (the victim ends, rejected with reason ``preempted``);
+    * ``queue_timeout_ms``: a request that has waited this long in the queue (since it last
+      entered it) leaves it, terminal state ``timed_out`` (null: never);
+    * ``check_invariants``: assert seed 004's invariants after every iteration
+      (:mod:`cpkv.serving.invariants`; slow: every iteration takes the full path);
+    * ``cuda_graph_buckets``: batch sizes of the captured decode CUDA graphs; a decode-only
+      iteration is padded to the next one and pays the padding's decode time (empty: none);
+    * ``policy_metrics``: add the admission-policy metrics (timeouts, cancellations, swap
+      bytes, longest wait, ...) to ``results.json``; on whenever a cpkv policy feature is;
     * ``stall_iterations``: a run ends with an error once this many iterations preempted
       or did no work at all since the last generated token (a recompute livelock: every
       prefill preempted before its first token);
     * ``timeline_points``: buckets of the KV-utilisation timeline (``timeline.jsonl``);
     * ``ratio_min_factor``, ``ratio_decay_steps``: SGLang's adaptive ``new_token_ratio``
-      (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``).
+      (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``);
+    * ``trace_events``: write ``trace.json``, the run's timeline in the Chrome trace-event
+      format (:mod:`cpkv.serving.trace_events`; Perfetto, chrome://tracing).
     """
 
-    on_preempt: Literal["requeue", "abort"] = "requeue"
+    on_preempt: Literal["requeue", "swap", "abort"] = "requeue"
     stall_iterations: int = 1000
+    queue_timeout_ms: float | None = None
+    check_invariants: bool = False
+    cuda_graph_buckets: tuple[int, ...] = ()
+    policy_metrics: bool = False
     timeline_points: int = 200
     ratio_min_factor: float = 0.14
     ratio_decay_steps: int = 600
+    trace_events: bool = False
 
     def validate(self) -> None:
         positive("stall_iterations", self.stall_iterations)
         positive("timeline_points", self.timeline_points)
+        positive("queue_timeout_ms", self.queue_timeout_ms, allow_none=True)
+        buckets = self.cuda_graph_buckets
+        require(
+            all(b > 0 for b in buckets) and list(buckets) == sorted(set(buckets)),
+            "cuda_graph_buckets",
+            f"must be positive batch sizes in increasing order, got {list(buckets)}",
+        )
         non_negative("ratio_min_factor", self.ratio_min_factor)
         require(
             self.ratio_decay_steps >= 1,

@@ -65,6 +65,10 @@ class ServingRequest:
     l1_cached_tokens: int = 0
     l2_cached_tokens: int = 0
     hash_ids: tuple[int, ...] | None = None
+    # issue 13 (cpkv.serving.lifecycle): priority, TTFT deadline and cancel time (after arrival)
+    priority: int | None = None
+    deadline_ms: float | None = None
+    cancel_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,17 @@ def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0)
         mx = default_max_new_tokens if r.max_new_tokens is None else r.max_new_tokens
         out.append(
             ServingRequest(
-                r.rid, r.arrival_ms, r.fill_tokens, mx, r.l1_cached_tokens, r.l2_cached_tokens
-            )
+                r.rid,
+                r.arrival_ms,
+                r.fill_tokens,
+                mx,
+                r.l1_cached_tokens,
+                r.l2_cached_tokens,
+                None,
+                r.priority,
+                r.deadline_ms,
+                r.cancel_ms,
+            )  # fmt: skip
         )
     return ServingWorkload(tuple(out))
 
@@ -169,6 +182,9 @@ def _trace_workload(spec: Any) -> ServingWorkload:
             t.input_length,
             t.output_length,
             hash_ids=t.hash_ids if shared else None,
+            priority=t.priority,
+            deadline_ms=t.deadline_ms,
+            cancel_ms=t.cancel_ms,
         )
         for t in trace.requests
     )

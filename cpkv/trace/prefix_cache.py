@@ -155,6 +155,7 @@ class TieredPrefixCache:
         self.page_size = config.page_size
         self.l1 = _Tier(l1)
         self.l2 = None if l2 == 0 else _Tier(l2)
+        self.l2_pinned = self.l1.blocks  # blocks L2 never evicts (every L1, for a shared L2)
 
     def lookup(self, hash_ids: Sequence[int], input_length: int, touch: bool = True) -> Hit:
         """The L1 and L2 hit of a prompt of `input_length` tokens with these prefix blocks."""
@@ -221,7 +222,7 @@ class TieredPrefixCache:
             else:
                 l1.put(block, tokens, None)
                 if l2 is not None:
-                    l2.put(block, tokens, l1_blocks)
+                    l2.put(block, tokens, self.l2_pinned)
                     if l2.blocks.get(block, 0) < l1_blocks.get(block, 0):
                         # L2 found no room (its pinned copies are larger): keep L1 inside L2
                         l1.used -= l1_blocks.pop(block)

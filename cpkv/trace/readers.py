@@ -35,6 +35,10 @@ class TraceRequest:
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...]
+    # optional (Mooncake lines may carry them; the serving simulation reads them)
+    priority: int | None = None
+    deadline_ms: float | None = None  # TTFT deadline after the arrival
+    cancel_ms: float | None = None  # the client cancels this long after the arrival
 
     def block_tokens(self, i: int, block_size: int) -> int:
         """Tokens covered by block `i` of this request: `block_size`, except the last block."""
@@ -118,8 +122,10 @@ def read_mooncake(
 ) -> Iterator[TraceRequest]:
     """Mooncake FAST'25 JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
 
-    `hash_ids` must hold exactly `ceil(input_length / block_size)` integers; other keys are
-    ignored. Lines before `start` are counted but not parsed.
+    `hash_ids` must hold exactly `ceil(input_length / block_size)` integers; optional
+    `priority` (an integer), `deadline_ms` and `cancel_ms` (milliseconds after the arrival,
+    read by the serving simulation); other keys are ignored. Lines before `start` are counted
+    but not parsed.
     """
     stop = None if limit is None else start + limit
     index = 0
@@ -186,7 +192,27 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
     for value in hashes:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(file, lineno, "hash_ids", "must hold integers only", value)
+    if "priority" in row or "deadline_ms" in row or "cancel_ms" in row:
+        return TraceRequest(
+            index, stamp, input_length, output_length, tuple(hashes), *_optional(file, lineno, row)
+        )
     return TraceRequest(index, stamp, input_length, output_length, tuple(hashes))
+
+
+def _optional(file: Path, lineno: int, row: dict) -> tuple[int | None, float | None, float | None]:
+    """A Mooncake line's optional ``priority``, ``deadline_ms``, ``cancel_ms``."""
+    priority = row.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise _bad(file, lineno, "priority", "must be an integer", priority)
+    times = []
+    for key in ("deadline_ms", "cancel_ms"):
+        v = row.get(key)
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
+        ):
+            raise _bad(file, lineno, key, "must be a finite number of milliseconds >= 0", v)
+        times.append(None if v is None else float(v))
+    return priority, times[0], times[1]
 
 
 AZURE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")

@@ -33,6 +33,10 @@ def request_json(r: Request) -> str:
         obj["priority"] = r.priority
     if r.arrival_ms:
         obj["arrival_ms"] = r.arrival_ms
+    if r.deadline_ms is not None:
+        obj["deadline_ms"] = r.deadline_ms
+    if r.cancel_ms is not None:
+        obj["cancel_ms"] = r.cancel_ms
     return json.dumps(obj, separators=(",", ":"))
 
 

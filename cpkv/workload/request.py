@@ -37,6 +37,8 @@ class Request:
     max_new_tokens: int | None = None
     priority: int = 0
     arrival_ms: float = 0.0
+    deadline_ms: float | None = None  # mode serving: TTFT deadline after arrival (cpkv)
+    cancel_ms: float | None = None  # mode serving: the client cancels this long after arrival
 
     def __post_init__(self) -> None:
         bad = (

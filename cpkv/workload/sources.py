@@ -6,7 +6,8 @@
   when that list is given).
 * ``jsonl``: one JSON object per line with ``rid`` and ``extend_tokens`` (>= 1), optional
   ``l1_cached_tokens``, ``l2_cached_tokens`` (default 0), ``max_new_tokens`` (default: the
-  budget's), ``priority`` (0) and ``arrival_ms`` (0). Blank lines are skipped; unknown fields,
+  budget's), ``priority`` (0) and ``arrival_ms`` (0); for the serving simulation
+  ``deadline_ms`` and ``cancel_ms`` (both after the arrival; none by default). Blank lines are skipped; unknown fields,
   wrong types and repeated rids are errors naming the file, line and field.
 * ``synthetic``: ``synthetic.count`` seeded random requests (:mod:`cpkv.workload.synthetic`).
 
@@ -138,7 +139,8 @@ _ALLOWED = (
     "priority",
     "arrival_ms",
 )
-_ALLOWED_SET = frozenset(_ALLOWED)
+_ALLOWED_SET = frozenset(_ALLOWED)  # the fast path's fields; the others parse line by line
+_ALLOWED += ("deadline_ms", "cancel_ms")
 
 
 SOURCES.register(
@@ -235,6 +237,14 @@ def parse_request_line(line: str, where: str) -> Request:
         raise InputError(
             f"{where}: field 'arrival_ms' must be a finite number >= 0, got {arrival!r}"
         )
+    times = {}
+    for key in ("deadline_ms", "cancel_ms"):
+        v = obj.get(key)
+        if v is None:
+            continue
+        if type(v) not in (int, float) or not 0 <= v < _INF:
+            raise InputError(f"{where}: field {key!r} must be a finite number >= 0, got {v!r}")
+        times[key] = float(v)
     return Request(
         rid,
         ints.get("l1_cached_tokens", 0),
@@ -243,6 +253,7 @@ def parse_request_line(line: str, where: str) -> Request:
         ints.get("max_new_tokens"),
         priority,
         float(arrival),
+        **times,
     )
 
 

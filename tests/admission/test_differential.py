@@ -15,9 +15,7 @@ without it the whole module is skipped with a loud reason and a warning.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import warnings
 
 import pytest
 
@@ -26,6 +24,7 @@ from cpkv.admission.scenarios import random_scenario
 from cpkv.admission.ticks import run_admission
 from cpkv.core.schema import to_dict
 from cpkv.workload.request import Request
+from tests.helpers.sglang_suite import load_or_skip, sglang_marks
 
 SCENARIOS = 320
 LARGE_SCENARIOS = 40
@@ -35,26 +34,13 @@ SKIP = (
     "sglang, e.g. the oracle venv of ../shared/oracle/setup_oracle_venv.sh: "
     "<venv>/bin/python -m pytest -m sglang tests/admission/test_differential.py"
 )
-if importlib.util.find_spec("sglang") is None:
-    warnings.warn(SKIP, stacklevel=1)
-
-pytestmark = [
-    pytest.mark.sglang,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason=SKIP),
-]
+pytestmark = sglang_marks(SKIP)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _real_sglang():
     """Import sglang once for the whole module (about 7 s); skip loudly if it fails."""
-    from cpkv.admission.sglang.world import load_sglang
-    from cpkv.core.errors import UnsupportedError
-
-    try:
-        load_sglang()
-    except UnsupportedError as err:
-        warnings.warn(f"{SKIP} ({err})", stacklevel=1)
-        pytest.skip(f"{SKIP} ({err})")
+    load_or_skip(SKIP)
 
 
 def ticks(requests, budgets, backend):

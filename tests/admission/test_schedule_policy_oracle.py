@@ -17,9 +17,6 @@ without it the whole module is skipped with a loud reason and a warning.
 
 from __future__ import annotations
 
-import importlib.util
-import warnings
-
 import pytest
 
 from cpkv.admission.schedule_policy import (
@@ -42,6 +39,7 @@ from tests.helpers.schedule_scenarios import (
     random_order_scenario,
     random_preempt_scenario,
 )
+from tests.helpers.sglang_suite import load_or_skip, sglang_marks
 
 ORDER_SCENARIOS = 480
 SWITCH_SCENARIOS = 24
@@ -54,26 +52,13 @@ SKIP = (
     "python that has sglang, e.g. the oracle venv: <venv>/bin/python -m pytest -m sglang "
     "tests/admission/test_schedule_policy_oracle.py"
 )
-if importlib.util.find_spec("sglang") is None:
-    warnings.warn(SKIP, stacklevel=1)
-
-pytestmark = [
-    pytest.mark.sglang,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason=SKIP),
-]
+pytestmark = sglang_marks(SKIP)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def oracle():
     """Import sglang once (about 7 s); skip loudly if it fails."""
-    from cpkv.admission.sglang.world import load_sglang
-    from cpkv.core.errors import UnsupportedError
-
-    try:
-        load_sglang()
-    except UnsupportedError as err:
-        warnings.warn(f"{SKIP} ({err})", stacklevel=1)
-        pytest.skip(f"{SKIP} ({err})")
+    load_or_skip(SKIP)
     from tests.helpers import schedule_oracle
 
     return schedule_oracle

@@ -573,8 +573,8 @@ def capacity_cases() -> list[Case]:
         Case("capacity/resume-corrupt", ("capacity", "--resume", "adir"), ("capacity.yaml",),
              files={"adir/capacity.yaml": "capacity_version: 1\nvalues: 3\n", "adir/sweep.yaml": "sweep_version: 1\n"}),
         Case("capacity/resume-a-sweep", ("capacity", "--resume", "sw"), ("sw", "capacity.yaml"), setup=sweep_dir),
-        Case("capacity/cluster-refused", ("capacity", "c.yaml", "admit.cluster.instances=1,4", "-o", OUT),
-             ("admit.cluster.instances", "cluster driver"), files=ok),
+        Case("capacity/cluster-too-large", ("capacity", "c.yaml", "admit.cluster.instances=1,5000", "-o", OUT),
+             ("admit.cluster.instances", "[1, 4096]"), files=ok),
     ]  # fmt: skip
 
 

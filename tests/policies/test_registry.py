@@ -16,7 +16,10 @@ from cpkv.policies.victims import VICTIMS
 
 
 def test_policy_names_and_what_they_read() -> None:
-    assert POLICIES.names() == ["prefill_adder", "iteration", "conservative", "optimistic"]
+    assert POLICIES.names() == [
+        "prefill_adder", "iteration", "conservative", "optimistic", "profiled",
+    ]  # fmt: skip
+    assert POLICIES.get("profiled").serving_only
     assert list(seed_policy_names()) == ["iteration", "conservative", "optimistic"]
     assert POLICIES.get("prefill_adder").run is None
     assert [POLICIES.get(n).reads for n in seed_policy_names()] == [

@@ -226,3 +226,22 @@ def test_batch_us_is_the_breakdowns_time(name) -> None:
             int(rng.integers(0, 5000)) * int(rng.random() < 0.3),
         )
         assert model.batch_us(*args) == model.breakdown(*args)[0]
+
+
+def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
+    """A cost model wrapping another (CUDA-graph padding) changes decode times: the inner
+    model's decode form must not be used for it, however its probes come out."""
+    from cpkv.serving.decode_stretch import decode_form_of
+
+    class Wrapper:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def batch_us(self, *args):
+            return self.inner.batch_us(*args)  # the same times: the probes would pass
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    assert decode_form_of(MODELS["roofline"]) is not None
+    assert decode_form_of(Wrapper(MODELS["roofline"])) is None

@@ -395,7 +395,7 @@ def test_timed_points_run_one_at_a_time_by_default(tmp_path: Path, fake_kind) ->
 
 
 def test_executor_help_names_every_executor() -> None:
-    from cpkv.cli.sweep import EXECUTOR_NAMES
+    from cpkv.cli.common import EXECUTOR_NAMES
 
     assert tuple(EXECUTORS.names()) == EXECUTOR_NAMES
 

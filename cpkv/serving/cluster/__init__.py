@@ -2,9 +2,9 @@
 
 Holds: ``schema`` (the ``admit.cluster`` block), ``routers`` (the router registry, the
 snapshot a router decides from and its decisions), ``prefix_tree`` (the approximate prefix
-tree of the ``prefix_aware`` router). The driver that runs several instances of the serving
-loop and fills the routers' snapshots is not here yet: a serving run with
-``admit.cluster.instances > 1`` is refused when its config is checked.
+tree of the ``prefix_aware`` router), ``driver`` (instances of the serving loop fed by a
+router at each arrival, the loads it sees, a shared L2), ``serve`` (a cluster run's outputs:
+per instance and in total).
 
-May import what :mod:`cpkv.serving` may.
+May import what :mod:`cpkv.serving` may, and :mod:`cpkv.serving` itself.
 """

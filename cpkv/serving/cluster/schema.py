@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from cpkv.serving.cluster.routers import RouterSettings
 
 MAX_INSTANCES = 4096
-MULTI_INSTANCE_PENDING = (
-    "multi-instance runs arrive with the cluster driver (not in this version of cpkv); allowed: 1"
-)
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,8 @@ class ClusterSpec:
     """``admit.cluster``:
 
     * ``instances``: copies of the configured serving instance (each its own KV pool, L1
-      prefix cache and L2), ``shared_l2``: one L2 pool for all (as Mooncake's store is);
+      prefix cache and L2), ``shared_l2``: one L2 pool for all (as Mooncake's store is), of
+      ``instances`` x ``admit.workload.cache.l2_tokens`` (the instances' host memory pooled);
     * ``router``: a name of :data:`cpkv.serving.cluster.routers.ROUTERS`;
     * ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``,
       ``eviction_interval_s``, ``max_tree_blocks``: the ``prefix_aware`` router's settings

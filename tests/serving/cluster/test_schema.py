@@ -1,4 +1,4 @@
-"""The admit.cluster block: defaults, validation, and multi-instance runs refused for now."""
+"""The admit.cluster block: defaults and validation."""
 
 from __future__ import annotations
 
@@ -22,10 +22,6 @@ def test_defaults_are_one_instance_and_sgl_routers_thresholds() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        (
-            "admit.cluster.instances=4",
-            "admit.cluster.instances: multi-instance runs arrive with the cluster driver",
-        ),
         ("admit.cluster.instances=0", "admit.cluster.instances: must be in [1, 4096], got 0"),
         ("admit.cluster.router=prefix", "admit.cluster.router: unknown value 'prefix'"),
         (
@@ -50,10 +46,15 @@ def test_several_instances_need_the_serving_mode() -> None:
         load_config("admit", None, ["admit.cluster.instances=2"])
 
 
+def test_several_instances_are_accepted_in_mode_serving() -> None:
+    block = load_config("admit", CONFIGS / "serving.yaml", ["admit.cluster.instances=4"])
+    assert block.experiment.admit.cluster.instances == 4
+
+
 def test_a_refused_cluster_run_writes_nothing(cli) -> None:
-    res = cli("admit", str(CONFIGS / "serving.yaml"), "admit.cluster.instances=4")
+    res = cli("admit", str(CONFIGS / "serving.yaml"), "admit.cluster.instances=5000")
     assert res.exit_code == 2 and not cli.root.exists()
     assert res.output.strip() == (
-        "cpkv: error: override 'admit.cluster.instances=4': admit.cluster.instances: multi-instance "
-        "runs arrive with the cluster driver (not in this version of cpkv); allowed: 1"
+        "cpkv: error: override 'admit.cluster.instances=5000': admit.cluster.instances: must be "
+        "in [1, 4096], got 5000"
     )

@@ -1,0 +1,273 @@
+"""A serving run of several instances behind a router (``admit.cluster``), or of one with
+trace events: the instances, their outputs, per instance and in total.
+
+In total: the summary row over every request (:class:`~cpkv.serving.metrics.ServingRow`; the
+KV percentages over the instances' pools together, the peak the highest instance's),
+``requests.jsonl`` in input order with each line's ``instance`` (when there are several),
+``timeline.jsonl`` with one series per instance (each point with its ``instance``; one
+instance: the plain run's). Per instance (the summary's ``cluster.per_instance`` and
+``instances.jsonl``): its row over the requests it served (the makespan is the cluster's),
+its L1 and L2 hit ratios (hit tokens of the requests it admitted over their prompt tokens),
+its work (the time its iterations took, ``busy_s``). The cluster: the router's decisions by
+rule, the requests the balance threshold moved, and the load imbalance (max / mean of the
+instances' work; 1 is even).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
+from cpkv.serving.iteration_log import Integrals, IterationLog
+from cpkv.serving.loop import Sim
+from cpkv.serving.metrics import RequestStats, ServingRow, row_of
+from cpkv.serving.timeline import timeline_and_time
+from cpkv.serving.trace_events import TraceEvents
+
+INSTANCE_COLUMNS = (
+    "routed", "finished", "slo_attainment_pct", "goodput_requests_per_s", "ttft_p50_ms",
+    "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "l1_hit_pct", "l2_hit_pct", "busy_s",
+    "kv_util_mean_pct", "preemptions",
+)  # fmt: skip
+"""What the summary's ``cluster.per_instance`` shows of each instance."""
+
+
+@dataclass
+class ClusterOutcome:
+    """What the serving run writes of a cluster (see the module docstring)."""
+
+    row: ServingRow
+    summary: Any  # the total RequestSummary
+    counters: dict[str, Any]  # the instances' counters, added up
+    end_us: float
+    timeline: list[dict[str, Any]]
+    cluster: dict[str, Any]
+    instance_rows: list[dict[str, Any]]
+    trace: str | None
+    time: dict[str, Any]  # the summary's time (where the time went), all instances together
+    policy: dict[str, Any] | None  # the summary's policy_space (issue 13), all instances together
+
+
+def serve_cluster(
+    block: Any, settings: Any, workload: Any, seed: int, lines: Any, spill_dir: Any
+) -> ClusterOutcome:
+    """Run ``block.cluster.instances`` instances of ``settings`` on ``workload``'s requests;
+    ``lines``: where ``requests.jsonl`` goes (a stream with ``write``)."""
+    spec = block.cluster
+    n, cap, points = spec.instances, settings.capacity_blocks, block.serving.timeline_points
+    caches = [workload.new_cache() for _ in range(n)]
+    if spec.shared_l2 and n > 1 and caches[0] is not None:
+        l2 = caches[0].l2.capacity if caches[0].l2 is not None else None
+        shared_l2_caches(caches, None if l2 is None else l2 * n)
+    events = TraceEvents() if block.serving.trace_events else None
+    total = RequestStats(block.slo, lines.write)
+    tallies, sims, logs = [], [], []
+    for k in range(n):
+        hooks = events.instance(k) if events is not None else None
+        tally = InstanceTally(
+            k, total, RequestStats(block.slo), on_done=None if hooks is None else hooks.request
+        )
+        log = IterationLog(
+            cap, settings.block_size, keep=False, spill_dir=spill_dir, cost=settings.cost
+        )
+        tallies.append(tally)
+        logs.append(log)
+        sims.append(Sim(settings, caches[k], sink=tally, samples=log, trace=hooks))
+    block_tokens = workload.cache_block_size or settings.block_size
+    cluster = Cluster(sims, tallies, spec.router, spec.router_settings(), seed, block_tokens)
+    if n > 1:
+        total.write = InstanceLines(lines.write, cluster.instance_of)
+    try:
+        run = cluster.run(workload.arriving(block.arrivals, seed))
+        total.close()
+        end = run.end_us
+        timeline: list[dict[str, Any]] = []
+        times = []
+        for k, log in enumerate(logs):
+            points_k, time_k = timeline_and_time(log, end, cap, points)
+            times.append(time_k)
+            if n > 1:
+                points_k = [{"instance": k, **p} for p in points_k]
+            timeline += points_k
+    finally:
+        for log in logs:
+            log.discard()
+    rows = []
+    for tally, res in zip(tallies, run.results, strict=True):
+        tally.own.close()
+        rows.append(row_of(tally.own.summary(), res.integrals, end, cap))
+    row = row_of(total.summary(), _added([res.integrals for res in run.results]), end, cap * n)
+    if n > 1:  # the peak: the highest instance's (a sum of peaks is no peak of the sum)
+        row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
+    counters = _added_counters([res.counters for res in run.results])
+    policy = None
+    if settings.extra is not None or block.serving.policy_metrics:  # issue 13's columns
+        from cpkv.serving.policy_metrics import policy_row
+
+        policy = _policy_summary(block, settings, sims, run.results, counters, total.summary())
+        row = policy_row(row, policy)
+    instance_rows = []
+    busy_us = [t["busy_s"] * 1e6 for t in times]
+    for k, (tally, r, busy, res) in enumerate(
+        zip(tallies, rows, busy_us, run.results, strict=True)
+    ):
+        instance_rows.append({
+            "instance": k, "routed": tally.routed, **r.__dict__,
+            "l1_hit_pct": _pct(tally.l1_hit_tokens, tally.prompt_tokens),
+            "l2_hit_pct": _pct(tally.l2_hit_tokens, tally.prompt_tokens),
+            "busy_s": round(busy / 1e6, 6), "end_s": res.end_us / 1e6,
+        })  # fmt: skip
+    mean_busy = sum(busy_us) / n
+    prompt = sum(t.prompt_tokens for t in tallies)
+    cluster_summary = {
+        "instances": n,
+        "router": spec.router,
+        "shared_l2": spec.shared_l2,
+        "routed_by_rule": dict(sorted(run.router.by_rule.items())),
+        "moved_by_balance": run.router.moved_by_balance,
+        "load_imbalance": round(max(busy_us) / mean_busy, 4) if mean_busy > 0 else None,
+        "requests_imbalance": round(
+            max(t.routed for t in tallies) * n / max(1, sum(t.routed for t in tallies)), 4
+        ),
+        "l1_hit_pct": _pct(sum(t.l1_hit_tokens for t in tallies), prompt),
+        "l2_hit_pct": _pct(sum(t.l2_hit_tokens for t in tallies), prompt),
+        "per_instance": [{k: x[k] for k in ("instance", *INSTANCE_COLUMNS)} for x in instance_rows],
+    }
+    return ClusterOutcome(
+        row, total.summary(), counters, end,
+        timeline, cluster_summary, instance_rows, None if events is None else events.text(),
+        _added_time(times), policy,
+    )  # fmt: skip
+
+
+def _policy_summary(
+    block: Any,
+    settings: Any,
+    sims: list[Any],
+    results: list[Any],
+    counters: dict[str, Any],
+    summary: Any,
+) -> dict[str, Any]:
+    """The summary's ``policy_space`` of all instances (one: its own): the policy machinery's
+    counts added up; a ``profiled`` run's final quantile per instance."""
+    from types import SimpleNamespace
+
+    from cpkv.serving.lifecycle import PolicyCounts
+    from cpkv.serving.policy_metrics import policy_counts, policy_summary
+
+    if len(sims) == 1:
+        return policy_summary(block, settings, sims[0], results[0], summary)
+    merged = PolicyCounts()
+    for sim in sims:
+        counts = policy_counts(sim)
+        for name, value in vars(counts).items():
+            if isinstance(value, dict):
+                into = getattr(merged, name)
+                for key, count in value.items():
+                    into[key] = into.get(key, 0) + count
+            else:
+                setattr(merged, name, getattr(merged, name) + value)
+    first = sims[0].extra
+    whole = SimpleNamespace(
+        extra=SimpleNamespace(counts=merged, estimator=getattr(first, "estimator", None))
+    )
+    policy = policy_summary(block, settings, whole, SimpleNamespace(counters=counters), summary)
+    if "profiled" in policy:
+        policy["profiled"]["final_quantile_tokens"] = [s.extra.estimator.value() for s in sims]
+    return policy
+
+
+def _added_time(times: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's ``time`` of the instances together (each over the cluster's makespan):
+    seconds added, shares of the busy time recomputed, MFU over all GPUs (one: its own)."""
+    if len(times) == 1:
+        return times[0]
+    n = len(times)
+    out: dict[str, Any] = {}
+    busy = sum(t["busy_s"] for t in times)
+    for key in times[0]:
+        if key.endswith("_s") or key == "model_tflop":
+            values = [t[key] for t in times]
+            out[key] = None if None in values else round(sum(values), 6)
+    shares = [t["busy_pct"] for t in times]
+    out["busy_pct"] = None if None in shares else round(sum(shares) / n, 4)
+    for key in times[0]:
+        if key.endswith("_pct") and key not in ("busy_pct", "mfu_pct", "mfu_busy_pct"):
+            part = out.get(key[: -len("_pct")] + "_s")
+            out[key] = None if part is None or busy <= 0 else round(100.0 * part / busy, 4)
+    mfu = [t.get("mfu_pct") for t in times]
+    out["mfu_pct"] = None if None in mfu else round(sum(mfu) / n, 4)
+    mfu_busy = [t.get("mfu_busy_pct") for t in times]
+    out["mfu_busy_pct"] = (
+        None
+        if None in mfu_busy or busy <= 0
+        else round(sum(m * t["busy_s"] for m, t in zip(mfu_busy, times, strict=True)) / busy, 4)
+    )
+    return {key: out.get(key) for key in times[0]}
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 4) if whole else None
+
+
+def _added(parts: list[Integrals]) -> Integrals:
+    """The instances' integrals together (one instance: its own)."""
+    if len(parts) == 1:
+        return parts[0]
+    return Integrals(
+        iterations=sum(p.iterations for p in parts),
+        used_block_us=sum(p.used_block_us for p in parts),
+        held_block_us=sum(p.held_block_us for p in parts),
+        used_sum=sum(p.used_sum for p in parts),
+        held_sum=sum(p.held_sum for p in parts),
+        used_peak=max(p.used_peak for p in parts),
+    )
+
+
+def _added_counters(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counters added up: numbers summed, counts by name merged (one instance: its own)."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                merged = out.setdefault(key, {})
+                for name, count in value.items():
+                    merged[name] = merged.get(name, 0) + count
+            elif key == "final_new_token_ratio":
+                out[key] = None  # one per instance: no total
+            else:
+                out[key] = out.get(key, 0) + value
+    for key, value in out.items():
+        if isinstance(value, dict):
+            out[key] = dict(sorted(value.items()))
+    return out
+
+
+def instances_lines(rows: list[dict[str, Any]]) -> str:
+    """``instances.jsonl``: one line per instance."""
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+
+
+def cluster_note(c: dict[str, Any]) -> str:
+    """One line of the cluster, for the run's notes."""
+    per = "; ".join(
+        f"{x['instance']}: {x['routed']} routed, {x['slo_attainment_pct']:.1f}% within the SLO, "
+        f"hits L1 {x['l1_hit_pct'] or 0:.1f}% L2 {x['l2_hit_pct'] or 0:.1f}%, busy {x['busy_s']:.1f} s"
+        for x in c["per_instance"]
+    )
+    moved = (
+        f", {c['moved_by_balance']} requests moved by the balance threshold"
+        if c["router"] == "prefix_aware"
+        else ""
+    )
+    shared = " (one shared L2)" if c["shared_l2"] else ""
+    return (
+        f"{c['instances']} instances behind {c['router']}{shared}: load imbalance "
+        f"{c['load_imbalance']} (max / mean busy time){moved}; prefix hits L1 "
+        f"{c['l1_hit_pct'] or 0:.1f}% L2 {c['l2_hit_pct'] or 0:.1f}% of the prompt tokens; per "
+        f"instance (instances.jsonl) {per}"
+    )

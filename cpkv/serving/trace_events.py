@@ -1,0 +1,142 @@
+"""``trace.json``: a serving run's timeline in the Chrome trace-event format
+(``admit.serving.trace_events: true``), for Perfetto (ui.perfetto.dev) and chrome://tracing.
+
+The file is one JSON object, ``{"traceEvents": [...], "displayTimeUnit": "ms"}``; times
+(``ts``, ``dur``) are simulated microseconds. Each serving instance is a process
+(``pid`` = instance, named ``instance <k>``) with:
+
+* thread ``iterations`` (``tid`` 0): one complete slice (``ph: X``) per iteration (forward
+  pass), named for what it did (``prefill``, ``decode``, ``prefill+decode``, ``idle``) with
+  ``args``: ``prefill_tokens`` (computed), ``decode_tokens``, ``batch_requests`` (decoding
+  requests plus requests in prefill), ``admitted``, ``first_tokens``, ``loaded_tokens``
+  (L2 load-back), ``l1_hit_tokens`` (of the requests admitted), ``running``, ``waiting``,
+  ``kv_used_blocks``; iterations follow one another on the track, so the slices never
+  overlap. A preemption is an instant event (``ph: i``, ``s: t``) named ``preempt`` at the
+  end of the iteration whose growth preempted, ``args`` the victim and the phase;
+* counters (``ph: C``) ``requests`` (``running``, ``waiting``) and ``kv`` (``used_blocks``)
+  at the start of each iteration where they changed;
+* one async slice per request (``ph: b``/``e``, ``cat: request``, ``id`` the request's
+  number in the run), from its arrival to its end (finished, rejected, timed out or cancelled; ``args``: prompt,
+  output, status, reason), holding a nested ``queued`` slice from its arrival to its first
+  admission, and an instant (``ph: n``) ``first token``.
+
+The loop calls :meth:`InstanceTrace.iteration` once per full iteration (a run with trace
+events takes no decode-stretch or lone-admission shortcut: every iteration is a full one, with
+the same results) and the run's request sink calls :meth:`InstanceTrace.request` when a
+request ends.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+STATUS = {
+    FINISHED: "finished",
+    REJECTED: "rejected",
+    TIMED_OUT: "timed_out",
+    CANCELLED: "cancelled",
+}
+"""A request's end, as ``requests.jsonl`` names it."""
+
+
+def _us(t: float) -> float:
+    """A time for the file: microseconds to the nanosecond."""
+    return round(t, 3)
+
+
+class TraceEvents:
+    """The events of one run, as JSON texts (one per event)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def instance(self, pid: int) -> InstanceTrace:
+        """The hooks of instance ``pid`` (names its process and its iteration thread)."""
+        add = self.events.append
+        add(_dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": f"instance {pid}"}}))  # fmt: skip
+        add(_dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                    "args": {"sort_index": pid}}))  # fmt: skip
+        add(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0,
+                    "args": {"name": "iterations"}}))  # fmt: skip
+        return InstanceTrace(self.events, pid)
+
+    def text(self) -> str:
+        """The whole file."""
+        return '{"traceEvents":[\n' + ",\n".join(self.events) + '\n],"displayTimeUnit":"ms"}\n'
+
+
+class InstanceTrace:
+    """The hooks of one instance (see the module docstring)."""
+
+    __slots__ = ("events", "pid", "l1_seen", "requests_seen", "kv_seen")
+
+    def __init__(self, events: list[str], pid: int) -> None:
+        self.events, self.pid = events, pid
+        self.l1_seen = 0  # the loop's l1_hit_tokens counter at the last iteration
+        self.requests_seen: tuple[int, int] | None = None  # the counters last written
+        self.kv_seen: int | None = None
+
+    def iteration(self, sim: Any, start: float, duration: float, decoded: int, firsts: int) -> None:
+        """An iteration of ``sim`` from ``start`` for ``duration`` µs, before its end is
+        applied (its preemptions are still in ``sim.pool.preempted``)."""
+        pool, pid, add = sim.pool, self.pid, self.events.append
+        prefill = sim.prefill_tokens
+        name = (
+            ("prefill+decode" if decoded else "prefill")
+            if prefill
+            else ("decode" if decoded else "idle")
+        )
+        in_prefill = len(sim.completed) + len(sim.prefilling) + (sim.chunked is not None)
+        ts = _us(start)
+        l1 = sim.counters["l1_hit_tokens"]
+        l1_hit, self.l1_seen = l1 - self.l1_seen, l1
+        running, waiting, used = pool.n_running, len(sim.waiting), pool.used_blocks
+        # the JSON objects written directly (numbers only; what json.dumps writes, faster)
+        add(
+            f'{{"ph":"X","name":"{name}","cat":"iteration","pid":{pid},"tid":0,"ts":{ts!r},'
+            f'"dur":{_us(duration)!r},"args":{{"iteration":{sim.iterations},'
+            f'"prefill_tokens":{prefill},"decode_tokens":{decoded},'
+            f'"batch_requests":{decoded + in_prefill},"admitted":{sim.admitted},'
+            f'"first_tokens":{firsts},"loaded_tokens":{sim.loaded},"l1_hit_tokens":{l1_hit},'
+            f'"running":{running},"waiting":{waiting},"kv_used_blocks":{used}}}}}'
+        )
+        if (running, waiting) != self.requests_seen:
+            self.requests_seen = (running, waiting)
+            add(
+                f'{{"ph":"C","name":"requests","pid":{pid},"tid":0,"ts":{ts!r},'
+                f'"args":{{"running":{running},"waiting":{waiting}}}}}'
+            )
+        if used != self.kv_seen:
+            self.kv_seen = used
+            add(
+                f'{{"ph":"C","name":"kv","pid":{pid},"tid":0,"ts":{ts!r},'
+                f'"args":{{"used_blocks":{used}}}}}'
+            )
+        if pool.preempted:
+            end = _us(start + duration)
+            for r, phase in pool.preempted:
+                add(_dumps({"ph": "i", "s": "t", "name": "preempt", "cat": "preemption",
+                            "pid": pid, "tid": 0, "ts": end,
+                            "args": {"rid": r.rid, "phase": phase}}))  # fmt: skip
+
+    def request(self, r: Any) -> None:
+        """``r`` ended: its async slice, its queueing and its first token."""
+        pid, add = self.pid, self.events.append
+        common = {"cat": "request", "id": r.index, "pid": pid, "tid": 0}
+        arrival, end = _us(r.arrival_us), _us(r.finished_us)
+        status = STATUS.get(r.state, "rejected")
+        add(_dumps({"ph": "b", "name": r.rid, "ts": arrival, **common,
+                    "args": {"prompt_tokens": r.prompt_tokens, "max_new_tokens": r.max_new_tokens}}))  # fmt: skip
+        queued_until = end if r.admitted_us is None else _us(r.admitted_us)
+        add(_dumps({"ph": "b", "name": "queued", "ts": arrival, **common}))
+        add(_dumps({"ph": "e", "name": "queued", "ts": queued_until, **common}))
+        if r.first_token_us is not None:
+            add(_dumps({"ph": "n", "name": "first token", "ts": _us(r.first_token_us), **common}))
+        add(_dumps({"ph": "e", "name": r.rid, "ts": end, **common,
+                    "args": {"status": status,
+                             "reason": r.reject_reason, "output_tokens": r.generated}}))  # fmt: skip
