@@ -316,13 +316,10 @@ def serving(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Pat
 
     import yaml
 
-    from cpkv.plots.serving import plot_serving
+    from cpkv.plots.serving import finished_latencies, plot_serving
 
     points = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
-    finished = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
-    lat = [
-        {"ttft": r["ttft_ms"], "tpot": r["tpot_ms"]} for r in finished if r["status"] == "finished"
-    ]
+    ttft, tpot = finished_latencies(requests)
     config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     slo = (config.get("admit") or {}).get("slo")
-    return plot_serving(out, points, lat, title, slo)
+    return plot_serving(out, points, {"ttft": ttft, "tpot": tpot}, title, slo)

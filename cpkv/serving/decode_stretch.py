@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import APART, FLUSH_BYTES, LINEAR, LOGGED, SEGMENT
+from cpkv.serving.iteration_log import APART, FLUSH_BYTES, FORM, LINEAR, LOGGED, SEGMENT
 from cpkv.serving.kv_pool import RUNNING
 from cpkv.serving.lone_arrival import admit_lone_arrival
 
@@ -76,6 +76,27 @@ def linear_costs(cost: Any) -> tuple[float, float, float, float, float] | None:
     return fixed, prefill, decode, ctx, load
 
 
+def decode_form_of(cost: Any) -> Any:
+    """``cost.decode_form`` when the model's class defines one (the roofline model) that gives
+    ``batch_us(0, running, context, 0, 0, 0)`` float for float as ``((head + scale * (slope *
+    context)) + tail) + last`` on probes (else None: every decode duration comes from
+    ``batch_us``)."""
+    if getattr(type(cost), "decode_form", None) is None:
+        return None  # not the model's own (a wrapper that delegates attributes, say)
+    form = cost.decode_form
+    try:
+        for _, running, context, *_ in _PROBES:
+            if not running:
+                continue
+            head, scale, slope, tail, last = form(running)
+            inline = ((head + scale * (slope * context)) + tail) + last
+            if inline != cost.batch_us(0, running, context, 0, 0, 0):
+                return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return form
+
+
 def decode_stretch(sim: Any) -> int:
     """Run the decode-only iterations from ``sim.now`` to ``sim.horizon_us`` (see the module
     docstring); returns how many ran. Under ``prefill_adder`` an arrival on the way is let in
@@ -92,6 +113,8 @@ def decode_stretch(sim: Any) -> int:
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
     batch_us = sim.settings.cost.batch_us
+    form, forms = sim.decode_form, sim.decode_forms
+    append = log.durations.append
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
     pop = heapq.heappop
     clip_heap = pool.clip_heap
@@ -117,16 +140,30 @@ def decode_stretch(sim: Any) -> int:
             # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
             # term adds +0.0 to a non-negative sum, which changes nothing
             kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
+            t1 = t2 = t3 = t4 = 0
             c = context
             while k < fit and now < horizon:
                 now += a + ctx * c
                 c += running
                 k += 1
+        elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
+            terms = forms.get(running)
+            if terms is None:
+                terms = forms[running] = form(running)
+            head, scale, slope, tail, last = terms
+            kind, a, ctx = FORM, head, 0.0
+            t1, t2, t3, t4 = scale, slope, tail, last
+            c = context
+            while k < fit and now < horizon:
+                now += ((head + scale * (slope * c)) + tail) + last
+                c += running
+                k += 1
         else:
             kind, a, ctx = LOGGED, 0.0, 0.0
+            t1 = t2 = t3 = t4 = 0
             while k < fit and now < horizon:
                 duration = batch_us(0, running, context + running * k, 0, 0, 0)
-                durations.append(duration)
+                append(duration)
                 now += duration
                 k += 1
         if k == fit < wanted and now < horizon:  # near a full pool: step by step
@@ -139,6 +176,8 @@ def decode_stretch(sim: Any) -> int:
                 c = context + running * k
                 if kind == LINEAR:
                     now += a + ctx * c
+                elif kind == FORM:
+                    now += ((head + scale * (slope * c)) + tail) + last
                 else:
                     duration = batch_us(0, running, c, 0, 0, 0)
                     durations.append(duration)
@@ -163,7 +202,7 @@ def decode_stretch(sim: Any) -> int:
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                pool.used_blocks, free, log.jumped, 0, 0, 0, 0, 0, 0,
+                pool.used_blocks, free, log.jumped, t1, t2, t3, t4, 0, 0,
             )  # fmt: skip
             log.jumped = 0.0
             counts.fromlist(grow)

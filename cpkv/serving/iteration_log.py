@@ -36,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
-FULL, LINEAR, LOGGED, APART = 0, 1, 2, 4
+FULL, LINEAR, LOGGED, FORM, APART = 0, 1, 2, 3, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
-stretch whose durations were logged; ``| APART``: the stretch logged its needed-block counts
+stretch whose durations were logged; a decode stretch with durations of the cost model's
+decode form (``((head + scale * (slope * context)) + tail) + last``: ``head`` in the
+constant term's place, the other four in those of a full iteration's cost arguments); ``| APART``: the stretch logged its needed-block counts
 apart from its used-block counts (a running request holds a reservation)."""
 WIDTH = 16
 """Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
@@ -93,8 +95,8 @@ class IterationLog:
         self.spill: Any = None
         self.int_type = np.int32 if capacity_blocks < 2**31 - 1 else np.int64
         self.spilled_iterations = 0
-        self.cost = cost  # a cost model: each iteration's breakdown is kept too
-        self.kept_parts: list[np.ndarray] = []
+        self.cost = cost  # a cost model: each iteration's cost arguments are kept too
+        self.kept_args: list[tuple[np.ndarray, ...]] = []
 
     # -- logging (the loop's side) ----------------------------------------------------------
     def full(
@@ -175,6 +177,8 @@ class IterationLog:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
         last one, so ``now`` is not where they end)."""
         rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+        steps = rec[:, 1].astype(np.int64)
+        first = np.cumsum(steps) - steps  # each segment's first iteration
         t0, dt, used, held, running, waiting, context = self._expand(
             rec,
             np.frombuffer(counts, dtype=np.int64),
@@ -188,14 +192,14 @@ class IterationLog:
         totals.used_sum += int(used.sum())
         totals.held_sum += int(held.sum())
         totals.used_peak = max(totals.used_peak, int(used.max()))
-        parts = None if self.cost is None else self._breakdown(rec, running, context, dt)
+        args = None if self.cost is None else _cost_arguments(rec, running, context)
         if self.kept is not None:
             for target, values in zip(
                 self.kept, (t0, dt, used, held, running, waiting), strict=True
             ):
                 target.extend(values.tolist())
-            if parts is not None:
-                self.kept_parts.append(parts)
+            if args is not None:
+                self.kept_args.append(args)
             return
         if self.spill is None:
             self.spill = tempfile.TemporaryFile(prefix="cpkv-samples-", dir=self.spill_dir)
@@ -204,32 +208,16 @@ class IterationLog:
         for values, kind in ((t0, np.float64), (dt, np.float64), (used, ints), (held, ints),
                              (running, ints), (waiting, ints)):  # fmt: skip
             values.astype(kind, copy=False).tofile(self.spill)
-        if parts is not None:
-            parts.tofile(self.spill)
-        self.spilled_iterations += len(dt)
-
-    def _breakdown(
-        self, rec: np.ndarray, running: np.ndarray, context: np.ndarray, dt: np.ndarray
-    ) -> np.ndarray:
-        """The ``(n, 8)`` breakdown rows of the expanded iterations (a full iteration's from
-        the arguments it logged, a stretch's from ``(0, running, context, 0, 0, 0)``); their
-        times must be the loop's durations, float for float."""
-        from cpkv.serving.cost.report import breakdown_rows
-
-        steps = rec[:, 1].astype(np.int64)
-        full = np.repeat(rec[:, 0] == FULL, steps)
-        logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
-        prefill, decode, decode_context, prefill_context, pairs, loaded = logged
-        decode = np.where(full, decode, running)
-        decode_context = np.where(full, decode_context, context)
-        parts = breakdown_rows(
-            self.cost, prefill, decode, decode_context, prefill_context, pairs, loaded
-        )
-        if not np.array_equal(parts[:, 0], dt):
-            raise RuntimeError(
-                "internal error: the cost model's breakdown does not give the loop's durations"
+        if args is not None:  # the decode context, then the full iterations' arguments
+            args[2].tofile(self.spill)
+            full = np.flatnonzero(rec[:, 0] == FULL)
+            where = first[full].astype(np.int64)
+            np.array([len(where)], dtype=np.int64).tofile(self.spill)
+            where.tofile(self.spill)
+            np.stack([a[where] for a in (args[0], args[1], args[3], args[4], args[5])]).tofile(
+                self.spill
             )
-        return parts
+        self.spilled_iterations += len(dt)
 
     def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
         kind = rec[:, 0].astype(np.int64)
@@ -245,6 +233,12 @@ class IterationLog:
         dt = np.repeat(rec[:, 5], steps) + self.context_coef * context
         if len(logged):
             dt[np.repeat((kind & 3) == LOGGED, steps)] = logged
+        formed = np.repeat((kind & 3) == FORM, steps)
+        if formed.any():  # element-wise, the loop's own operations in its order
+            head, scale, slope, tail, last = (
+                np.repeat(rec[:, j], steps)[formed] for j in (5, 10, 11, 12, 13)
+            )
+            dt[formed] = ((head + scale * (slope * context[formed])) + tail) + last
         # blocks: counts logged for min(k, block) steps (one 0 for a full iteration),
         # cycling; the needed counts after them when they differ
         m = np.where(kind == FULL, 1, np.minimum(steps, self.block_size))
@@ -286,14 +280,19 @@ class IterationLog:
         return self.totals
 
     def chunks(self, size: int = 1 << 18):
-        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, parts)``
-        of about ``size`` iterations each (from memory or from the temporary file);
-        ``parts``: the ``(n, 8)`` breakdown rows, None without a cost model."""
-        with_parts = self.cost is not None
+        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, args)`` of
+        about ``size`` iterations each (from memory or from the temporary file); ``args``:
+        the six arrays of the iterations' cost arguments (:func:`_cost_arguments`), None
+        without a cost model."""
+        with_args = self.cost is not None
         if self.kept is not None:
             if self.kept[0]:
-                parts = np.concatenate(self.kept_parts) if with_parts else None
-                yield (*(np.asarray(v) for v in self.kept), parts)
+                args = (
+                    tuple(np.concatenate(a) for a in zip(*self.kept_args, strict=True))
+                    if with_args
+                    else None
+                )
+                yield (*(np.asarray(v) for v in self.kept), args)
             return
         if self.spill is None:
             return
@@ -301,20 +300,31 @@ class IterationLog:
         pieces: list[tuple[Any, ...]] = []
         held_count = 0
         ints = self.int_type
+        read = self.spill
         while True:
-            header = np.fromfile(self.spill, dtype=np.int64, count=1)
+            header = np.fromfile(read, dtype=np.int64, count=1)
             if not len(header):
                 break
             n = int(header[0])
-            piece = [
-                np.fromfile(self.spill, dtype=kind, count=n)
+            piece: list[Any] = [
+                np.fromfile(read, dtype=kind, count=n)
                 for kind in (np.float64, np.float64, ints, ints, ints, ints)
             ]
-            piece.append(
-                np.fromfile(self.spill, dtype=np.float64, count=n * 8).reshape(n, 8)
-                if with_parts
-                else None
-            )
+            if with_args:
+                decode_context = np.fromfile(read, dtype=np.int64, count=n)
+                m = int(np.fromfile(read, dtype=np.int64, count=1)[0])
+                where = np.fromfile(read, dtype=np.int64, count=m)
+                full = np.fromfile(read, dtype=np.int64, count=5 * m).reshape(5, m)
+                prefill, prefill_context = np.zeros(n, np.int64), np.zeros(n, np.int64)
+                pairs, loaded = np.zeros(n, np.int64), np.zeros(n, np.int64)
+                decode = piece[4].astype(np.int64)
+                for target, values in zip(
+                    (prefill, decode, prefill_context, pairs, loaded), full, strict=True
+                ):
+                    target[where] = values
+                piece.append((prefill, decode, decode_context, prefill_context, pairs, loaded))
+            else:
+                piece.append(None)
             pieces.append(tuple(piece))
             held_count += n
             if held_count >= size:
@@ -331,11 +341,28 @@ class IterationLog:
 
 
 def _joined(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """Pieces of samples (the same columns each) as one."""
-    return tuple(
-        None if column[0] is None else np.concatenate(column)
-        for column in zip(*pieces, strict=True)
+    """Pieces of samples (the same columns each; the last a tuple of arrays or None) as one."""
+    columns = list(zip(*pieces, strict=True))
+    args = columns.pop()
+    out: list[Any] = [np.concatenate(c) for c in columns]
+    out.append(
+        None if args[0] is None else tuple(np.concatenate(a) for a in zip(*args, strict=True))
     )
+    return tuple(out)
+
+
+def _cost_arguments(rec: np.ndarray, running: np.ndarray, context: np.ndarray) -> tuple:
+    """The six ``batch_us`` arguments of each expanded iteration, as int64 arrays: a full
+    iteration's as it logged them, a decode stretch's ``(0, running, context, 0, 0, 0)``."""
+    steps = rec[:, 1].astype(np.int64)
+    full = np.repeat(rec[:, 0] == FULL, steps)
+    logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
+    prefill, decode, decode_context, prefill_context, pairs, loaded = (
+        np.where(full, x, 0) for x in logged
+    )
+    decode = np.where(full, decode, running)
+    decode_context = np.where(full, decode_context, context)
+    return prefill, decode, decode_context, prefill_context, pairs, loaded
 
 
 def _sequential_sum(start: float, values: np.ndarray) -> float:

@@ -57,7 +57,7 @@ from cpkv.serving.adder import AdderBudgets, adder_step
 from cpkv.serving.arrivals import Arrivals, arrival_order
 from cpkv.serving.block_policies import block_step
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.decode_stretch import decode_stretch, linear_costs
+from cpkv.serving.decode_stretch import decode_form_of, decode_stretch, linear_costs
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
@@ -171,6 +171,9 @@ class Sim:
         self.linear_costs = linear_costs(s.cost)  # the linear model, evaluated inline
         if self.linear_costs is not None:
             samples.context_coef = self.linear_costs[3]
+        # any other model with a decode form (roofline): decode stretches evaluate it inline
+        self.decode_form = None if self.linear_costs is not None else decode_form_of(s.cost)
+        self.decode_forms: dict[int, tuple] = {}  # by running requests
         self._load_threshold = max(1, s.adder.load_back_threshold)
         self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
         # trace events (cpkv.serving.trace_events): every iteration a full one, reported

@@ -157,15 +157,21 @@ def timeline_and_time(
     """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
     the summary's ``time``, from the samples of an
     :class:`~cpkv.serving.iteration_log.IterationLog` that kept each iteration's breakdown
-    (its ``cost``), read once, in order (:class:`~cpkv.serving.cost.report.BreakdownBuckets`)."""
-    from cpkv.serving.cost.report import BreakdownBuckets
+    (its ``cost``: the rows come from each iteration's cost arguments, and their times must
+    be the loop's durations), read once, in order (:class:`~cpkv.serving.cost.report.BreakdownBuckets`)."""
+    from cpkv.serving.cost.report import BreakdownBuckets, breakdown_rows
 
     kv = TimelineBuckets(end, points) if end > 0 else None
     parts = BreakdownBuckets(end, points, samples.cost.peak_flops_per_us)
     for chunk in samples.chunks():
         if kv is not None:
             kv.add(*chunk[:6])
-        parts.add(chunk[0], chunk[6])
+        rows = breakdown_rows(samples.cost, *chunk[6])
+        if not np.array_equal(rows[:, 0], chunk[1]):
+            raise RuntimeError(
+                "internal error: the cost model's breakdown does not give the loop's durations"
+            )
+        parts.add(chunk[0], rows)
     rows: list[dict[str, float | None]] = [] if kv is None else kv.rows(capacity_blocks)  # type: ignore[assignment]
     for row, part in zip(rows, parts.rows(), strict=True):
         row.update(part)

@@ -134,3 +134,114 @@ def test_breakdowns_are_breakdown_row_by_row(name) -> None:
     scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
     assert rows.shape == (n, 8)
     assert rows.tolist() == [list(r) for r in scalar]
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n.startswith("roofline")])
+def test_the_decode_form_is_batch_us(name) -> None:
+    """A decode-only iteration from the roofline model's decode form, float for float."""
+    from cpkv.serving.decode_stretch import decode_form_of
+
+    model = MODELS[name]
+    form = decode_form_of(model)
+    assert form is not None
+    rng = np.random.default_rng(11)
+    for running, context in zip(
+        rng.integers(1, 5000, 2000), rng.integers(0, 10**9, 2000), strict=True
+    ):
+        running, context = int(running), int(context)
+        head, scale, slope, tail, last = form(running)
+        assert ((head + scale * (slope * context)) + tail) + last == model.batch_us(
+            0, running, context, 0, 0, 0
+        )
+
+
+def _loop_breakdown(starts, rows, end_us, points):
+    """The per-bucket sums written as the plain loop they are (independent of cpkv's numpy
+    version): each iteration that stops inside its first bucket (or starts in the last)
+    adds its row to that bucket, in order; afterwards each one that crosses an edge adds
+    its pieces, split by time, in order."""
+    width = end_us / points
+    acc = [[0.0] * 8 for _ in range(points)]
+    crossing = []
+    for t, row in zip(starts, rows, strict=True):
+        k = min(int(t / width), points - 1)
+        stop = t + row[0]
+        if k == points - 1 or stop <= (k + 1) * width:
+            acc[k] = [a + v for a, v in zip(acc[k], row, strict=True)]
+        else:
+            crossing.append((k, t, row))
+    for k, t, row in crossing:
+        stop = t + row[0]
+        while True:
+            edge = (k + 1) * width if k < points - 1 else stop
+            share = (min(stop, edge) - t) / row[0]
+            acc[k] = [a + v * share for a, v in zip(acc[k], row, strict=True)]
+            if stop <= edge or k == points - 1:
+                break
+            t, k = edge, k + 1
+    return acc
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 10**9])
+def test_the_chunked_buckets_are_the_plain_loop(chunk) -> None:
+    """Random iterations (back to back, with idle gaps, some longer than a bucket), fed in
+    chunks of ``chunk``: the same sums as the loop, exactly."""
+    from cpkv.serving.cost.report import BreakdownBuckets
+
+    rng = np.random.default_rng(5)
+    n, points = 3000, 13
+    duration = rng.exponential(1.0, n) * np.where(rng.random(n) < 0.01, 40.0, 1.0)
+    gap = np.where(rng.random(n) < 0.05, rng.exponential(5.0, n), 0.0)
+    starts, t = [], 0.0
+    for d, g in zip(duration.tolist(), gap.tolist(), strict=True):
+        t += g
+        starts.append(t)
+        t += d
+    rows = np.column_stack([duration, rng.random((n, 7)) * duration[:, None]])
+    buckets = BreakdownBuckets(t, points, 1e6)
+    for a in range(0, n, chunk):
+        buckets.add(np.array(starts[a : a + chunk]), rows[a : a + chunk])
+    expected = _loop_breakdown(starts, rows.tolist(), t, points)
+    assert buckets.sums().tolist() == expected
+    assert buckets.rows()[3]["gemm_ms"] == round(expected[3][1] / 1000.0, 4)
+    totals = [0.0] * 8
+    for row in rows.tolist():
+        totals = [a + v for a, v in zip(totals, row, strict=True)]
+    assert buckets.totals.tolist() == totals
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_batch_us_is_the_breakdowns_time(name) -> None:
+    model = MODELS[name]
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        prefill = int(rng.integers(0, 9000)) * int(rng.random() < 0.5)
+        before = int(rng.integers(0, 10**5)) if prefill else 0
+        args = (
+            prefill,
+            int(rng.integers(0, 300)),
+            int(rng.integers(0, 10**7)),
+            prefill + before,
+            prefill * before + prefill * (prefill + 1) // 2,
+            int(rng.integers(0, 5000)) * int(rng.random() < 0.3),
+        )
+        assert model.batch_us(*args) == model.breakdown(*args)[0]
+
+
+def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
+    """A cost model wrapping another (CUDA-graph padding) changes decode times: the inner
+    model's decode form must not be used for it, however its probes come out."""
+    from cpkv.serving.decode_stretch import decode_form_of
+
+    class Wrapper:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def batch_us(self, *args):
+            return self.inner.batch_us(*args)  # the same times: the probes would pass
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    assert decode_form_of(MODELS["roofline"]) is not None
+    assert decode_form_of(Wrapper(MODELS["roofline"])) is None

@@ -17,6 +17,13 @@ prefill_attention_pairs, loaded_tokens)`` for its time in microseconds:
 it named by :data:`PARTS` (microseconds each) and the model FLOPs of the iteration (0 when
 the model does not know them). ``time_us`` equals ``batch_us`` float for float.
 
+Optional, for speed (the serving loop checks what it uses against ``batch_us`` and
+``breakdown``): ``breakdowns`` (the six arguments as integer numpy arrays, an ``(n, 8)``
+array of the rows ``breakdown`` gives, float for float: the timeline of a streamed run is
+computed from the iterations' logged arguments with it) and ``decode_form(running)`` (the
+terms a decode-only iteration's time is computed from in a tight loop:
+:func:`cpkv.serving.decode_stretch.decode_form_of`).
+
 ``admit.cost.kind`` picks the model from :data:`COST_KINDS` (``roofline``, ``linear``).
 """
 

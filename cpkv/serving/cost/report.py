@@ -66,10 +66,9 @@ class CostRecorder:
 
 class BreakdownBuckets:
     """The breakdown of one run whose makespan is ``end_us``, fed its iterations in order, a
-    chunk at a time (:meth:`add`), with the numbers :func:`bucket_breakdown` gives for them
-    all at once, float for float: per bucket, the iterations that stop inside their first
-    bucket (or start in the last) add their whole rows one by one in iteration order (as
-    ``np.bincount`` does), then those that cross an edge add their pieces, in iteration
+    chunk at a time (:meth:`add`), float for float the numbers of the loop over all of them
+    that :func:`bucket_breakdown` is: per bucket, the iterations that stop inside their first
+    bucket (or start in the last) add their whole rows one by one in iteration order, then those that cross an edge add their pieces, in iteration
     order (a bucket edge is crossed by at most one iteration: there are fewer of them than
     buckets, and they are kept until :meth:`rows`). The sums over the run (:meth:`summary`)
     are sequential in iteration order too (as ``sum(axis=0)`` of the rows)."""
@@ -92,10 +91,12 @@ class BreakdownBuckets:
         if not n:
             return
         self.iterations += n
-        sums = np.empty((n + 1, FIELDS))
-        sums[0] = self.totals
-        sums[1:] = rows
-        self.totals = np.cumsum(sums, axis=0)[-1]  # sequential, as sum(axis=0)
+        if not rows.flags.writeable:
+            rows = rows.copy()
+        head = rows[0].copy()  # the sums start from the totals so far: in the first row
+        rows[0] = self.totals + head
+        self.totals = _row_sum(rows)
+        rows[0] = head
         if self.end_us <= 0:
             return
         points, width = self.points, self.width
@@ -105,8 +106,13 @@ class BreakdownBuckets:
         edge = np.where(first < points - 1, (first + 1) * width, np.inf)
         whole = stop <= edge
         index, weights = first[whole], rows[whole]
-        for j in range(FIELDS):
-            np.add.at(self.acc[:, j], index, weights[:, j])  # in order, one by one
+        if len(index):  # bucket by bucket (the start times never decrease: runs)
+            cuts = np.flatnonzero(index[1:] != index[:-1]) + 1
+            acc = self.acc
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(index)], strict=True):
+                k = int(index[a])
+                weights[a] = acc[k] + weights[a]  # (a copy: ours to change)
+                acc[k] = _row_sum(weights[a:b])
         for i in np.flatnonzero(~whole).tolist():
             self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
 
@@ -115,6 +121,20 @@ class BreakdownBuckets:
         module docstring); none when no iteration ran or the makespan is 0."""
         if self.end_us <= 0 or not self.iterations:
             return []
+        width = self.width
+        out = []
+        for a in self.sums():
+            row: dict[str, float | None] = {
+                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
+            }
+            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
+            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
+            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
+            out.append(row)
+        return out
+
+    def sums(self) -> Any:
+        """The ``(points, 8)`` sums per bucket, the iterations that cross an edge included."""
         acc, points, width = self.acc.copy(), self.points, self.width
         for k, t, rec in self.crossing:  # split by time
             dt = float(rec[0])
@@ -126,20 +146,34 @@ class BreakdownBuckets:
                 if stop <= bucket_edge or k == points - 1:
                     break
                 t, k = bucket_edge, k + 1
-        out = []
-        for a in acc:
-            row: dict[str, float | None] = {
-                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
-            }
-            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
-            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
-            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
-            out.append(row)
-        return out
+        return acc
 
     def summary(self) -> dict[str, float | None]:
         """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
         return _summed(self.totals, self.end_us, self.peak)
+
+
+def _sequential_rows() -> bool:
+    """Whether ``sum(axis=0)`` of a C-ordered ``(n, 8)`` array adds its rows one by one, in
+    order (numpy reduces over the outer axis that way; only a reduction along a contiguous
+    axis is pairwise), tried on values whose sum depends on the order."""
+    import numpy as np
+
+    probe = np.tile(np.array([[1.0], [1e-16], [-1.0], [1e-16]] * 64), (1, FIELDS))
+    probe[::5] *= 3.0
+    return bool(np.array_equal(probe.sum(axis=0), np.cumsum(probe, axis=0)[-1]))
+
+
+def _row_sum(rows: Any) -> Any:
+    """The sum of the rows of ``rows``, added one by one in order."""
+    import numpy as np
+
+    if _SEQUENTIAL_ROWS[0] is None:
+        _SEQUENTIAL_ROWS[0] = _sequential_rows()
+    return rows.sum(axis=0) if _SEQUENTIAL_ROWS[0] else np.cumsum(rows, axis=0)[-1]
+
+
+_SEQUENTIAL_ROWS: list[bool | None] = [None]
 
 
 def bucket_breakdown(

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 ACTIVATION_BYTES = 2  # BF16 activations
 ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNorm, activation, add
 ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
+DENSE_MEMO = 1 << 16
+"""``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
 
 
 def layer_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
@@ -107,7 +109,7 @@ class RooflineCost:
         "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
-        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_memo_key", "_memo_parts",
+        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
     )  # fmt: skip
 
     def __init__(
@@ -164,8 +166,7 @@ class RooflineCost:
         self._flops_token = 2.0 * shape.layers * linear_params
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
-        self._memo_key: tuple[int, int] = (-1, -1)
-        self._memo_parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
@@ -190,9 +191,12 @@ class RooflineCost:
 
     def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float]:
         """``(gemm, elementwise, communication)`` for ``tokens`` tokens, ``head_tokens`` of them
-        through the LM head (memoised: decode stretches repeat them)."""
-        if (tokens, head_tokens) == self._memo_key:
-            return self._memo_parts
+        through the LM head (memoised, up to :data:`DENSE_MEMO` pairs: iterations repeat
+        them)."""
+        key = (tokens, head_tokens)
+        parts = self._dense_memo.get(key)
+        if parts is not None:
+            return parts
         if tokens > 0:
             layers = self._layers
             gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
@@ -203,7 +207,9 @@ class RooflineCost:
             parts = (gemm, elementwise, comm)
         else:
             parts = (0.0, 0.0, 0.0)
-        self._memo_key, self._memo_parts = (tokens, head_tokens), parts
+        if len(self._dense_memo) >= DENSE_MEMO:
+            self._dense_memo.clear()
+        self._dense_memo[key] = parts
         return parts
 
     def breakdown(
@@ -238,6 +244,20 @@ class RooflineCost:
         ) if tokens else 0.0  # fmt: skip
         return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
 
+    def decode_form(self, running: int) -> tuple[float, int, float, float, float]:
+        """``(head, scale, slope, tail, last)`` such that a decode-only iteration of
+        ``running`` requests reading ``context`` tokens, ``batch_us(0, running, context, 0,
+        0, 0)``, is ``((head + scale * (slope * context)) + tail) + last`` float for float:
+        :meth:`breakdown`'s sum ``gemm + elementwise + attention + communication + load +
+        overhead`` with ``attention = layers * (0.0 + max(pair_us * c, kv_us * c))``, which
+        is ``layers * (max(pair_us, kv_us) * c)`` (rounding is monotone, ``0.0 + x`` is
+        ``x`` for ``x >= 0``), and ``load = 0.0`` (adding it to a non-negative sum changes
+        nothing). The serving loop checks the identity on probes before using it."""
+        gemm, elementwise, comm = self._dense(running, running)
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        slope = pair_us if pair_us > kv_us else kv_us
+        return (gemm + elementwise, self._layers, slope, comm, self._overhead)
+
     def breakdowns(
         self,
         prefill_tokens: Any,
@@ -257,9 +277,7 @@ class RooflineCost:
         n = len(prefill_tokens)
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
-        keys, where = np.unique(np.stack([tokens, head_tokens]), axis=1, return_inverse=True)
-        dense = np.array([self._dense(int(t), int(h)) for t, h in keys.T]).reshape(-1, 3)
-        gemm, elementwise, comm = (dense[where.reshape(-1), j] for j in range(3))
+        gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
@@ -286,6 +304,29 @@ class RooflineCost:
         out[:, 7] = np.where(tokens != 0, flops, 0.0)
         return out
 
+    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
+        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
+        once per distinct pair (runs of equal pairs, as decode stretches log them, first
+        taken as one)."""
+        import numpy as np
+
+        n = len(tokens)
+        if not n:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        if int(tokens.max()) >= 1 << 31 or int(head_tokens.max()) >= 1 << 32:  # not one key
+            pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
+            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
+            return dense[:, 0], dense[:, 1], dense[:, 2]
+        key = (tokens.astype(np.int64) << 32) | head_tokens.astype(np.int64)
+        heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        keys, where = np.unique(key[heads], return_inverse=True)
+        dense = np.array(
+            [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], dtype=float
+        ).reshape(-1, 3)
+        lengths = np.diff(np.append(heads, n))
+        rows = np.repeat(where.reshape(-1), lengths)
+        return dense[rows, 0], dense[rows, 1], dense[rows, 2]
+
     def batch_us(
         self,
         prefill_tokens: int,
@@ -295,15 +336,23 @@ class RooflineCost:
         prefill_attention_pairs: int,
         loaded_tokens: int,
     ) -> float:
-        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`)."""
-        return self.breakdown(
-            prefill_tokens,
-            decode_requests,
-            decode_context_tokens,
-            prefill_context_tokens,
-            prefill_attention_pairs,
-            loaded_tokens,
-        )[0]
+        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
+        number of :meth:`breakdown`, by the same operations in the same order (without the
+        FLOPs, which the time does not need)."""
+        gemm, elementwise, comm = self._dense(
+            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+        )
+        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
+        prefill_flops_us = pair_us * prefill_attention_pairs
+        prefill_kv_us = kv_us * prefill_context_tokens
+        decode_flops_us = pair_us * decode_context_tokens
+        decode_kv_us = kv_us * decode_context_tokens
+        attention = self._layers * (
+            (prefill_flops_us if prefill_flops_us > prefill_kv_us else prefill_kv_us)
+            + (decode_flops_us if decode_flops_us > decode_kv_us else decode_kv_us)
+        )
+        load = self._load_token_us * loaded_tokens
+        return gemm + elementwise + attention + comm + load + self._overhead
 
     def describe(self) -> dict[str, Any]:
         """Kind, model, GPU, TP and every number the model uses, as a plain dict."""
