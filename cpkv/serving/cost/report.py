@@ -105,14 +105,20 @@ class BreakdownBuckets:
         stop = start + rows[:, 0]
         edge = np.where(first < points - 1, (first + 1) * width, np.inf)
         whole = stop <= edge
-        index, weights = first[whole], rows[whole]
-        if len(index):  # bucket by bucket (the start times never decrease: runs)
-            cuts = np.flatnonzero(index[1:] != index[:-1]) + 1
-            acc = self.acc
-            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(index)], strict=True):
-                k = int(index[a])
-                weights[a] = acc[k] + weights[a]  # (a copy: ours to change)
-                acc[k] = _row_sum(weights[a:b])
+        # bucket by bucket (the start times never decrease: each bucket's rows are a run),
+        # its whole rows: the run itself when none crosses an edge (the commonest case, no
+        # copy), else the whole ones picked out
+        cuts = (np.flatnonzero(first[1:] != first[:-1]) + 1).tolist()
+        acc = self.acc
+        for a, b in zip([0, *cuts], [*cuts, n], strict=True):
+            weights = rows[a:b] if whole[a:b].all() else rows[a:b][whole[a:b]]
+            if not len(weights):
+                continue
+            k = int(first[a])
+            head = weights[0].copy()
+            weights[0] = acc[k] + head
+            acc[k] = _row_sum(weights)
+            weights[0] = head  # (``rows`` is ours, but its crossing rows are kept below)
         for i in np.flatnonzero(~whole).tolist():
             self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
 
