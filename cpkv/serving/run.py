@@ -10,7 +10,7 @@ TTFT/TPOT CDFs when matplotlib is importable.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
@@ -133,34 +133,10 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
 
             policy = policy_summary(block, settings, sim, res, summary)
             row = policy_row(row, policy)
-        extras = {
-            "timeline.jsonl": "".join(
-                json.dumps(p, separators=(",", ":")) + "\n" for p in timeline
-            ),
-        }
-        kept = lines.text()
-        if kept is not None:  # no run directory: the lines were kept in memory
-            extras = {"requests.jsonl": kept, **extras}
-        notes = _notes(block, settings, fit, time)
-        too_big = res.counters["rejects"].get("exceeds_kv_capacity", 0)
-        if too_big:
-            notes.append(
-                f"{too_big} of {count} requests could never fit the KV pool even alone "
-                f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
-                "raise admit.kv.capacity_blocks or admit.kv.block_size"
-            )
-        return RunOutput(
-            rows=[row],
-            summary={
-                **_summary(block, settings, res, summary, fit),
-                **({} if policy is None else {"policy_space": policy}),
-                "time": time,
-                "headline": _headline(row),
-            },
-            extras=extras,
-            table_columns=TABLE_COLUMNS,
-            notes=notes,
-        )
+        return _output(
+            block, settings, fit, count, lines, row, timeline, time,
+            _summary(block, settings, res, summary, fit), res.counters, policy,
+        )  # fmt: skip
 
     return execute
 
@@ -171,47 +147,69 @@ def _execute_cluster(
     """Instances behind a router, or one with trace events (:mod:`cpkv.serving.cluster.serve`)."""
     from cpkv.serving.cluster.serve import cluster_note, instances_lines, serve_cluster
 
-    n, count, cap = block.cluster.instances, workload.size, settings.capacity_blocks
+    n, count = block.cluster.instances, workload.size
     behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
     ctx.report(0, 1, f"serving {count} requests, policy {block.policy}{behind}")
     lines = ctx.stream("requests.jsonl")  # written as requests end
     out = serve_cluster(block, settings, workload, seed, lines, ctx.run_dir)
     ctx.report(1, 1, "done")
+    files = {"instances.jsonl": instances_lines(out.instance_rows)} if n > 1 else {}
+    notes = [cluster_note(out.cluster)] if n > 1 else []
+    if out.trace is not None:
+        files["trace.json"] = out.trace
+        notes.append(
+            "trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or chrome://tracing)"
+        )
+    return _output(
+        block, settings, fit, count, lines, out.row, out.timeline, out.time,
+        _summary(block, settings, out, out.summary, fit), out.counters, out.policy,
+        files=files, cluster=out.cluster if n > 1 else None, more_notes=notes,
+    )  # fmt: skip
+
+
+def _output(
+    block: Any,
+    settings: SimSettings,
+    fit: Any,
+    count: int,
+    lines: Any,
+    row: Any,
+    timeline: list[dict[str, Any]],
+    time: dict[str, Any],
+    summary: dict[str, Any],
+    counters: dict[str, Any],
+    policy: dict[str, Any] | None,
+    *,
+    files: dict[str, str] | None = None,
+    cluster: dict[str, Any] | None = None,
+    more_notes: Sequence[str] = (),
+) -> RunOutput:
+    """A serving run's output, one instance or a cluster: the row, the summary (``time``,
+    the policy block, the cluster block), ``timeline.jsonl`` (``requests.jsonl`` when it was
+    kept in memory) and ``files``, the notes."""
     extras = {
-        "timeline.jsonl": "".join(
-            json.dumps(p, separators=(",", ":")) + "\n" for p in out.timeline
-        ),
+        "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in timeline),
     }
     kept = lines.text()
     if kept is not None:  # no run directory: the lines were kept in memory
         extras = {"requests.jsonl": kept, **extras}
-    if n > 1:
-        extras["instances.jsonl"] = instances_lines(out.instance_rows)
-    if out.trace is not None:
-        extras["trace.json"] = out.trace
-    notes = _notes(block, settings, fit, out.time)
-    too_big = out.counters["rejects"].get("exceeds_kv_capacity", 0)
+    extras.update(files or {})
+    notes = _notes(block, settings, fit, time)
+    too_big = counters["rejects"].get("exceeds_kv_capacity", 0)
     if too_big:
+        cap = settings.capacity_blocks
         notes.append(
             f"{too_big} of {count} requests could never fit the KV pool even alone "
             f"(prompt + max_new > {cap} blocks x {settings.block_size} tokens): rejected; "
             "raise admit.kv.capacity_blocks or admit.kv.block_size"
         )
-    summary = {
-        **_summary(block, settings, out, out.summary, fit),
-        **({} if out.policy is None else {"policy_space": out.policy}),
-        "time": out.time,
-    }
-    if n > 1:
-        summary["cluster"] = out.cluster
-        notes.append(cluster_note(out.cluster))
-    if out.trace is not None:
-        notes.append(
-            "trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or chrome://tracing)"
-        )
+    notes.extend(more_notes)
+    summary = {**summary, **({} if policy is None else {"policy_space": policy}), "time": time}
+    if cluster is not None:
+        summary["cluster"] = cluster
     return RunOutput(
-        rows=[out.row],
-        summary={**summary, "headline": _headline(out.row)},
+        rows=[row],
+        summary={**summary, "headline": _headline(row)},
         extras=extras,
         table_columns=TABLE_COLUMNS,
         notes=notes,
