@@ -1,12 +1,11 @@
-"""What one ``batch_us`` call costs: the linear and roofline models, bare and recorded.
+"""What one ``batch_us`` call costs: the linear and roofline models.
 
 The serving loop calls the cost model once per iteration (a million times in big runs), so
 its per-call time is part of the loop's. Timed side by side in one process, best of
 ``--repeat`` rounds of ``--calls`` calls each: a decode-only iteration (64 requests, what
 decode stretches repeat: the roofline model memoises its GEMM part on the token count) and a
-mixed one (a prefill chunk of varying length: no memo), for ``linear``, ``roofline`` and
-each wrapped in the run's :class:`~cpkv.serving.cost.report.CostRecorder`. Prints
-microseconds per call and each over the bare linear model's.
+mixed one (a prefill chunk of varying length: no memo), for ``linear`` and ``roofline``.
+Prints microseconds per call and each over the linear model's.
 
 Usage: python benchmarks/cost_speed.py [--calls 200000] [--repeat 3]
 """
@@ -17,7 +16,6 @@ import argparse
 import time
 
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.cost.report import CostRecorder
 from cpkv.serving.cost.spec import CostSpec
 
 
@@ -44,8 +42,6 @@ def main() -> None:
     models = {
         "linear": CostModel(),
         "roofline": spec.build(),
-        "linear, recorded": CostRecorder(CostModel()),
-        "roofline, recorded": CostRecorder(spec.build()),
     }
     for mixed in (False, True):
         label = "mixed (prefill chunk + 64 decodes)" if mixed else "decode-only (64 requests)"

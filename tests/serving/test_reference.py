@@ -27,7 +27,6 @@ from hypothesis import given, settings
 from cpkv.core.config import load_config
 from cpkv.runs.runner import run_experiment
 from cpkv.serving import loop as loop_module
-from cpkv.serving.cost.report import CostRecorder, bucket_breakdown, time_summary
 from cpkv.serving.loop import SimulationStalled, simulate
 from cpkv.serving.metrics import request_lines, summary_row, timeline
 from cpkv.serving.run import settings_from
@@ -35,6 +34,7 @@ from cpkv.serving.schema import SloSpec
 from tests.helpers import serving_reference as ref
 from tests.helpers.paths import MOONCAKE_TRACE, SHARED
 from tests.helpers.serving_reference import workload as ref_workload
+from tests.helpers.whole_run_breakdown import CostRecorder, bucket_breakdown, time_summary
 from tests.serving.test_properties import runs
 
 AZURE = SHARED / "data" / "azure_llm_2023" / "conversation.csv"

@@ -1,8 +1,8 @@
 """The time breakdown of a streamed run (``timeline.jsonl``'s ``<part>_ms``, ``busy_pct``,
 ``mfu_pct`` and the summary's ``time``) against the whole-run computation: every iteration
-recorded by :class:`~cpkv.serving.cost.report.CostRecorder` in a kept
+recorded by :class:`~tests.helpers.whole_run_breakdown.CostRecorder` in a kept
 :func:`~cpkv.serving.loop.simulate` and broken down at once by
-:func:`~cpkv.serving.cost.report.bucket_breakdown` / ``time_summary``. The runner instead
+:func:`~tests.helpers.whole_run_breakdown.bucket_breakdown` / ``time_summary``. The runner instead
 logs each full iteration's cost arguments, expands decode stretches with the model's
 vectorised ``breakdowns``, spills the rows and buckets them a chunk at a time; the numbers
 must be the same, byte for byte, for both cost kinds, in one process and with the forked
@@ -20,12 +20,12 @@ from cpkv.core.config import load_config
 from cpkv.runs.runner import run_experiment
 from cpkv.serving import helper as helper_module
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.cost.report import CostRecorder, bucket_breakdown, time_summary
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.loop import simulate
 from cpkv.serving.metrics import timeline
 from cpkv.serving.run import settings_from
 from tests.helpers.serving_reference import workload as ref_workload
+from tests.helpers.whole_run_breakdown import CostRecorder, bucket_breakdown, time_summary
 
 WORKLOAD = """\
 kind: admit

@@ -1,73 +1,34 @@
 """Where a serving run's time went: per timeline bucket and summed (``timeline.jsonl``, summary).
 
-:class:`CostRecorder` wraps a cost model for one run: the loop calls its ``batch_us`` once per
-iteration (the full loop and decode stretches alike), and it keeps each iteration's
-:meth:`~cpkv.serving.cost.base.IterationCost.breakdown` (time, parts, model FLOPs) in one flat
-``array('d')``, 8 doubles per iteration, in iteration order: the order of the loop's
-timeline samples. The returned time is the model's own, float for float.
+Each iteration's :meth:`~cpkv.serving.cost.base.IterationCost.breakdown` (time, the parts,
+model FLOPs: 8 doubles, :data:`FIELDS`) is computed from its cost arguments when the run's
+spilled samples are read back (:func:`breakdown_rows`), a chunk at a time, and summed by
+:class:`BreakdownBuckets` in iteration order.
 
 Per bucket of the timeline (``admit.serving.timeline_points`` equal spans of [0, makespan];
 an iteration that spans a bucket edge is split by time, each part in proportion):
 ``<part>_ms`` (time in each of :data:`~cpkv.serving.cost.base.PARTS`), ``busy_pct`` (iteration
 time / bucket span) and ``mfu_pct`` (model FLOPs / (bucket span x peak FLOP/s of all GPUs);
-null without FLOPs). Summed (the summary's ``time``): ``busy_s``, ``busy_pct`` (of the
-makespan), ``<part>_s`` and ``<part>_pct`` (of the busy time), ``model_tflop``, ``mfu_pct``
-(over the makespan) and ``mfu_busy_pct`` (over the busy time).
+null without FLOPs). Summed (the summary's ``time``, :func:`summed_time`): ``busy_s``,
+``busy_pct`` (of the makespan), ``<part>_s`` and ``<part>_pct`` (of the busy time),
+``model_tflop``, ``mfu_pct`` (over the makespan) and ``mfu_busy_pct`` (over the busy time).
 """
 
 from __future__ import annotations
 
-from array import array
 from typing import Any
 
 from cpkv.core.schema import to_dict
-from cpkv.serving.cost.base import PARTS, IterationCost
+from cpkv.serving.cost.base import PARTS
 from cpkv.serving.cost.roofline import mfu_pct
 
 FIELDS = 8  # time, the six parts, FLOPs
 
 
-class CostRecorder:
-    """A cost model that remembers each iteration's breakdown (see the module docstring)."""
-
-    __slots__ = ("model", "kv_bytes_per_token", "records", "_breakdown", "_extend")
-
-    def __init__(self, model: IterationCost) -> None:
-        self.model = model
-        self.kv_bytes_per_token = model.kv_bytes_per_token
-        self.records = array("d")
-        self._breakdown = model.breakdown
-        self._extend = self.records.extend
-
-    def batch_us(
-        self,
-        prefill_tokens: int,
-        decode_requests: int,
-        decode_context_tokens: int,
-        prefill_context_tokens: int,
-        prefill_attention_pairs: int,
-        loaded_tokens: int,
-    ) -> float:
-        parts = self._breakdown(
-            prefill_tokens,
-            decode_requests,
-            decode_context_tokens,
-            prefill_context_tokens,
-            prefill_attention_pairs,
-            loaded_tokens,
-        )
-        self._extend(parts)
-        return parts[0]
-
-    @property
-    def iterations(self) -> int:
-        return len(self.records) // FIELDS
-
-
 class BreakdownBuckets:
     """The breakdown of one run whose makespan is ``end_us``, fed its iterations in order, a
     chunk at a time (:meth:`add`), float for float the numbers of the loop over all of them
-    that :func:`bucket_breakdown` is: per bucket, the iterations that stop inside their first
+    over a whole run's rows is: per bucket, the iterations that stop inside their first
     bucket (or start in the last) add their whole rows one by one in iteration order, then those that cross an edge add their pieces, in iteration
     order (a bucket edge is crossed by at most one iteration: there are fewer of them than
     buckets, and they are kept until :meth:`rows`). The sums over the run (:meth:`summary`)
@@ -156,7 +117,7 @@ class BreakdownBuckets:
 
     def summary(self) -> dict[str, float | None]:
         """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
-        return _summed(self.totals, self.end_us, self.peak)
+        return summed_time(self.totals, self.end_us, self.peak)
 
 
 def _sequential_rows() -> bool:
@@ -182,37 +143,7 @@ def _row_sum(rows: Any) -> Any:
 _SEQUENTIAL_ROWS: list[bool | None] = [None]
 
 
-def bucket_breakdown(
-    starts_us: Any, recorder: CostRecorder, end_us: float, points: int
-) -> list[dict[str, float | None]]:
-    """Per timeline bucket: time in each part (ms), busy and MFU percentages (see the module
-    docstring); ``starts_us`` are the iterations' start times, in the recorder's order."""
-    import numpy as np
-
-    n = recorder.iterations
-    if end_us <= 0 or n == 0:
-        return []
-    if len(starts_us) != n:
-        raise ValueError(f"{len(starts_us)} timeline samples for {n} recorded iterations")
-    buckets = BreakdownBuckets(end_us, points, recorder.model.peak_flops_per_us)
-    buckets.add(starts_us, np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS))
-    return buckets.rows()
-
-
-def time_summary(recorder: CostRecorder, end_us: float) -> dict[str, float | None]:
-    """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
-    import numpy as np
-
-    n = recorder.iterations
-    totals = (
-        np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS).sum(axis=0)
-        if n
-        else np.zeros(FIELDS)
-    )
-    return _summed(totals, end_us, recorder.model.peak_flops_per_us)
-
-
-def _summed(totals: Any, end_us: float, peak: float | None) -> dict[str, float | None]:
+def summed_time(totals: Any, end_us: float, peak: float | None) -> dict[str, float | None]:
     busy_us = float(totals[0])
     out: dict[str, float | None] = {
         "busy_s": round(busy_us / 1e6, 6),

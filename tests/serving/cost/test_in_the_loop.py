@@ -11,13 +11,13 @@ import pytest
 
 from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.cost.report import CostRecorder, time_summary
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.loop import SimSettings, simulate
 from cpkv.serving.metrics import request_lines, summary_row, timeline
 from cpkv.serving.schema import SloSpec
 from cpkv.serving.workload import ServingRequest, load_serving_workload
 from tests.helpers.paths import MOONCAKE_TRACE
+from tests.helpers.whole_run_breakdown import CostRecorder, time_summary
 
 ROOF = CostSpec(model="llama-3-8b", gpu="h100-sxm").build()
 WIDE = SimSettings(
