@@ -61,7 +61,14 @@ class Arrivals:
     def pop(self) -> Req:
         """The next request (there must be one: ``next_us`` is finite)."""
         r = self._next
-        self._step()
+        if self._queue:  # self._step(), inline
+            following = self._queue.popleft()
+        elif self._source is not None:
+            following = next(self._source, None)
+        else:
+            following = None
+        self._next = following
+        self.next_us = INF if following is None else following.arrival_us
         return r  # type: ignore[return-value]
 
     def deliver(self, r: Req) -> None:

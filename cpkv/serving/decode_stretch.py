@@ -37,10 +37,11 @@ import heapq
 from dataclasses import replace
 from typing import Any
 
+from cpkv.serving.adder import lone_pass
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import APART, FLUSH_BYTES, FORM, LINEAR, LOGGED, SEGMENT
-from cpkv.serving.kv_pool import RUNNING
-from cpkv.serving.lone_arrival import admit_lone_arrival
+from cpkv.serving.iteration_log import APART, FLUSH_BYTES, FORM, FULL, LINEAR, LOGGED, SEGMENT
+from cpkv.serving.kv_pool import FINISHED, RUNNING
+from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
 
 _PROBES = (
     (0, 1, 0, 0, 0, 0), (0, 1, 1, 0, 0, 0), (0, 3, 7, 0, 0, 0), (0, 17, 123_457, 0, 0, 0),
@@ -99,53 +100,262 @@ def decode_form_of(cost: Any) -> Any:
 
 def decode_stretch(sim: Any) -> int:
     """Run the decode-only iterations from ``sim.now`` to ``sim.horizon_us`` (see the module
-    docstring); returns how many ran. Under ``prefill_adder`` an arrival on the way is let in
-    (:meth:`~cpkv.serving.loop.Sim._arrive`) and, when it is the commonest kind,
-    admitted by :func:`~cpkv.serving.lone_arrival.admit_lone_arrival`, and the stretch goes
-    on; any other arrival ends it (the loop's full iteration takes over)."""
-    pool, horizon = sim.pool, sim.horizon_us
-    now = sim.now
-    lone = sim.lone_fast
-    if not now < horizon:
+    docstring); returns how many iterations ran. Under ``prefill_adder`` an arrival on the
+    way is let in (:meth:`~cpkv.serving.loop.Sim._arrive`) and, when it is the commonest
+    kind, admitted in its own iteration (the module docstring), and the stretch goes on; any
+    other arrival ends it (the loop's full iteration takes over)."""
+    return _steady(sim, False)
+
+
+def admit_lone_arrival(sim: Any) -> bool:
+    """Run the full iteration that admits ``sim.waiting[0]`` (the only waiting request,
+    never admitted before) if it is the simple kind (module docstring); False: nothing was
+    changed."""
+    return _steady(sim, True) > 0
+
+
+def _steady(sim: Any, admit_first: bool) -> int:
+    """Lone admissions, decode stretches and the finishes inside them, on the pool's
+    aggregates held in local variables (written back when it returns, and before anything
+    else reads them); ``admit_first``: admit ``sim.waiting[0]`` and return. Returns the
+    iterations run (0: nothing changed)."""
+    pool = sim.pool
+    now, horizon = sim.now, sim.horizon_us
+    if not admit_first and not now < horizon:
         return 0
-    heap, block, log = pool.finish_heap, pool.block_size, sim.samples
-    unreserved_by_phase = pool.unreserved_by_phase
+    lone = sim.lone_fast
+    # the pool's aggregates (written back by _write_back)
+    n_running, n_unreserved = pool.n_running, pool.n_unreserved
+    free, used, step = pool.free_blocks, pool.used_blocks, pool.decode_steps
+    context_base_sum = pool.context_base_sum
+    n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
+    unclipped_finish_sum = pool.unclipped_finish_sum
+    heap, clip_heap, block, log = pool.finish_heap, pool.clip_heap, pool.block_size, sim.samples
+    running_by_phase, unreserved_by_phase = pool.running_by_phase, pool.unreserved_by_phase
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
-    batch_us = sim.settings.cost.batch_us
+    cost = sim.settings.cost
+    batch_us = cost.batch_us
+    limits = sim.settings.adder.lone_limits
     form, forms = sim.decode_form, sim.decode_forms
-    append = log.durations.append
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
-    pop = heapq.heappop
-    clip_heap = pool.clip_heap
+    append = durations.append
+    pop, push = heapq.heappop, heapq.heappush
+    # the ratio: its decay steps are taken here, written back at the end
+    ratio = sim.ratio
+    current, floor, decay = ratio.current, ratio.min_ratio, ratio.decay_per_step
+    # what a request that ends needs besides the pool (else the loop's finish_decoded)
+    plain = sim.cache is None and sim.extra is None
+    done = sim.sink.done
+    hit = sim.hit
+    waiting = sim.waiting
+    arrivals = sim.arrivals
+    # counters, added at the end
     total = decoded = admitted = 0  # decode-only iterations, their tokens, admissions
+    first_tokens = prefill_tokens = loaded_tokens = l1_hit_tokens = 0
+
+    admit = admit_first
     while True:
+        if admit:  # -- the lone arrival's iteration ------------------------------------------
+            admit = False
+            r = waiting[0]
+            max_new = r.max_new_tokens
+            if r.admitted_us is not None or max_new < 1:
+                break
+            phase = 0
+            free_now, step_now = free, step
+            if n_running:  # the decode step, tentatively
+                phase = -step % block
+                need = unreserved_by_phase[phase]
+                if need > free or (clip_heap and clip_heap[0][0] <= step + 1):
+                    break
+                free_now -= need
+                step_now += 1
+            decays = n_running and current > floor
+            ratio_now = (
+                (current - decay if current - decay > floor else floor) if decays else current
+            )
+            device, host = hit(r)
+            prompt = r.prompt_tokens
+            left = max_new if max_new < CLIP else CLIP
+            headroom = (
+                unclipped_finish_sum - n_unclipped * step_now + CLIP * n_clipped
+            ) * ratio_now
+            passed = lone_pass(
+                free_now * block, n_running, headroom, n_running, limits, prompt, device, host,
+                left, left,
+            )  # fmt: skip
+            if passed is None:
+                break  # not admitted, or cut into chunks
+            extend, loaded, stop = passed
+            kv = prompt - device
+            blocks = -(-kv // block)
+            first_block = kv % block == 0
+            if first_block and free_now - blocks < 1:
+                break  # the first token would preempt
+            # the iteration: the decode step, the ratio's decay, admission and prefill, the
+            # first token (a block when the prompt fills its last one)
+            running_before = n_running
+            finishing = []
+            decode_context = 0
+            if n_running:
+                used += running_by_phase[phase]
+                decode_context = context_base_sum + n_running * step
+                step = step_now
+                while heap and heap[0][0] <= step:
+                    _, _, epoch, f = pop(heap)
+                    if f.epoch == epoch and f.state == RUNNING:
+                        finishing.append(f)
+                current = ratio_now
+            if sim.cache is not None:
+                sim.hits.touch(r)
+            filled = device + loaded
+            r.device_prefix, r.host_hit = device, loaded
+            sim.stamp = stamp = r.stamp = sim.stamp + 1
+            free = free_now - blocks - first_block
+            used += blocks + first_block
+            r.admitted_us = now
+            r.l1_hit, r.l2_hit = device, loaded
+            r.filled_tokens = filled + extend
+            r.prefilled = extend
+            prefill_context = filled + extend
+            waiting.clear()
+            if stop is not None:
+                sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
+            # it joins the running set (KvPool.join, inline) with its first token
+            kv += 1
+            r.kv_tokens, r.reserved_blocks, r.generated = kv, 0, 1
+            r.state = RUNNING
+            r.kv_base = kv_base = kv - step
+            r.context_base = context_base = kv + device - step
+            r.finish_step = finish = step + max_new - 1
+            r.advanced_step = -1
+            epoch = r.epoch
+            pool.running.append((r, epoch))
+            n_running += 1
+            n_unreserved += 1
+            phase = kv_base % block
+            at = block - 1 - phase
+            running_by_phase[phase] += 1
+            running_by_step[at] += 1
+            running_by_step[at + block] += 1
+            unreserved_by_phase[phase] += 1
+            unreserved_by_step[at] += 1
+            unreserved_by_step[at + block] += 1
+            context_base_sum += context_base
+            push(heap, (finish, stamp, epoch, r))
+            if finish - step > CLIP:
+                n_clipped += 1
+                push(clip_heap, (finish - CLIP, stamp, epoch, r))
+            else:
+                n_unclipped += 1
+                unclipped_finish_sum += finish
+            if max_new == 1:
+                finishing.append(r)
+            pairs = extend * filled + extend * (extend + 1) // 2
+            if linear is not None:
+                fixed, prefill, decode, ctx, load = linear
+                duration = (
+                    fixed + prefill * extend + decode * running_before
+                    + ctx * (decode_context + prefill_context) + load * loaded
+                )  # fmt: skip
+            else:
+                duration = batch_us(
+                    extend, running_before, decode_context, prefill_context, pairs, loaded
+                )
+            start = now
+            now = start + duration
+            records += pack(
+                FULL, 1, start, n_running, 0, duration, 0, used, free, log.jumped, extend,
+                running_before, decode_context, prefill_context, pairs, loaded,
+            )  # fmt: skip
+            counts.append(0)
+            log.jumped = 0.0
+            if len(records) >= FLUSH_BYTES:
+                log.flush(now)
+            decoded += running_before
+            first_tokens += 1
+            prefill_tokens += extend
+            loaded_tokens += loaded
+            l1_hit_tokens += device
+            admitted += 1
+            r.first_token_us = now
+            if finishing:
+                if plain:
+                    for f in finishing:  # see the finishes below
+                        advanced = f.advanced_step == step
+                        kv = f.kv_base + step + advanced
+                        f.generated = f.max_new_tokens - f.finish_step + step + advanced
+                        phase = f.kv_base % block
+                        at = block - 1 - phase
+                        n_running -= 1
+                        running_by_phase[phase] -= 1
+                        running_by_step[at] -= 1
+                        running_by_step[at + block] -= 1
+                        if not f.reserved_blocks:
+                            unreserved_by_phase[phase] -= 1
+                            unreserved_by_step[at] -= 1
+                            unreserved_by_step[at + block] -= 1
+                            n_unreserved -= 1
+                        context_base_sum -= f.context_base
+                        if f.finish_step - step > CLIP:
+                            n_clipped -= 1
+                        else:
+                            n_unclipped -= 1
+                            unclipped_finish_sum -= f.finish_step
+                        f.epoch += 1
+                        blocks = -(-kv // block)
+                        reserved = f.reserved_blocks
+                        free += blocks if blocks >= reserved else reserved
+                        used -= blocks
+                        f.reserved_blocks = 0
+                        f.state = FINISHED
+                        f.finished_us = now
+                        done(f)
+                    if len(pool.running) > 4 * n_running + 1024:
+                        pool.running_reqs()  # prune the entries of those that left
+                else:
+                    sim.now = now
+                    _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
+                                n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
+                    sim.finish_decoded(finishing, now)
+                    n_running, n_unreserved = pool.n_running, pool.n_unreserved
+                    free, used = pool.free_blocks, pool.used_blocks
+                    context_base_sum = pool.context_base_sum
+                    n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
+                    unclipped_finish_sum = pool.unclipped_finish_sum
+            sim.iterations += 1
+            if admit_first:
+                break
+            horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
+            if not now < horizon:
+                break
+        # -- a decode-only stretch up to the next event ---------------------------------------
         while heap:
             top = heap[0]
             r = top[3]
             if r.epoch == top[2] and r.state == RUNNING:
                 break
             pop(heap)  # an entry of a request that left
-        running = pool.n_running
-        if not running:
+        if not n_running:
             break
         finish_step = heap[0][0]  # the step at which the first request generates its last token
-        step, free = pool.decode_steps, pool.free_blocks
         wanted = finish_step - step  # iterations up to and including that one
-        unreserved = pool.n_unreserved
-        fit = wanted if not unreserved or free >= unreserved * wanted else free // unreserved
-        context = pool.context_base_sum + running * step
+        fit = wanted if not n_unreserved or free >= n_unreserved * wanted else free // n_unreserved
+        context = context_base_sum + n_running * step
         start, k = now, 0
+        running = n_running
         if linear is not None:
             # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
             # term adds +0.0 to a non-negative sum, which changes nothing
             kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
             t1 = t2 = t3 = t4 = 0
             c = context
-            while k < fit and now < horizon:
+            for k in range(1, fit + 1):  # noqa: B007 (now < horizon holds when a stretch starts)
                 now += a + ctx * c
+                if now >= horizon:
+                    break
                 c += running
-                k += 1
         elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
             terms = forms.get(running)
             if terms is None:
@@ -154,10 +364,11 @@ def decode_stretch(sim: Any) -> int:
             kind, a, ctx = FORM, head, 0.0
             t1, t2, t3, t4 = scale, slope, tail, last
             c = context
-            while k < fit and now < horizon:
+            for k in range(1, fit + 1):  # noqa: B007
                 now += ((head + scale * (slope * c)) + tail) + last
+                if now >= horizon:
+                    break
                 c += running
-                k += 1
         else:
             kind, a, ctx = LOGGED, 0.0, 0.0
             t1 = t2 = t3 = t4 = 0
@@ -180,7 +391,7 @@ def decode_stretch(sim: Any) -> int:
                     now += ((head + scale * (slope * c)) + tail) + last
                 else:
                     duration = batch_us(0, running, c, 0, 0, 0)
-                    durations.append(duration)
+                    append(duration)
                     now += duration
                 k += 1
         if k:
@@ -191,18 +402,20 @@ def decode_stretch(sim: Any) -> int:
             else:
                 grow = running_by_step[at : at + block]
                 grown = k // block * running + sum(running_by_step[at : at + k % block])
-            if unreserved == running:  # nothing reserved: what a step needs is what it uses
+            if n_unreserved == running:  # nothing reserved: what a step needs is what it uses
                 need, needed = None, grown
             else:
                 need = unreserved_by_step[at : at + len(grow)]
                 if k <= block:
                     needed = sum(need)
                 else:
-                    needed = k // block * unreserved + sum(unreserved_by_step[at : at + k % block])
+                    needed = k // block * n_unreserved + sum(
+                        unreserved_by_step[at : at + k % block]
+                    )
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                pool.used_blocks, free, log.jumped, t1, t2, t3, t4, 0, 0,
+                used, free, log.jumped, t1, t2, t3, t4, 0, 0,
             )  # fmt: skip
             log.jumped = 0.0
             counts.fromlist(grow)
@@ -210,21 +423,22 @@ def decode_stretch(sim: Any) -> int:
                 counts.fromlist(need)
             if len(records) >= FLUSH_BYTES:
                 log.flush(now)
-            pool.free_blocks = free - needed
-            pool.used_blocks += grown
-            pool.decode_steps = step + k
-            sim.now = now
-            ratio = sim.ratio
-            if ratio.current > ratio.min_ratio:
-                current, floor, decay = ratio.current, ratio.min_ratio, ratio.decay_per_step
+            free -= needed
+            used += grown
+            step += k
+            if current > floor:
                 for _ in range(k):
                     if current <= floor:
                         break
                     current = max(current - decay, floor)
-                sim.ratio = replace(ratio, current=current)
             decoded += running * k
-            if clip_heap:
-                pool.migrate_clipped()
+            if clip_heap:  # pool.migrate_clipped(), inline
+                while clip_heap and clip_heap[0][0] <= step:
+                    _, _, epoch, r = pop(clip_heap)
+                    if r.epoch == epoch and r.state == RUNNING:
+                        n_clipped -= 1
+                        n_unclipped += 1
+                        unclipped_finish_sum += r.finish_step
             total += k
             if k == wanted:  # the request(s) that generated their last token leave
                 finishing = []
@@ -232,30 +446,96 @@ def decode_stretch(sim: Any) -> int:
                     _, _, epoch, r = pop(heap)
                     if r.epoch == epoch and r.state == RUNNING:
                         finishing.append(r)
-                sim.finish_decoded(finishing, now)
+                if plain:
+                    for f in finishing:  # KvPool.leave and Sim.finish_decoded, inline
+                        advanced = f.advanced_step == step
+                        kv = f.kv_base + step + advanced
+                        f.generated = f.max_new_tokens - f.finish_step + step + advanced
+                        phase = f.kv_base % block
+                        at = block - 1 - phase
+                        n_running -= 1
+                        running_by_phase[phase] -= 1
+                        running_by_step[at] -= 1
+                        running_by_step[at + block] -= 1
+                        if not f.reserved_blocks:
+                            unreserved_by_phase[phase] -= 1
+                            unreserved_by_step[at] -= 1
+                            unreserved_by_step[at + block] -= 1
+                            n_unreserved -= 1
+                        context_base_sum -= f.context_base
+                        if f.finish_step - step > CLIP:
+                            n_clipped -= 1
+                        else:
+                            n_unclipped -= 1
+                            unclipped_finish_sum -= f.finish_step
+                        f.epoch += 1
+                        blocks = -(-kv // block)
+                        reserved = f.reserved_blocks
+                        free += blocks if blocks >= reserved else reserved
+                        used -= blocks
+                        f.reserved_blocks = 0
+                        f.state = FINISHED
+                        f.finished_us = now
+                        done(f)
+                    if len(pool.running) > 4 * n_running + 1024:
+                        pool.running_reqs()  # prune the entries of those that left
+                else:
+                    sim.now = now
+                    _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
+                                n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
+                    sim.finish_decoded(finishing, now)
+                    n_running, n_unreserved = pool.n_running, pool.n_unreserved
+                    free, used = pool.free_blocks, pool.used_blocks
+                    context_base_sum = pool.context_base_sum
+                    n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
+                    unclipped_finish_sum = pool.unclipped_finish_sum
                 if now < horizon:
                     continue
         if now < horizon:
             break  # a step whose growth does not fit
         # the horizon: an arrival (let it in), or the time the loop advances to
-        arrivals = sim.arrivals
         if not lone or arrivals.next_us > now or now >= sim.until_us:
             break
+        sim.now = now
         sim._arrive()
-        waiting = sim.waiting
         if waiting:
-            if len(waiting) != 1 or not admit_lone_arrival(sim):  # (it counts its iteration)
+            if len(waiting) != 1:
                 break
-            admitted += 1
-        now = sim.now
+            admit = True  # (its iteration, at the top)
+            continue
         horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
         if not now < horizon:
             break
-    sim.counters["decode_tokens"] += decoded
+    sim.now = now
+    _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
+                n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
+    if current != ratio.current:
+        sim.ratio = replace(ratio, current=current)
+    counters = sim.counters
+    counters["decode_tokens"] += decoded
+    if admitted:
+        counters["first_tokens"] += first_tokens
+        counters["prefill_tokens"] += prefill_tokens
+        counters["loaded_tokens"] += loaded_tokens
+        counters["admissions"] += admitted
+        counters["l1_hit_tokens"] += l1_hit_tokens
     if total:
         sim.iterations += total
+    if total or admitted:
         sim.stalled = 0
     return total + admitted
+
+
+def _write_back(
+    pool: Any, n_running: int, n_unreserved: int, free: int, used: int, step: int,
+    context_base_sum: int, n_clipped: int, n_unclipped: int, unclipped_finish_sum: int,
+) -> None:  # fmt: skip
+    """The pool's aggregates, from :func:`_steady`'s local variables."""
+    pool.n_running, pool.n_unreserved = n_running, n_unreserved
+    pool.free_blocks, pool.used_blocks, pool.decode_steps = free, used, step
+    pool.context_base_sum = context_base_sum
+    pool.n_clipped, pool.n_unclipped = n_clipped, n_unclipped
+    pool.unclipped_finish_sum = unclipped_finish_sum
 
 
 def _phases(counts: list[int], step: int, m: int, block: int) -> list[int]:

@@ -221,7 +221,11 @@ class KvPool:
             self.unclipped_finish_sum -= r.finish_step
         r.epoch += 1  # invalidates its heap entries
         r.state = PREFILL  # not running; the caller sets the final state
-        self._release(r, kv)
+        blocks = -(-kv // block)  # self._release(r, kv), inline
+        reserved = r.reserved_blocks
+        self.free_blocks += blocks if blocks >= reserved else reserved
+        self.used_blocks -= blocks
+        r.reserved_blocks = 0
         if len(self.running) > 4 * self.n_running + 1024:  # prune the entries of those that left
             self.running_reqs()
         return kv

@@ -57,13 +57,17 @@ from cpkv.serving.adder import AdderBudgets, adder_step
 from cpkv.serving.arrivals import Arrivals, arrival_order
 from cpkv.serving.block_policies import block_step
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.decode_stretch import decode_form_of, decode_stretch, linear_costs
+from cpkv.serving.decode_stretch import (
+    admit_lone_arrival,
+    decode_form_of,
+    decode_stretch,
+    linear_costs,
+)
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
-from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
-from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
+from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
     from cpkv.serving.policy_options import PolicyOptions
@@ -175,7 +179,7 @@ class Sim:
         self.decode_form = None if self.linear_costs is not None else decode_form_of(s.cost)
         self.decode_forms: dict[int, tuple] = {}  # by running requests
         self._load_threshold = max(1, s.adder.load_back_threshold)
-        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
+        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.decode_stretch
         # trace events (cpkv.serving.trace_events): every iteration a full one, reported
         self.trace = trace
         if trace is not None:
@@ -278,7 +282,7 @@ class Sim:
         while arrivals.next_us <= now:
             r = arrivals.pop()
             prompt, max_new = r.prompt_tokens, r.max_new_tokens
-            never = ceil_div(prompt + max_new, block) > capacity or (
+            never = -(-(prompt + max_new) // block) > capacity or (  # ceil_div, inline
                 tokens is not None and prompt + min(max_new, CLIP_MAX_NEW_TOKENS) + block >= tokens
             )
             if never:
@@ -304,9 +308,18 @@ class Sim:
     def finish_decoded(self, finishing: list[Req], now: float) -> None:
         """Running requests that generated their last token in the iteration that ended at
         ``now`` leave and finish (in the order given)."""
-        pool, hits = self.pool, self.hits
+        leave = self.pool.leave
+        if self.cache is None and self.extra is None:  # _done's work is the sink's alone
+            done = self.sink.done
+            for r in finishing:
+                leave(r)
+                r.state = FINISHED
+                r.finished_us = now
+                done(r)
+            return
+        hits = self.hits
         for r in finishing:
-            pool.leave(r)
+            leave(r)
             r.state = FINISHED
             r.finished_us = now
             hits.insert(r)
