@@ -134,8 +134,9 @@ def _steady(sim: Any, admit_first: bool) -> int:
     running_by_phase, unreserved_by_phase = pool.running_by_phase, pool.unreserved_by_phase
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
-    cost = sim.settings.cost
-    batch_us = cost.batch_us
+    if linear is not None:
+        fixed, prefill, decode, ctx_coef, load = linear
+    batch_us = sim.settings.cost.batch_us
     limits = sim.settings.adder.lone_limits
     form, forms = sim.decode_form, sim.decode_forms
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
@@ -149,7 +150,9 @@ def _steady(sim: Any, admit_first: bool) -> int:
     done = sim.sink.done
     hit = sim.hit
     waiting = sim.waiting
-    arrivals = sim.arrivals
+    arrivals, until = sim.arrivals, sim.until_us
+    touch = sim.hits.touch if sim.cache is not None else None
+    stamp, jumped = sim.stamp, log.jumped
     # counters, added at the end
     total = decoded = admitted = 0  # decode-only iterations, their tokens, admissions
     first_tokens = prefill_tokens = loaded_tokens = l1_hit_tokens = 0
@@ -207,11 +210,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
                     if f.epoch == epoch and f.state == RUNNING:
                         finishing.append(f)
                 current = ratio_now
-            if sim.cache is not None:
-                sim.hits.touch(r)
+            if touch is not None:
+                touch(r)
             filled = device + loaded
             r.device_prefix, r.host_hit = device, loaded
-            sim.stamp = stamp = r.stamp = sim.stamp + 1
+            stamp += 1
+            r.stamp = stamp
             free = free_now - blocks - first_block
             used += blocks + first_block
             r.admitted_us = now
@@ -224,13 +228,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
                 sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
             # it joins the running set (KvPool.join, inline) with its first token
             kv += 1
-            r.kv_tokens, r.reserved_blocks, r.generated = kv, 0, 1
+            r.kv_tokens, r.generated = kv, 1  # (never admitted: nothing reserved)
             r.state = RUNNING
             r.kv_base = kv_base = kv - step
             r.context_base = context_base = kv + device - step
             r.finish_step = finish = step + max_new - 1
-            r.advanced_step = -1
-            epoch = r.epoch
+            epoch = r.epoch  # (never admitted: never advanced)
             pool.running.append((r, epoch))
             n_running += 1
             n_unreserved += 1
@@ -254,10 +257,9 @@ def _steady(sim: Any, admit_first: bool) -> int:
                 finishing.append(r)
             pairs = extend * filled + extend * (extend + 1) // 2
             if linear is not None:
-                fixed, prefill, decode, ctx, load = linear
                 duration = (
                     fixed + prefill * extend + decode * running_before
-                    + ctx * (decode_context + prefill_context) + load * loaded
+                    + ctx_coef * (decode_context + prefill_context) + load * loaded
                 )  # fmt: skip
             else:
                 duration = batch_us(
@@ -266,11 +268,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
             start = now
             now = start + duration
             records += pack(
-                FULL, 1, start, n_running, 0, duration, 0, used, free, log.jumped, extend,
+                FULL, 1, start, n_running, 0, duration, 0, used, free, jumped, extend,
                 running_before, decode_context, prefill_context, pairs, loaded,
             )  # fmt: skip
             counts.append(0)
-            log.jumped = 0.0
+            if jumped:  # (only the first segment can follow a jump over idle time)
+                jumped = log.jumped = 0.0
             if len(records) >= FLUSH_BYTES:
                 log.flush(now)
             decoded += running_before
@@ -324,10 +327,11 @@ def _steady(sim: Any, admit_first: bool) -> int:
                     context_base_sum = pool.context_base_sum
                     n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
                     unclipped_finish_sum = pool.unclipped_finish_sum
-            sim.iterations += 1
             if admit_first:
                 break
-            horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
+            horizon = arrivals.next_us
+            if until < horizon:
+                horizon = until
             if not now < horizon:
                 break
         # -- a decode-only stretch up to the next event ---------------------------------------
@@ -415,9 +419,10 @@ def _steady(sim: Any, admit_first: bool) -> int:
             # log.stretch(...), inline
             records += pack(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
-                used, free, log.jumped, t1, t2, t3, t4, 0, 0,
+                used, free, jumped, t1, t2, t3, t4, 0, 0,
             )  # fmt: skip
-            log.jumped = 0.0
+            if jumped:
+                jumped = log.jumped = 0.0
             counts.fromlist(grow)
             if need is not None:
                 counts.fromlist(need)
@@ -494,7 +499,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
         if now < horizon:
             break  # a step whose growth does not fit
         # the horizon: an arrival (let it in), or the time the loop advances to
-        if not lone or arrivals.next_us > now or now >= sim.until_us:
+        if not lone or arrivals.next_us > now or now >= until:
             break
         sim.now = now
         sim._arrive()
@@ -503,10 +508,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
                 break
             admit = True  # (its iteration, at the top)
             continue
-        horizon = sim.horizon_us = min(arrivals.next_us, sim.until_us)
+        horizon = arrivals.next_us
+        if until < horizon:
+            horizon = until
         if not now < horizon:
             break
-    sim.now = now
+    sim.now, sim.horizon_us, sim.stamp = now, horizon, stamp
     _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
                 n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
     if current != ratio.current:
@@ -519,9 +526,8 @@ def _steady(sim: Any, admit_first: bool) -> int:
         counters["loaded_tokens"] += loaded_tokens
         counters["admissions"] += admitted
         counters["l1_hit_tokens"] += l1_hit_tokens
-    if total:
-        sim.iterations += total
     if total or admitted:
+        sim.iterations += total + admitted
         sim.stalled = 0
     return total + admitted
 
