@@ -39,7 +39,16 @@ from typing import Any
 
 from cpkv.serving.adder import lone_pass
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import APART, FLUSH_BYTES, FORM, FULL, LINEAR, LOGGED, SEGMENT
+from cpkv.serving.iteration_log import (
+    APART,
+    FLUSH_BYTES,
+    FORM,
+    FULL,
+    LINEAR,
+    LOGGED,
+    SEGMENT,
+    SEGMENT_FORM,
+)
 from cpkv.serving.kv_pool import FINISHED, RUNNING
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
 
@@ -140,6 +149,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
     limits = sim.settings.adder.lone_limits
     form, forms = sim.decode_form, sim.decode_forms
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
+    pack_form = SEGMENT_FORM.pack
     append = durations.append
     pop, push = heapq.heappop, heapq.heappush
     # the ratio: its decay steps are taken here, written back at the end
@@ -352,7 +362,8 @@ def _steady(sim: Any, admit_first: bool) -> int:
         if linear is not None:
             # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
             # term adds +0.0 to a non-negative sum, which changes nothing
-            kind, a, ctx = LINEAR, linear[0] + linear[1] * 0 + linear[2] * running, linear[3]
+            kind = LINEAR
+            a, ctx = fixed + prefill * 0 + decode * running, ctx_coef
             t1 = t2 = t3 = t4 = 0
             c = context
             for k in range(1, fit + 1):  # noqa: B007 (now < horizon holds when a stretch starts)
@@ -416,8 +427,8 @@ def _steady(sim: Any, admit_first: bool) -> int:
                     needed = k // block * n_unreserved + sum(
                         unreserved_by_step[at : at + k % block]
                     )
-            # log.stretch(...), inline
-            records += pack(
+            # the stretch's segment and growth counts (cpkv.serving.iteration_log)
+            records += (pack_form if kind == FORM else pack)(
                 kind if need is None else kind | APART, k, start, running, 0, a, context,
                 used, free, jumped, t1, t2, t3, t4, 0, 0,
             )  # fmt: skip

@@ -43,7 +43,7 @@ decode form (``((head + scale * (slope * context)) + tail) + last``: ``head`` in
 constant term's place, the other four in those of a full iteration's cost arguments); ``| APART``: the stretch logged its needed-block counts
 apart from its used-block counts (a running request holds a reservation)."""
 WIDTH = 16
-"""Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
+"""Fields per segment (8 bytes each): kind, iterations, start, running, waiting, the duration's constant
 term, the context the first step reads (each step reads ``running`` more), the blocks used
 and free after the first step's allocations *less that step's growth*, whether the loop
 jumped over idle time just before it, and, for a full iteration, the six arguments the
@@ -52,8 +52,14 @@ context, prefill attention pairs, loaded tokens; zeros in a stretch, whose itera
 ``(0, running, context, 0, 0, 0)``). A full iteration is a one-step segment whose constant
 term is its duration, context 0, growth 0 (one logged count of 0): its used and free blocks
 are its own."""
-SEGMENT = struct.Struct(f"<{WIDTH}d")
-"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append)."""
+SEGMENT = struct.Struct("<qqdqqdqqqdqqqqqq")
+"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append): the
+start, the constant term and the jump flag as doubles, every other field an integer
+(int64: packing an integer as a double costs twice as much)."""
+SEGMENT_FORM = struct.Struct("<qqdqqdqqqdddddqq")
+"""A ``FORM`` stretch: its four decode-form terms (fields 10-13) are doubles."""
+FLOAT_FIELDS = [2, 5, 9]
+FORM_FIELDS = [10, 11, 12, 13]
 FLUSH_BYTES = 16384 * SEGMENT.size
 """Segments logged before a batch is expanded."""
 
@@ -98,58 +104,9 @@ class IterationLog:
         self.cost = cost  # a cost model: each iteration's cost arguments are kept too
         self.kept_args: list[tuple[np.ndarray, ...]] = []
 
-    # -- logging (the loop's side) ----------------------------------------------------------
-    def full(
-        self,
-        start: float,
-        duration: float,
-        used: int,
-        held: int,
-        running: int,
-        waiting: int,
-        cost_args: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
-    ) -> None:
-        """One full iteration (the loop packs it inline: the same record); ``cost_args``:
-        the arguments of its ``batch_us``."""
-        self.records += SEGMENT.pack(
-            FULL, 1, start, running, waiting, duration, 0, used, self.capacity_blocks - held,
-            self.jumped, *cost_args,
-        )  # fmt: skip
-        self.phase_counts.append(0)
-        self.jumped = 0.0
-        if len(self.records) >= FLUSH_BYTES:
-            self.flush(start + duration)
-
-    def stretch(
-        self,
-        kind: int,
-        steps: int,
-        start: float,
-        running: int,
-        a: float,
-        context: int,
-        used: int,
-        free: int,
-        grow: list[int],
-        need: list[int] | None,
-        end: float,
-    ) -> None:
-        """``steps`` decode-only iterations of ``running`` requests from ``start`` to ``end``:
-        ``a`` (LINEAR) the durations' constant term, ``context`` the context the first step
-        reads, ``used`` / ``free`` the blocks before it, ``grow`` / ``need`` the blocks used /
-        taken from the free ones by each of the first ``min(steps, block_size)`` steps (the
-        same counts repeat every ``block_size`` steps; ``need`` None: the same as ``grow``)."""
-        self.records += SEGMENT.pack(
-            kind if need is None else kind | APART, steps, start, running, 0, a, context,
-            used, free, self.jumped, 0, 0, 0, 0, 0, 0,
-        )  # fmt: skip
-        self.jumped = 0.0
-        self.phase_counts.fromlist(grow)
-        if need is not None:
-            self.phase_counts.fromlist(need)
-        if len(self.records) >= FLUSH_BYTES:
-            self.flush(end)
-
+    # -- logging (the loop's side: it packs each segment, :data:`SEGMENT`, into ``records``
+    # itself, the stretches' growth counts into ``phase_counts``, and calls ``flush`` when
+    # ``records`` holds :data:`FLUSH_BYTES`) -----------------------------------------------
     def idle_jump(self) -> None:
         """The loop moved its clock over idle time: the next segment starts a new sum."""
         self.jumped = 1.0
@@ -176,7 +133,7 @@ class IterationLog:
     ) -> None:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
         last one, so ``now`` is not where they end)."""
-        rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+        rec = _segments(records)
         steps = rec[:, 1].astype(np.int64)
         first = np.cumsum(steps) - steps  # each segment's first iteration
         t0, dt, used, held, running, waiting, context = self._expand(
@@ -363,6 +320,20 @@ def _cost_arguments(rec: np.ndarray, running: np.ndarray, context: np.ndarray) -
     decode = np.where(full, decode, running)
     decode_context = np.where(full, decode_context, context)
     return prefill, decode, decode_context, prefill_context, pairs, loaded
+
+
+def _segments(records: bytes) -> np.ndarray:
+    """Packed segments (:data:`SEGMENT`, :data:`SEGMENT_FORM`) as one ``(n, WIDTH)`` float
+    array: the integer fields converted (exactly, below 2**53, as packing them as doubles
+    did), the double fields as they are."""
+    ints = np.frombuffer(records, dtype=np.int64).reshape(-1, WIDTH)
+    floats = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+    rec = ints.astype(np.float64)
+    rec[:, FLOAT_FIELDS] = floats[:, FLOAT_FIELDS]
+    form = np.flatnonzero((ints[:, 0] & 3) == FORM)
+    if len(form):
+        rec[np.ix_(form, FORM_FIELDS)] = floats[np.ix_(form, FORM_FIELDS)]
+    return rec
 
 
 def _sequential_sum(start: float, values: np.ndarray) -> float:

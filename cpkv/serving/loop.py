@@ -382,7 +382,7 @@ class Sim:
         self.now = now = start + duration
         # the iteration's state: after its allocations, before finishes
         samples = self.samples
-        samples.records += SEGMENT.pack(  # samples.full(...), inline
+        samples.records += SEGMENT.pack(  # a FULL segment
             FULL, 1, start, pool.n_running, len(self.waiting), duration, 0, pool.used_blocks,
             pool.free_blocks, samples.jumped, self.prefill_tokens, decoded, decode_context,
             self.prefill_context, self.prefill_attention_pairs, self.loaded,
