@@ -140,6 +140,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
     n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
     unclipped_finish_sum = pool.unclipped_finish_sum
     heap, clip_heap, block, log = pool.finish_heap, pool.clip_heap, pool.block_size, sim.samples
+    running_set = pool.running
     running_by_phase, unreserved_by_phase = pool.running_by_phase, pool.unreserved_by_phase
     running_by_step, unreserved_by_step = pool.running_by_step, pool.unreserved_by_step
     linear = sim.linear_costs
@@ -244,7 +245,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
             r.context_base = context_base = kv + device - step
             r.finish_step = finish = step + max_new - 1
             epoch = r.epoch  # (never admitted: never advanced)
-            pool.running.append((r, epoch))
+            running_set[r] = None
             n_running += 1
             n_unreserved += 1
             phase = kv_base % block
@@ -317,6 +318,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
                             n_unclipped -= 1
                             unclipped_finish_sum -= f.finish_step
                         f.epoch += 1
+                        del running_set[f]
                         blocks = -(-kv // block)
                         reserved = f.reserved_blocks
                         free += blocks if blocks >= reserved else reserved
@@ -325,8 +327,6 @@ def _steady(sim: Any, admit_first: bool) -> int:
                         f.state = FINISHED
                         f.finished_us = now
                         done(f)
-                    if len(pool.running) > 4 * n_running + 1024:
-                        pool.running_reqs()  # prune the entries of those that left
                 else:
                     sim.now = now
                     _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
@@ -485,6 +485,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
                             n_unclipped -= 1
                             unclipped_finish_sum -= f.finish_step
                         f.epoch += 1
+                        del running_set[f]
                         blocks = -(-kv // block)
                         reserved = f.reserved_blocks
                         free += blocks if blocks >= reserved else reserved
@@ -493,8 +494,6 @@ def _steady(sim: Any, admit_first: bool) -> int:
                         f.state = FINISHED
                         f.finished_us = now
                         done(f)
-                    if len(pool.running) > 4 * n_running + 1024:
-                        pool.running_reqs()  # prune the entries of those that left
                 else:
                     sim.now = now
                     _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
