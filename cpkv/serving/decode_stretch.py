@@ -118,15 +118,15 @@ def decode_stretch(sim: Any) -> int:
 
 def admit_lone_arrival(sim: Any) -> bool:
     """Run the full iteration that admits ``sim.waiting[0]`` (the only waiting request,
-    never admitted before) if it is the simple kind (module docstring); False: nothing was
-    changed."""
+    never admitted before) if it is the simple kind (module docstring), then go on as
+    :func:`decode_stretch` does up to ``sim.until_us``; False: nothing was changed."""
     return _steady(sim, True) > 0
 
 
 def _steady(sim: Any, admit_first: bool) -> int:
     """Lone admissions, decode stretches and the finishes inside them, on the pool's
     aggregates held in local variables (written back when it returns, and before anything
-    else reads them); ``admit_first``: admit ``sim.waiting[0]`` and return. Returns the
+    else reads them); ``admit_first``: admit ``sim.waiting[0]`` first. Returns the
     iterations run (0: nothing changed)."""
     pool = sim.pool
     now, horizon = sim.now, sim.horizon_us
@@ -337,177 +337,180 @@ def _steady(sim: Any, admit_first: bool) -> int:
                     context_base_sum = pool.context_base_sum
                     n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
                     unclipped_finish_sum = pool.unclipped_finish_sum
-            if admit_first:
-                break
             horizon = arrivals.next_us
             if until < horizon:
                 horizon = until
-            if not now < horizon:
-                break
         # -- a decode-only stretch up to the next event ---------------------------------------
-        while heap:
-            top = heap[0]
-            r = top[3]
-            if r.epoch == top[2] and r.state == RUNNING:
+        if now < horizon:
+            while heap:
+                top = heap[0]
+                r = top[3]
+                if r.epoch == top[2] and r.state == RUNNING:
+                    break
+                pop(heap)  # an entry of a request that left
+            if not n_running:
                 break
-            pop(heap)  # an entry of a request that left
-        if not n_running:
-            break
-        finish_step = heap[0][0]  # the step at which the first request generates its last token
-        wanted = finish_step - step  # iterations up to and including that one
-        fit = wanted if not n_unreserved or free >= n_unreserved * wanted else free // n_unreserved
-        context = context_base_sum + n_running * step
-        start, k = now, 0
-        running = n_running
-        if linear is not None:
-            # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
-            # term adds +0.0 to a non-negative sum, which changes nothing
-            kind = LINEAR
-            a, ctx = fixed + prefill * 0 + decode * running, ctx_coef
-            t1 = t2 = t3 = t4 = 0
-            c = context
-            for k in range(1, fit + 1):  # noqa: B007 (now < horizon holds when a stretch starts)
-                now += a + ctx * c
-                if now >= horizon:
-                    break
-                c += running
-        elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
-            terms = forms.get(running)
-            if terms is None:
-                terms = forms[running] = form(running)
-            head, scale, slope, tail, last = terms
-            kind, a, ctx = FORM, head, 0.0
-            t1, t2, t3, t4 = scale, slope, tail, last
-            c = context
-            for k in range(1, fit + 1):  # noqa: B007
-                now += ((head + scale * (slope * c)) + tail) + last
-                if now >= horizon:
-                    break
-                c += running
-        else:
-            kind, a, ctx = LOGGED, 0.0, 0.0
-            t1 = t2 = t3 = t4 = 0
-            while k < fit and now < horizon:
-                duration = batch_us(0, running, context + running * k, 0, 0, 0)
-                append(duration)
-                now += duration
-                k += 1
-        if k == fit < wanted and now < horizon:  # near a full pool: step by step
-            left = free - _cycle_sum(_phases(unreserved_by_phase, step, min(k, block), block), k)
-            while k < wanted and now < horizon:
-                need = unreserved_by_phase[-(step + k) % block]
-                if need > left:
-                    break
-                left -= need
-                c = context + running * k
-                if kind == LINEAR:
+            finish_step = heap[0][0]  # the step at which the first request generates its last token
+            wanted = finish_step - step  # iterations up to and including that one
+            fit = (
+                wanted
+                if not n_unreserved or free >= n_unreserved * wanted
+                else free // n_unreserved
+            )
+            context = context_base_sum + n_running * step
+            start, k = now, 0
+            running = n_running
+            if linear is not None:
+                # fixed + prefill * 0 + decode * running + ctx * (c + 0) + load * 0: the last
+                # term adds +0.0 to a non-negative sum, which changes nothing
+                kind = LINEAR
+                a, ctx = fixed + prefill * 0 + decode * running, ctx_coef
+                t1 = t2 = t3 = t4 = 0
+                c = context
+                for k in range(1, fit + 1):  # noqa: B007 (now < horizon holds when a stretch starts)
                     now += a + ctx * c
-                elif kind == FORM:
+                    if now >= horizon:
+                        break
+                    c += running
+            elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
+                terms = forms.get(running)
+                if terms is None:
+                    terms = forms[running] = form(running)
+                head, scale, slope, tail, last = terms
+                kind, a, ctx = FORM, head, 0.0
+                t1, t2, t3, t4 = scale, slope, tail, last
+                c = context
+                for k in range(1, fit + 1):  # noqa: B007
                     now += ((head + scale * (slope * c)) + tail) + last
-                else:
-                    duration = batch_us(0, running, c, 0, 0, 0)
+                    if now >= horizon:
+                        break
+                    c += running
+            else:
+                kind, a, ctx = LOGGED, 0.0, 0.0
+                t1 = t2 = t3 = t4 = 0
+                while k < fit and now < horizon:
+                    duration = batch_us(0, running, context + running * k, 0, 0, 0)
                     append(duration)
                     now += duration
-                k += 1
-        if k:
-            at = (step - 1) % block  # the step-ordered counts from this step on
-            if k <= block:
-                grow = running_by_step[at : at + k]
-                grown = sum(grow)
-            else:
-                grow = running_by_step[at : at + block]
-                grown = k // block * running + sum(running_by_step[at : at + k % block])
-            if n_unreserved == running:  # nothing reserved: what a step needs is what it uses
-                need, needed = None, grown
-            else:
-                need = unreserved_by_step[at : at + len(grow)]
-                if k <= block:
-                    needed = sum(need)
-                else:
-                    needed = k // block * n_unreserved + sum(
-                        unreserved_by_step[at : at + k % block]
-                    )
-            # the stretch's segment and growth counts (cpkv.serving.iteration_log)
-            records += (pack_form if kind == FORM else pack)(
-                kind if need is None else kind | APART, k, start, running, 0, a, context,
-                used, free, jumped, t1, t2, t3, t4, 0, 0,
-            )  # fmt: skip
-            if jumped:
-                jumped = log.jumped = 0.0
-            counts.fromlist(grow)
-            if need is not None:
-                counts.fromlist(need)
-            if len(records) >= FLUSH_BYTES:
-                log.flush(now)
-            free -= needed
-            used += grown
-            step += k
-            if current > floor:
-                for _ in range(k):
-                    if current <= floor:
+                    k += 1
+            if k == fit < wanted and now < horizon:  # near a full pool: step by step
+                left = free - _cycle_sum(
+                    _phases(unreserved_by_phase, step, min(k, block), block), k
+                )
+                while k < wanted and now < horizon:
+                    need = unreserved_by_phase[-(step + k) % block]
+                    if need > left:
                         break
-                    current = max(current - decay, floor)
-            decoded += running * k
-            if clip_heap:  # pool.migrate_clipped(), inline
-                while clip_heap and clip_heap[0][0] <= step:
-                    _, _, epoch, r = pop(clip_heap)
-                    if r.epoch == epoch and r.state == RUNNING:
-                        n_clipped -= 1
-                        n_unclipped += 1
-                        unclipped_finish_sum += r.finish_step
-            total += k
-            if k == wanted:  # the request(s) that generated their last token leave
-                finishing = []
-                while heap and heap[0][0] <= finish_step:
-                    _, _, epoch, r = pop(heap)
-                    if r.epoch == epoch and r.state == RUNNING:
-                        finishing.append(r)
-                if plain:
-                    for f in finishing:  # KvPool.leave and Sim.finish_decoded, inline
-                        advanced = f.advanced_step == step
-                        kv = f.kv_base + step + advanced
-                        f.generated = f.max_new_tokens - f.finish_step + step + advanced
-                        phase = f.kv_base % block
-                        at = block - 1 - phase
-                        n_running -= 1
-                        running_by_phase[phase] -= 1
-                        running_by_step[at] -= 1
-                        running_by_step[at + block] -= 1
-                        if not f.reserved_blocks:
-                            unreserved_by_phase[phase] -= 1
-                            unreserved_by_step[at] -= 1
-                            unreserved_by_step[at + block] -= 1
-                            n_unreserved -= 1
-                        context_base_sum -= f.context_base
-                        if f.finish_step - step > CLIP:
-                            n_clipped -= 1
-                        else:
-                            n_unclipped -= 1
-                            unclipped_finish_sum -= f.finish_step
-                        f.epoch += 1
-                        del running_set[f]
-                        blocks = -(-kv // block)
-                        reserved = f.reserved_blocks
-                        free += blocks if blocks >= reserved else reserved
-                        used -= blocks
-                        f.reserved_blocks = 0
-                        f.state = FINISHED
-                        f.finished_us = now
-                        done(f)
+                    left -= need
+                    c = context + running * k
+                    if kind == LINEAR:
+                        now += a + ctx * c
+                    elif kind == FORM:
+                        now += ((head + scale * (slope * c)) + tail) + last
+                    else:
+                        duration = batch_us(0, running, c, 0, 0, 0)
+                        append(duration)
+                        now += duration
+                    k += 1
+            if k:
+                at = (step - 1) % block  # the step-ordered counts from this step on
+                if k <= block:
+                    grow = running_by_step[at : at + k]
+                    grown = sum(grow)
                 else:
-                    sim.now = now
-                    _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
-                                n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
-                    sim.finish_decoded(finishing, now)
-                    n_running, n_unreserved = pool.n_running, pool.n_unreserved
-                    free, used = pool.free_blocks, pool.used_blocks
-                    context_base_sum = pool.context_base_sum
-                    n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
-                    unclipped_finish_sum = pool.unclipped_finish_sum
-                if now < horizon:
-                    continue
-        if now < horizon:
-            break  # a step whose growth does not fit
+                    grow = running_by_step[at : at + block]
+                    grown = k // block * running + sum(running_by_step[at : at + k % block])
+                if n_unreserved == running:  # nothing reserved: what a step needs is what it uses
+                    need, needed = None, grown
+                else:
+                    need = unreserved_by_step[at : at + len(grow)]
+                    if k <= block:
+                        needed = sum(need)
+                    else:
+                        needed = k // block * n_unreserved + sum(
+                            unreserved_by_step[at : at + k % block]
+                        )
+                # the stretch's segment and growth counts (cpkv.serving.iteration_log)
+                records += (pack_form if kind == FORM else pack)(
+                    kind if need is None else kind | APART, k, start, running, 0, a, context,
+                    used, free, jumped, t1, t2, t3, t4, 0, 0,
+                )  # fmt: skip
+                if jumped:
+                    jumped = log.jumped = 0.0
+                counts.fromlist(grow)
+                if need is not None:
+                    counts.fromlist(need)
+                if len(records) >= FLUSH_BYTES:
+                    log.flush(now)
+                free -= needed
+                used += grown
+                step += k
+                if current > floor:
+                    for _ in range(k):
+                        if current <= floor:
+                            break
+                        current = max(current - decay, floor)
+                decoded += running * k
+                if clip_heap:  # pool.migrate_clipped(), inline
+                    while clip_heap and clip_heap[0][0] <= step:
+                        _, _, epoch, r = pop(clip_heap)
+                        if r.epoch == epoch and r.state == RUNNING:
+                            n_clipped -= 1
+                            n_unclipped += 1
+                            unclipped_finish_sum += r.finish_step
+                total += k
+                if k == wanted:  # the request(s) that generated their last token leave
+                    finishing = []
+                    while heap and heap[0][0] <= finish_step:
+                        _, _, epoch, r = pop(heap)
+                        if r.epoch == epoch and r.state == RUNNING:
+                            finishing.append(r)
+                    if plain:
+                        for f in finishing:  # KvPool.leave and Sim.finish_decoded, inline
+                            advanced = f.advanced_step == step
+                            kv = f.kv_base + step + advanced
+                            f.generated = f.max_new_tokens - f.finish_step + step + advanced
+                            phase = f.kv_base % block
+                            at = block - 1 - phase
+                            n_running -= 1
+                            running_by_phase[phase] -= 1
+                            running_by_step[at] -= 1
+                            running_by_step[at + block] -= 1
+                            if not f.reserved_blocks:
+                                unreserved_by_phase[phase] -= 1
+                                unreserved_by_step[at] -= 1
+                                unreserved_by_step[at + block] -= 1
+                                n_unreserved -= 1
+                            context_base_sum -= f.context_base
+                            if f.finish_step - step > CLIP:
+                                n_clipped -= 1
+                            else:
+                                n_unclipped -= 1
+                                unclipped_finish_sum -= f.finish_step
+                            f.epoch += 1
+                            del running_set[f]
+                            blocks = -(-kv // block)
+                            reserved = f.reserved_blocks
+                            free += blocks if blocks >= reserved else reserved
+                            used -= blocks
+                            f.reserved_blocks = 0
+                            f.state = FINISHED
+                            f.finished_us = now
+                            done(f)
+                    else:
+                        sim.now = now
+                        _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
+                                    n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
+                        sim.finish_decoded(finishing, now)
+                        n_running, n_unreserved = pool.n_running, pool.n_unreserved
+                        free, used = pool.free_blocks, pool.used_blocks
+                        context_base_sum = pool.context_base_sum
+                        n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
+                        unclipped_finish_sum = pool.unclipped_finish_sum
+                    if now < horizon:
+                        continue
+            if now < horizon:
+                break  # a step whose growth does not fit
         # the horizon: an arrival (let it in), or the time the loop advances to
         if not lone or arrivals.next_us > now or now >= until:
             break

@@ -255,9 +255,10 @@ class Sim:
                 and len(waiting) == 1
                 and self.chunked is None
                 and pool.events is None
-                and admit_lone_arrival(self)
             ):
-                continue  # the commonest admission, in straight-line code
+                self.until_us = until_us if extra is None else extra.until(until_us)
+                if admit_lone_arrival(self):
+                    continue  # the commonest admission (and what follows), in straight-line code
             self._iteration()
 
     def close(self) -> SimResult:
