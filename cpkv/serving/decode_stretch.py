@@ -1,23 +1,24 @@
-"""Decode-only stretches of the serving loop, run without the per-iteration machinery.
+"""The serving loop's steady state in straight-line code: decode-only stretches, the requests
+that finish inside them, and lone arrivals admitted whole.
 
-When nothing waits, nothing is being prefilled and requests are running, the next
-iterations only decode until something happens: a request arrives (the loop's *horizon*:
-the next arrival, or the time an outer driver advances the loop to), or a step's growth
-does not fit. :func:`decode_stretch` runs those iterations in a tight loop over the pool's
-aggregates and stops *before* the iteration in which one of these happens, which the full
-iteration then handles. A request that generates its last token finishes inside the
-stretch, at the end of that iteration, exactly as a full iteration would finish it
-(nothing waits, so that iteration admits nothing): it leaves the running set, and the
-stretch goes on with the others.
-
-Per iteration the stretch adds the iteration's duration to the clock and nothing else:
+**Decode-only stretches.** When nothing waits, nothing is being prefilled and requests are
+running, the next iterations only decode until something happens: a request arrives (the
+loop's *horizon*: the next arrival, or the time an outer driver advances the loop to), or
+a step's growth does not fit. :func:`decode_stretch` runs those iterations in a tight
+loop over the pool's aggregates and stops *before* the iteration in which one of these
+happens. A request that generates its last token finishes inside the stretch, at the end
+of that iteration, exactly as a full iteration would finish it (nothing waits, so that
+iteration admits nothing): it leaves the running set, and the stretch goes on with the
+others. Per iteration the stretch adds the iteration's duration to the clock and nothing
+else:
 
 * the duration is the cost model's ``batch_us(0, running, context, 0, 0, 0)``. For the
   linear model (:func:`linear_costs`) it is computed inline, ``a + ctx * context`` with
   ``a = fixed + prefill * 0 + decode * running``: the same float operations, in the same
   order, as :meth:`~cpkv.serving.cost.model.CostModel.iteration_us` (its last term,
   ``+ load * 0``, adds +0.0 to a non-negative number and changes nothing), checked against
-  ``batch_us`` when a run starts (any other model: ``batch_us``, once per iteration);
+  ``batch_us`` when a run starts; a model with a decode form (:func:`decode_form_of`, the
+  roofline) is evaluated inline from it; any other model: ``batch_us``, once per iteration;
 * the context read grows by ``running`` tokens a step;
 * the blocks each step needs come from ``unreserved_by_phase[(-step) % block]`` (the
   blocks it uses from ``running_by_phase``): while ``free // unreserved`` steps fit
@@ -27,8 +28,23 @@ Per iteration the stretch adds the iteration's duration to the clock and nothing
   IterationLog` segment per stretch with a constant running set) and the counters are
   brought up to date once per stretch.
 
-Each iteration is the one the full loop would run, float for float, so results do not
-depend on it (a test runs every workload both ways).
+**Lone arrivals** (``prefill_adder``). When one request waits, never admitted before,
+nothing is being chunked, and the iteration is the simple kind, it is run here too:
+the decode step's growth fits, no running request's remainder drops below 4,096 tokens
+at this step, SGLang's pass (:func:`~cpkv.serving.adder.lone_pass`: what
+:func:`~cpkv.serving.adder.adder_pass` decides for one candidate, on the state the step
+would leave) admits the request without cutting it, and its first token needs no
+preemption. Then the iteration is applied: the decode step, the ratio's decay, the
+admission and prefill, the first token, the duration, the timeline sample, the end
+(first-token stamp, requests that generated their last token), and the stretch after it
+goes on. An arrival at the horizon is let in (:meth:`~cpkv.serving.loop.Sim._arrive`) and
+admitted the same way when it is alone; anything else returns to the loop's general
+iteration (:meth:`~cpkv.serving.loop.Sim._iteration`).
+
+One call (:func:`_steady`) runs such events back to back with the pool's aggregates in
+local variables, written back when it returns (and before anything else reads them).
+Each iteration is the one the full loop would run, float for float, in the same order,
+so results do not depend on it (the tests run every workload both ways).
 """
 
 from __future__ import annotations
