@@ -98,8 +98,9 @@ def _fork(close_in_child: list[int]) -> int:
 
 
 class Producer:
-    """A forked child that draws ``arrivals`` (an iterator of Reqs not started yet) and
-    sends them in packed batches; iterating this gives the same Reqs, built here."""
+    """A forked child that draws ``arrivals`` (an iterator of arrival rows,
+    :func:`~cpkv.serving.arrivals.as_reqs`) and sends them in packed batches; iterating this
+    gives the Reqs of those rows, built here."""
 
     def __init__(self, arrivals: Any, close_in_child: list[int] = ()) -> None:
         from_child, to_parent = _pipe()
@@ -169,22 +170,12 @@ def _produce(arrivals: Any, outbox: int) -> None:
         raise
 
 
-def _send_arrivals(fd: int, batch: list[Any], pack: Any) -> None:
+def _send_arrivals(fd: int, batch: list[tuple], pack: Any) -> None:
     packed = b"".join(
-        [
-            pack(
-                r.index,
-                r.arrival_us,
-                r.prompt_tokens,
-                r.max_new_tokens,
-                r.fixed_l1_tokens,
-                r.fixed_l2_tokens,
-            )  # fmt: skip
-            for r in batch
-        ]
+        [pack(i, us, prompt, max_new, l1, l2) for i, _, us, prompt, max_new, l1, l2, _ in batch]
     )
     names = pickle.dumps(
-        ([r.rid for r in batch], [r.hash_ids for r in batch]), protocol=pickle.HIGHEST_PROTOCOL
+        ([row[1] for row in batch], [row[7] for row in batch]), protocol=pickle.HIGHEST_PROTOCOL
     )
     head = _HEAD.pack(ARRIVALS, 2) + _LENGTH.pack(len(packed)) + _LENGTH.pack(len(names))
     _write_parts(fd, [head, packed, names])

@@ -117,9 +117,11 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
         samples = IterationLog(
             cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
         )
-        arriving = workload.arriving(block.arrivals, cfg.seed)
         helped = helper_wanted(count, lines)
-        producer = Producer(arriving) if helped and workload.lazy else None
+        producer = None
+        if helped and workload.lazy:  # drawn on the other core, built here
+            producer = Producer(workload.arrival_rows(block.arrivals, cfg.seed))
+        arriving = workload.arriving(block.arrivals, cfg.seed) if producer is None else None
         sim = Sim(
             settings, workload.new_cache(), sink=stats, samples=samples,
             arrivals=arriving if producer is None else iter(producer),
