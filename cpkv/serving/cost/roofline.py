@@ -266,43 +266,39 @@ class RooflineCost:
         prefill_context_tokens: Any,
         prefill_attention_pairs: Any,
         loaded_tokens: Any,
-    ) -> Any:
-        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
-        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
-        elements, float for float: the GEMM, elementwise and all-reduce parts once per
-        distinct ``(tokens, head tokens)``, the rest element-wise with the same operations
-        in the same order."""
+    ) -> list[Any]:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
+        columns out (a float array each, or a float for a column equal in every iteration:
+        the overhead, and the all-reduce without tensor parallelism), float for float: the
+        GEMM, elementwise and all-reduce parts once per distinct ``(tokens, head tokens)``,
+        the rest element-wise with the same operations in the same order."""
         import numpy as np
 
-        n = len(prefill_tokens)
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
         gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
+        if not (self._ar_fixed or self._ar_token):
+            comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
         decode_flops_us = pair_us * decode_context_tokens
         decode_kv_us = kv_us * decode_context_tokens
-        attention = self._layers * (
-            np.where(prefill_flops_us > prefill_kv_us, prefill_flops_us, prefill_kv_us)
-            + np.where(decode_flops_us > decode_kv_us, decode_flops_us, decode_kv_us)
-        )
+        np.maximum(prefill_flops_us, prefill_kv_us, out=prefill_flops_us)  # (no NaN here)
+        np.maximum(decode_flops_us, decode_kv_us, out=decode_flops_us)
+        prefill_flops_us += decode_flops_us
+        attention = self._layers * prefill_flops_us
         load = self._load_token_us * loaded_tokens
-        out = np.empty((n, 8))
-        out[:, 0] = gemm + elementwise + attention + comm + load + self._overhead
-        out[:, 1] = gemm
-        out[:, 2] = elementwise
-        out[:, 3] = attention
-        out[:, 4] = comm
-        out[:, 5] = load
-        out[:, 6] = self._overhead
-        flops = (
-            self._flops_token * tokens
-            + self._flops_head * head_tokens
-            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
-        )
-        out[:, 7] = np.where(tokens != 0, flops, 0.0)
-        return out
+        time_us = gemm + elementwise
+        time_us += attention
+        time_us += comm
+        time_us += load
+        time_us += self._overhead
+        flops = self._flops_token * tokens
+        flops += self._flops_head * head_tokens
+        flops += self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        flops[tokens == 0] = 0.0
+        return [time_us, gemm, elementwise, attention, comm, load, self._overhead, flops]
 
     def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
         """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
@@ -324,8 +320,8 @@ class RooflineCost:
             [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], dtype=float
         ).reshape(-1, 3)
         lengths = np.diff(np.append(heads, n))
-        rows = np.repeat(where.reshape(-1), lengths)
-        return dense[rows, 0], dense[rows, 1], dense[rows, 2]
+        where = where.reshape(-1)
+        return tuple(np.repeat(dense[where, j], lengths) for j in range(3))
 
     def batch_us(
         self,

@@ -1,0 +1,134 @@
+"""The end-of-run bucket sums (:mod:`cpkv.serving.bucket_sums`) against the plain loops that
+define them, on random iterations (back to back, with idle gaps, some spanning several
+buckets) spilled in chunks of several sizes, with breakdown columns stored, zero, constant in
+a chunk and constant over the run: summed in one pass, and in two halves split at every
+bucket (an edge crossed by an iteration, or by none), the numbers are the loops', exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpkv.serving import bucket_sums
+from cpkv.serving.sample_spill import SampleSpill
+from cpkv.serving.timeline import TimelineBuckets, bucket_pieces
+from tests.helpers.whole_run_breakdown import loop_breakdown
+
+POINTS = 13
+
+
+def _iterations(n: int = 2500, seed: int = 5):
+    rng = np.random.default_rng(seed)
+    duration = rng.exponential(1.0, n) * np.where(rng.random(n) < 0.01, 40.0, 1.0) + 1e-3
+    duration[[300, 1700, 1701]] = 2000.0  # each over two buckets
+    gap = np.where(rng.random(n) < 0.02, rng.exponential(100.0, n), 0.0)
+    starts, t = [], 0.0
+    for d, g in zip(duration.tolist(), gap.tolist(), strict=True):
+        t += g
+        starts.append(t)
+        t += d  # (the loop's own additions: a start is the previous stop)
+    rows = np.column_stack([duration, rng.random((n, 7)) * duration[:, None]])
+    rows[:, 6] = 0.75  # the overhead: the same in every iteration of the run
+    rows[:, 4] = 0.0  # no all-reduce
+    rows[: n // 2, 5] = 0.0  # no load-back in the first half
+    rows[:, 2] = np.repeat(rng.random(n // 100 + 1), 100)[:n]  # constant in runs of 100
+    counts = rng.integers(0, 5000, (4, n))
+    counts[3, :1200] = 0  # nobody waiting: no sum at all
+    counts[2, 1200:1500] = 7  # as many running in every iteration of some chunks
+    counts[1, 2000:] += 70_000  # (two bytes do not hold them)
+    return np.array(starts), rows, counts, t
+
+
+def _loop_kv(starts, rows, counts, end):
+    """KV sums as the loop over the iterations: each adds its pieces to their buckets."""
+    width = end / POINTS
+    sums = [[0.0] * 4 for _ in range(POINTS)]
+    peak = [0] * POINTS
+    for i, t in enumerate(starts.tolist()):
+        k = min(int(t / width), POINTS - 1)
+        values = [int(v) for v in counts[:, i]]
+        for kk, piece in bucket_pieces(t, t + float(rows[i, 0]), k, width, POINTS - 1, *values):
+            sums[kk] = [a + v for a, v in zip(sums[kk], piece[:4], strict=True)]
+            peak[kk] = max(peak[kk], piece[4])
+    return sums, peak
+
+
+def _spill(tmp_path, starts, rows, counts, chunk):
+    spill = SampleSpill(tmp_path)
+    stops = starts + rows[:, 0]
+    for a in range(0, len(starts), chunk):
+        b = min(a + chunk, len(starts))
+        parts = [rows[a:b, j].copy() for j in range(1, 8)]
+        runs = [0, *(i - a for i in range(a + 1, b) if starts[i] != stops[i - 1])]
+        heads = [(i, float(starts[a + i])) for i in runs]
+        spill.append(rows[a:b, 0], heads, starts[a:b], tuple(counts[:, a:b]), parts)
+    return spill
+
+
+@pytest.fixture(scope="module")
+def run():
+    starts, rows, counts, end = _iterations()
+    kv, peak = _loop_kv(starts, rows, counts, end)
+    parts = loop_breakdown(starts.tolist(), rows.tolist(), end, POINTS)
+    return starts, rows, counts, end, (kv, peak, parts)
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 1000, 10**9])
+def test_one_pass_is_the_plain_loops(tmp_path, monkeypatch, run, chunk) -> None:
+    starts, rows, counts, end, (kv, peak, parts) = run
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 10**12)
+    spill = _spill(tmp_path, starts, rows, counts, chunk)
+    if chunk == 100:  # what the spill kept as one value, and what it could skip at the end
+        assert spill.constant_parts() == {4: 0.0, 6: 0.75}
+        assert {type(c.parts[1]) for c in spill.chunks} == {float}  # column 2: one run a chunk
+        assert {c.parts[4] for c in spill.chunks[: len(spill.chunks) // 2]} == {0.0}
+        assert {c.counts[3] for c in spill.chunks[:12]} == {0}
+        assert {c.counts[2] for c in spill.chunks[12:15]} == {7}
+        assert [str(c.counts[1]) for c in spill.chunks[19:21]] == ["uint16", "uint32"]
+    if chunk == 1000:  # column 2 as runs, the others (varying) as doubles
+        assert [c.parts[1] for c in spill.chunks] == [10, 10, 5]
+        assert {c.parts[0] for c in spill.chunks} == {None}
+    got_kv, got_peak, got_parts = bucket_sums.spilled_bucket_sums(spill, end, POINTS)
+    assert got_kv.tolist() == kv
+    assert got_peak == peak
+    assert got_parts.tolist() == parts
+    # the KV sums are also those of the timeline of a kept run, chunk by chunk
+    buckets = TimelineBuckets(end, POINTS)
+    for a in range(0, len(starts), chunk):
+        buckets.add(starts[a : a + chunk], rows[a : a + chunk, 0], *counts[:, a : a + chunk])
+    buckets.rows(100)
+    assert buckets.sums.tolist() == kv
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_two_halves_at_any_bucket_are_the_plain_loops(tmp_path, monkeypatch, run, chunk) -> None:
+    starts, rows, counts, end, (kv, peak, parts) = run
+    width = end / POINTS
+    stops = starts + rows[:, 0]
+    crossed = 0
+    spill = _spill(tmp_path, starts, rows, counts, chunk)
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
+    for split in range(1, POINTS):
+        crossed += bool(((starts < split * width) & (stops > split * width)).any())
+        monkeypatch.setattr(bucket_sums, "_split_bucket", lambda *a, k=split: k)
+        got_kv, got_peak, got_parts = bucket_sums.spilled_bucket_sums(spill, end, POINTS)
+        assert got_kv.tolist() == kv, split
+        assert got_peak == peak, split
+        assert got_parts.tolist() == parts, split
+    assert 0 < crossed < POINTS - 1  # edges crossed by an iteration, and edges crossed by none
+    spans = [int(b / width) - int(a / width) for a, b in zip(starts, stops, strict=True)]
+    assert max(spans) >= 2  # an iteration with pieces in three buckets
+
+
+def test_the_split_is_at_the_middle_iteration(tmp_path, monkeypatch, run) -> None:
+    starts, rows, counts, end, _ = run
+    spill = _spill(tmp_path, starts, rows, counts, 100)
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
+    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 2)
+    k = bucket_sums._split_bucket(spill, end, POINTS)
+    assert k == int(starts[len(starts) // 2] / (end / POINTS))  # the middle iteration's
+    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 1)
+    assert bucket_sums._split_bucket(spill, end, POINTS) is None
+    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", len(starts) + 1)
+    assert bucket_sums._split_bucket(spill, end, POINTS) is None
