@@ -234,24 +234,39 @@ def spilled_bucket_sums(spill: Any, end_us: float, points: int) -> tuple[Any, li
         i for i, c in enumerate(chunks)
         if c.last_stop_us > edge or min(int(c.last_start_us / width), points - 1) >= split
     )  # fmt: skip
-    out: list[Any] = [None]
     reader = spill.reader()
-
-    def second() -> None:
-        try:
-            out[0] = _sum_range(reader, chunks[later:], end_us, points, split, points, deferred)
-        except BaseException as err:  # noqa: BLE001 - raised again in the caller
-            out[0] = err
-
-    thread = threading.Thread(target=second, name="cpkv-bucket-sums", daemon=True)
-    thread.start()
+    second = beside(
+        lambda: _sum_range(reader, chunks[later:], end_us, points, split, points, deferred)
+    )
     try:
         first = _sum_range(spill.reader(), chunks, end_us, points, 0, split, deferred)
     finally:
+        later_half = second()
+    return join([first, later_half], end_us, points, deferred)
+
+
+def beside(work: Any) -> Any:
+    """Start ``work()`` in a thread; the function returned waits for its result (or raises
+    its error). (numpy releases the interpreter lock in its loops: the two run at once.)"""
+    out: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            out.append((True, work()))
+        except BaseException as err:  # noqa: BLE001 - raised again by the waiter
+            out.append((False, err))
+
+    thread = threading.Thread(target=run, name="cpkv-beside", daemon=True)
+    thread.start()
+
+    def wait() -> Any:
         thread.join()
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return join([first, out[0]], end_us, points, deferred)
+        done, value = out[0]
+        if not done:
+            raise value
+        return value
+
+    return wait
 
 
 def _split_bucket(spill: Any, end_us: float, points: int) -> int | None:

@@ -273,6 +273,7 @@ class Helper:
 def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
     """The child's loop: process batches until ``END`` (reply with the results) or until the
     parent closes the pipe (drop everything)."""
+    from cpkv.serving.bucket_sums import beside
     from cpkv.serving.timeline import timeline_and_time
 
     try:
@@ -290,9 +291,10 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
             else:
                 end_us, capacity, points = pickle.loads(parts[0])
                 lines.flush()
+                summary = beside(stats.summary)  # (numpy sorts: on another core, if free)
                 timeline, time = timeline_and_time(samples, end_us, capacity, points)
                 reply = {
-                    "summary": stats.summary(),
+                    "summary": summary(),
                     "integrals": samples.totals,
                     "timeline": timeline,
                     "time": time,
