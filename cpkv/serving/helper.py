@@ -5,11 +5,14 @@ The loop packs what it records (per-request records in input order, per-iteratio
 segments, :mod:`cpkv.serving.records`, :mod:`cpkv.serving.iteration_log`) into bytes; the
 rest of the output work is pure numpy on those bytes: the ``requests.jsonl`` lines and
 their writing, the latency statistics, the samples' expansion, integrals and spill, the
-timeline. :class:`Helper` forks the process once the run's objects exist; the child keeps
-its copies of them and does that work on the batches the parent sends through a pipe,
-while the parent simulates; at the end it sends back what the summary needs. The results
-are those of the same work done in one process: the child runs the same code on the same
-bytes, in the same order.
+timeline and the time breakdown. :class:`Helper` forks the process once the run's objects
+exist; the child keeps its copies of them and does that work on the batches the parent
+sends through a pipe, while the parent simulates (all of it but what needs the makespan:
+the iterations are expanded, broken down, summed and spilled as they come); at the end, the
+parent waiting, it sums the timeline's buckets (in two threads for a long run,
+:mod:`cpkv.serving.bucket_sums`) and the requests' summary (in a third) and sends back what
+the summary needs. The results are those of the same work done in one process: the child
+runs the same code on the same bytes, in the same order.
 
 The arrivals of a lazily drawn workload (the ``synthetic`` source's draws, a repeated
 trace's copies: :mod:`cpkv.serving.arrivals`) are drawn the same way by a second child,

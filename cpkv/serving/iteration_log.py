@@ -21,9 +21,16 @@ segments into per-iteration arrays with numpy:
 The expanded samples then feed the run's integrals (sum of used x duration and held x
 duration in iteration order, exactly as ``sum()`` over the iterations adds them; peaks;
 counts) and either stay in memory (``keep``: small runs and tests, ``SimResult.timeline``) or
-are appended to an unlinked temporary file, which :meth:`IterationLog.timeline` reads back
-in chunks once the makespan (the timeline's bucket width) is known: memory does not grow
-with the number of iterations.
+go on with the run's cost model: each iteration's time breakdown is computed from its cost
+arguments (a full iteration's as it logged them, a stretch's ``(0, running, context, 0, 0,
+0)``) with the model's vectorised ``breakdowns``, its time checked against the duration,
+summed over the run in iteration order (the summary's ``time``,
+:class:`~cpkv.serving.cost.report.TimeTotals`), and the samples and breakdown columns are
+appended, compactly, to an unlinked temporary file (:mod:`cpkv.serving.sample_spill`) which
+:func:`~cpkv.serving.timeline.timeline_and_time` reads back once the makespan (the
+timeline's bucket width) is known (:mod:`cpkv.serving.bucket_sums`): all the work that does
+not need the makespan is done as the run goes (in the helper process of a long run), and
+memory does not grow with the number of iterations.
 """
 
 from __future__ import annotations
@@ -74,7 +81,8 @@ class Integrals:
 
 class IterationLog:
     """Segments of one run; ``keep`` keeps every sample as lists (``SimResult.timeline``),
-    else they go to a temporary file under ``spill_dir`` (None: the system's)."""
+    else they are broken down by ``cost`` (the run's cost model) and go to a temporary file
+    under ``spill_dir`` (None: the system's)."""
 
     def __init__(
         self,
@@ -177,7 +185,8 @@ class IterationLog:
         self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
     ) -> None:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
-        last one, so ``now`` is not where they end)."""
+        last one, so ``now`` is not where they end): the integrals, then the samples kept,
+        or broken down, the breakdown summed, and spilled (module docstring)."""
         rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
         steps = rec[:, 1].astype(np.int64)
         first = np.cumsum(steps) - steps  # each segment's first iteration

@@ -12,6 +12,10 @@ later after idle time), so neither do buckets nor stops. A bucket's iterations a
 found by binary search; only its last few, those whose stop passes the edge (again a binary
 search), spill into later buckets, and their later pieces come before the later buckets'
 own iterations, as in the loop. Sums are sequential (``np.cumsum``), never pairwise.
+
+:class:`TimelineBuckets` serves runs that kept their samples (:func:`timeline_points`); a
+run that spilled them sums its buckets with the time breakdown's in one pass over the file
+(:func:`timeline_and_time`, :mod:`cpkv.serving.bucket_sums`, the same numbers).
 """
 
 from __future__ import annotations
