@@ -290,8 +290,12 @@ class IterationLog:
             return
         reader = self.spill.reader()
         for chunk in self.spill.chunks:
-            t0, floats, counts = reader.read(chunk)
-            yield (t0.copy(), floats[0].copy(), *(c.copy() for c in counts))
+            got = reader.read(chunk)
+            n = chunk.count
+            counts = (
+                np.full(n, c) if isinstance(c, int) else c.astype(np.int64) for c in got.counts
+            )
+            yield (got.t0, got.floats[0].copy(), *counts)
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""

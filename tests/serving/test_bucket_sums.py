@@ -132,3 +132,88 @@ def test_the_split_is_at_the_middle_iteration(tmp_path, monkeypatch, run) -> Non
     monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", len(starts) + 1)
     assert bucket_sums._split_bucket(spill, end, POINTS) is None
+
+
+def test_the_spill_gives_back_what_it_was_given(tmp_path) -> None:
+    """Chunks written in every form (runs of a column, one float, doubles; counts of one
+    value, one byte, two, four, eight) read back as written; starts recomputed from each run
+    of back-to-back iterations (idle time between them) are the starts given."""
+    from cpkv.serving.iteration_log import IterationLog
+
+    rng = np.random.default_rng(2)
+    n = 5000
+    dt = rng.exponential(3.0, n)
+    gaps = np.where(rng.random(n) < 0.01, 50.0, 0.0)
+    t0 = np.empty(n)
+    t = 10.0
+    for i in range(n):  # the loop's own additions
+        t += gaps[i]
+        t0[i] = t
+        t += dt[i]
+    counts = (
+        rng.integers(0, 200, n), rng.integers(0, 60_000, n), np.full(n, 3),
+        rng.integers(2**33, 2**34, n),
+    )  # fmt: skip
+    parts = [np.repeat(rng.random(50), 100), 0.0, rng.random(n), np.full(n, 2.5)] + [
+        rng.random(n) for _ in range(3)
+    ]
+    spill = SampleSpill(tmp_path)
+    for a in range(0, n, 1800):
+        b = min(a + 1800, n)
+        runs = [0, *(i - a for i in range(a + 1, b) if gaps[i])]
+        spill.append(
+            dt[a:b], [(i, float(t0[a + i])) for i in runs], t0[a:b],
+            tuple(c[a:b] for c in counts), [p if isinstance(p, float) else p[a:b] for p in parts],
+        )  # fmt: skip
+    first = spill.chunks[0]
+    assert first.parts[:4] == (18, 0.0, None, 2.5)  # runs, one float, doubles, one float
+    assert [str(k) for k in first.counts] == ["uint8", "uint16", "3", "uint64"]
+    runs = sum(c.parts[0] for c in spill.chunks)  # 8-byte values, 4-byte lengths
+    assert spill.size == sum(c.size for c in spill.chunks) == n * (8 * 5 + 1 + 2 + 8) + 12 * runs
+    reader = spill.reader()
+    for chunk in spill.chunks:
+        a, b = chunk.first, chunk.first + chunk.count
+        got = reader.read(chunk)
+        assert got.t0.tolist() == t0[a:b].tolist()
+        assert got.stop.tolist() == (t0[a:b] + dt[a:b]).tolist()
+        for s, values in enumerate(counts):
+            assert np.array_equal(np.broadcast_to(got.counts[s], (b - a,)), values[a:b])
+        for r, j in enumerate(got.stored):
+            expected = dt if j == 0 else parts[j - 1]
+            assert got.floats[r].tolist() == expected[a:b].tolist()
+        assert got.constants == {2: 0.0, 4: 2.5}
+    assert spill.start_us(4321) == t0[4321]
+    spill.close()
+    # the samples of a spilled run, read back a chunk at a time (IterationLog.chunks)
+    log = IterationLog(16, 16, keep=False, spill_dir=tmp_path, cost=object())
+    log.spill = _spill(tmp_path, t0, np.column_stack([dt, *np.zeros((7, n))]),
+                       np.array([c % 1000 for c in counts]), 1800)  # fmt: skip
+    read = [np.concatenate(c) for c in zip(*log.chunks(), strict=True)]
+    assert [v.tolist() for v in read] == [
+        t0.tolist(),
+        dt.tolist(),
+        *([int(v) for v in c % 1000] for c in counts),
+    ]
+    log.discard()
+
+
+def test_the_run_totals_are_the_sums_one_by_one() -> None:
+    """The breakdown summed over batches, columns as arrays or as one float (zero too): the
+    sums of a loop over the rows, in order."""
+    from cpkv.serving.cost.report import TimeTotals
+
+    rng = np.random.default_rng(4)
+    rows = rng.random((3000, 8)) * 1e3
+    rows[:, 2] = 0.0
+    rows[:, 6] = 0.3
+    totals = TimeTotals()
+    for a in range(0, 3000, 700):
+        b = min(a + 700, 3000)
+        columns = [rows[a:b, j].copy() for j in range(8)]
+        columns[2], columns[6] = 0.0, 0.3
+        totals.add(columns, b - a)
+    expected = [0.0] * 8
+    for row in rows.tolist():
+        expected = [s + v for s, v in zip(expected, row, strict=True)]
+    assert totals.sums.tolist() == expected
+    assert totals.sums[6] != 0.3 * 3000  # (what a product would give instead)

@@ -72,7 +72,7 @@ def breakdown_columns(model: Any, *arguments: Any) -> list[Any]:
     out: list[Any] = []
     seen: set[int] = set()
     for column in columns:
-        if isinstance(column, (float, int)):
+        if np.ndim(column) == 0:  # a float (or any number) for every iteration
             out.append(float(column))
             continue
         if id(column) in seen or not column.flags.c_contiguous or not column.flags.writeable:

@@ -313,7 +313,8 @@ class RooflineCost:
             pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
             dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
             return dense[:, 0], dense[:, 1], dense[:, 2]
-        key = (tokens.astype(np.int64) << 32) | head_tokens.astype(np.int64)
+        key = np.left_shift(np.asarray(tokens, dtype=np.int64), 32)
+        key |= np.asarray(head_tokens, dtype=np.int64)
         heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
         keys, where = np.unique(key[heads], return_inverse=True)
         dense = np.array(
