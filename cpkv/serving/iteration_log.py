@@ -295,7 +295,7 @@ class IterationLog:
             counts = (
                 np.full(n, c) if isinstance(c, int) else c.astype(np.int64) for c in got.counts
             )
-            yield (got.t0, got.floats[0].copy(), *counts)
+            yield (got.t0.copy(), got.floats[0].copy(), *counts)
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""

@@ -248,26 +248,30 @@ class SpillReader:
         return ReadChunk(t0, stop, floats, stored, constants, counts)
 
     def _starts(self, chunk: SpilledChunk, dt: Any) -> tuple[Any, Any]:
-        """The starts, by the loop's own additions from each run's start, and the stops."""
+        """The starts, by the loop's own additions from each run's start, and the stops
+        (each start + its duration: the next sum)."""
         n = chunk.count
-        if self.sums.size < n + len(chunk.starts):
-            self.sums = np.empty(n + len(chunk.starts))
-        t0 = np.empty(n)
-        stop = np.empty(n)
-        bounds = [*(i for i, _ in chunk.starts), n]
-        for r, (lo, start) in enumerate(chunk.starts):
-            hi = bounds[r + 1]
-            sums = self.sums[: hi - lo + 1]
-            sums[0] = start
-            sums[1:] = dt[lo:hi]
+        if self.sums.size < n + 1:
+            self.sums = np.empty(n + 1)
+        if len(chunk.starts) == 1:  # one run (the commonest): both are views of the sums
+            sums = self.sums[: n + 1]
+            sums[0] = chunk.starts[0][1]
+            sums[1:] = dt
             np.cumsum(sums, out=sums)  # sequential: the loop's own additions
-            t0[lo:hi] = sums[:-1]
-            stop[lo:hi] = sums[1:]  # (each start + its duration)
-        if (t0[0], t0[-1], stop[-1]) != (
-            chunk.first_start_us,
-            chunk.last_start_us,
-            chunk.last_stop_us,
-        ):
+            t0, stop = sums[:-1], sums[1:]
+        else:
+            t0, stop = np.empty(n), np.empty(n)
+            bounds = [*(i for i, _ in chunk.starts), n]
+            for r, (lo, start) in enumerate(chunk.starts):
+                hi = bounds[r + 1]
+                sums = self.sums[: hi - lo + 1]
+                sums[0] = start
+                sums[1:] = dt[lo:hi]
+                np.cumsum(sums, out=sums)
+                t0[lo:hi] = sums[:-1]
+                stop[lo:hi] = sums[1:]
+        known = (chunk.first_start_us, chunk.last_start_us, chunk.last_stop_us)
+        if (t0[0], t0[-1], stop[-1]) != known:
             raise RuntimeError("internal error: the spilled samples do not give their starts")
         return t0, stop
 
