@@ -24,16 +24,22 @@ of its whole iterations (the sequential sums of that float, computed once).
 Buckets are independent but for the iterations that cross an edge, so the work splits:
 :class:`BucketSums` sums the buckets ``lo..hi-1`` only, reading the chunks from the first
 that reaches bucket ``lo`` (the iterations crossing into it from earlier buckets give their
-pieces, pending there, as in the whole pass) to the last that starts before ``hi``; a run of
-at least :data:`SPLIT_MIN_ITERATIONS` iterations is summed in two halves at once (a thread
-each: numpy releases the interpreter lock in its loops), split at the bucket of its middle
-iteration, and the halves are joined: the KV sums and whole-row sums by bucket, the crossing
-iterations in iteration order (each counted by the half holding its first bucket).
+pieces, pending there, as in the whole pass) to the last that starts before ``hi``. In a
+long run's helper process (:mod:`cpkv.serving.helper`; at least
+:data:`SPLIT_MIN_ITERATIONS` iterations, Linux, more than one core) the buckets are summed in
+two halves at once, split at the bucket of the run's middle iteration: the second half in a
+forked process (which reads the file on its own: ``preadv``; its sums come back pickled
+through a pipe; threads would not do, too much of the pass holds the interpreter lock), the
+first in the helper; the halves are joined: the KV sums and whole-row sums by bucket, the
+crossing iterations in iteration order (each counted by the half holding its first bucket).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,61 +224,107 @@ def join(
     return kv, peak, parts
 
 
-def spilled_bucket_sums(spill: Any, end_us: float, points: int) -> tuple[Any, list[int], Any]:
-    """``(kv sums, peaks, breakdown sums)`` per bucket of a run whose makespan is ``end_us``
-    (> 0) from its :class:`~cpkv.serving.sample_spill.SampleSpill`: in one pass, or in two
-    halves at once for a long run (module docstring)."""
-    deferred = spill.constant_parts()
-    chunks = spill.chunks
-    split = _split_bucket(spill, end_us, points)
-    if split is None:
-        halves = [_sum_range(spill.reader(), chunks, end_us, points, 0, points, deferred)]
-        return join(halves, end_us, points, deferred)
-    width = end_us / points
-    edge = split * width  # the second half's pieces start here
-    later = next(
-        i for i, c in enumerate(chunks)
-        if c.last_stop_us > edge or min(int(c.last_start_us / width), points - 1) >= split
-    )  # fmt: skip
-    reader = spill.reader()
-    second = beside(
-        lambda: _sum_range(reader, chunks[later:], end_us, points, split, points, deferred)
-    )
-    try:
-        first = _sum_range(spill.reader(), chunks, end_us, points, 0, split, deferred)
-    finally:
-        later_half = second()
-    return join([first, later_half], end_us, points, deferred)
+class SpilledBucketSums:
+    """The per-bucket sums of a run whose makespan is ``end_us`` (> 0) from its
+    :class:`~cpkv.serving.sample_spill.SampleSpill`. With ``fork``, a long run's second half
+    starts now in a forked process (module docstring; fork before starting threads);
+    :meth:`result` sums the rest here and joins them."""
 
+    def __init__(self, spill: Any, end_us: float, points: int, fork: bool = False) -> None:
+        self.spill, self.end_us, self.points = spill, end_us, points
+        self.deferred = spill.constant_parts()
+        self.split = _split_bucket(spill, end_us, points) if fork and _can_fork() else None
+        self.second: Any = None
+        if self.split is not None:
+            split, chunks, width = self.split, spill.chunks, end_us / points
+            edge = split * width  # the second half's pieces start here
+            later = next(
+                i for i, c in enumerate(chunks)
+                if c.last_stop_us > edge or min(int(c.last_start_us / width), points - 1) >= split
+            )  # fmt: skip
+            self.second = forked(
+                lambda: _sum_range(
+                    spill.reader(), chunks[later:], end_us, points, split, points, self.deferred
+                )
+            )
 
-def beside(work: Any) -> Any:
-    """Start ``work()`` in a thread; the function returned waits for its result (or raises
-    its error). (numpy releases the interpreter lock in its loops: the two run at once.)"""
-    out: list[tuple[bool, Any]] = []
-
-    def run() -> None:
+    def result(self) -> tuple[Any, list[int], Any]:
+        """``(kv sums, peaks, breakdown sums)`` per bucket."""
+        spill, end_us, points = self.spill, self.end_us, self.points
+        hi = points if self.split is None else self.split
         try:
-            out.append((True, work()))
-        except BaseException as err:  # noqa: BLE001 - raised again by the waiter
-            out.append((False, err))
+            halves = [
+                _sum_range(spill.reader(), spill.chunks, end_us, points, 0, hi, self.deferred)
+            ]
+        finally:
+            if self.second is not None:
+                halves.append(self.second())
+        return join(halves, end_us, points, self.deferred)
 
-    thread = threading.Thread(target=run, name="cpkv-beside", daemon=True)
-    thread.start()
+
+def spilled_bucket_sums(
+    spill: Any, end_us: float, points: int, fork: bool = False
+) -> tuple[Any, list[int], Any]:
+    """``(kv sums, peaks, breakdown sums)`` per bucket (:class:`SpilledBucketSums`)."""
+    return SpilledBucketSums(spill, end_us, points, fork).result()
+
+
+def forked(work: Any) -> Any:
+    """Run ``work()`` in a forked process; the function returned waits for its result
+    (pickled back through a pipe) or raises its error as a ``RuntimeError``."""
+    read, write = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(read)
+            try:
+                data = pickle.dumps((True, work()), protocol=pickle.HIGHEST_PROTOCOL)
+                code = 0
+            except BaseException as err:  # noqa: BLE001 - said to the parent
+                data = pickle.dumps((False, f"{type(err).__name__}: {err}"))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view) :]
+        finally:
+            os._exit(code)
+    os.close(write)
 
     def wait() -> Any:
-        thread.join()
-        done, value = out[0]
+        parts = []
+        try:
+            while chunk := os.read(read, 1 << 20):
+                parts.append(chunk)
+        finally:
+            os.close(read)
+            os.waitpid(pid, 0)
+        if not parts:
+            raise RuntimeError("the timeline's second half ended without a result")
+        done, value = pickle.loads(b"".join(parts))
         if not done:
-            raise value
+            raise RuntimeError(f"the timeline's second half failed: {value}")
         return value
 
     return wait
 
 
+def _can_fork() -> bool:
+    """Linux with ``fork``, one thread (forking a threaded process can deadlock the child)."""
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and threading.active_count() == 1
+        and (os.cpu_count() or 1) > 1
+    )
+
+
 def _split_bucket(spill: Any, end_us: float, points: int) -> int | None:
     """The first bucket of the second half (that of the run's middle iteration), or None:
     one pass (a short run, one core, or no bucket to split at)."""
-    if spill.iterations < SPLIT_MIN_ITERATIONS or (os.cpu_count() or 1) < 2:
+    if spill.iterations < SPLIT_MIN_ITERATIONS:
         return None
     k = min(int(spill.start_us(spill.iterations // 2) / (end_us / points)), points - 1)
     return k if 0 < k < points else None

@@ -15,7 +15,8 @@ own iterations, as in the loop. Sums are sequential (``np.cumsum``), never pairw
 
 :class:`TimelineBuckets` serves runs that kept their samples (:func:`timeline_points`); a
 run that spilled them sums its buckets with the time breakdown's in one pass over the file
-(:func:`timeline_and_time`, :mod:`cpkv.serving.bucket_sums`, the same numbers).
+(:class:`SpilledTimeline`, :mod:`cpkv.serving.bucket_sums`, the same numbers), a long run's
+in two processes at once in its helper process.
 """
 
 from __future__ import annotations
@@ -172,24 +173,42 @@ def timeline_points(
     return buckets.rows(capacity_blocks)
 
 
+class SpilledTimeline:
+    """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
+    the summary's ``time`` of a run whose :class:`~cpkv.serving.iteration_log.IterationLog`
+    spilled its samples: its breakdown was summed over the run as it went; the buckets are
+    summed by :meth:`result` (:mod:`cpkv.serving.bucket_sums`; with ``fork``, a long run's
+    second half starts now, in a forked process: create this before starting threads)."""
+
+    def __init__(
+        self, samples: Any, end: float, capacity_blocks: int, points: int, fork: bool = False
+    ) -> None:
+        from cpkv.serving.bucket_sums import SpilledBucketSums
+
+        self.samples, self.end, self.capacity, self.points = samples, end, capacity_blocks, points
+        spill = samples.spill
+        self.sums = None
+        if end > 0 and spill is not None and spill.iterations:
+            self.sums = SpilledBucketSums(spill, end, points, fork)
+
+    def result(self) -> tuple[list[dict[str, float | None]], dict[str, float | None]]:
+        """The points and the ``time``."""
+        from cpkv.serving.cost.report import breakdown_row, summed_time
+
+        peak = self.samples.cost.peak_flops_per_us
+        time = summed_time(self.samples.time_totals.sums, self.end, peak)
+        if self.sums is None:
+            return [], time
+        kv, peaks, parts = self.sums.result()
+        width = self.end / self.points
+        rows: list[dict[str, float | None]] = kv_rows(kv, peaks, width, self.capacity)  # type: ignore[assignment]
+        for row, sums in zip(rows, parts, strict=True):
+            row.update(breakdown_row(sums, width, peak))
+        return rows, time
+
+
 def timeline_and_time(
     samples: Any, end: float, capacity_blocks: int, points: int
 ) -> tuple[list[dict[str, float | None]], dict[str, float | None]]:
-    """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
-    the summary's ``time``, from the spilled samples of an
-    :class:`~cpkv.serving.iteration_log.IterationLog`: its breakdown was summed over the run as
-    it went; the buckets are summed now (:mod:`cpkv.serving.bucket_sums`)."""
-    from cpkv.serving.bucket_sums import spilled_bucket_sums
-    from cpkv.serving.cost.report import breakdown_row, summed_time
-
-    peak = samples.cost.peak_flops_per_us
-    time = summed_time(samples.time_totals.sums, end, peak)
-    spill = samples.spill
-    if end <= 0 or spill is None or not spill.iterations:
-        return [], time
-    kv, peaks, parts = spilled_bucket_sums(spill, end, points)
-    width = end / points
-    rows: list[dict[str, float | None]] = kv_rows(kv, peaks, width, capacity_blocks)  # type: ignore[assignment]
-    for row, sums in zip(rows, parts, strict=True):
-        row.update(breakdown_row(sums, width, peak))
-    return rows, time
+    """:class:`SpilledTimeline`'s result, summed in this process."""
+    return SpilledTimeline(samples, end, capacity_blocks, points).result()

@@ -111,7 +111,7 @@ def test_two_halves_at_any_bucket_are_the_plain_loops(tmp_path, monkeypatch, run
     for split in range(1, POINTS):
         crossed += bool(((starts < split * width) & (stops > split * width)).any())
         monkeypatch.setattr(bucket_sums, "_split_bucket", lambda *a, k=split: k)
-        got_kv, got_peak, got_parts = bucket_sums.spilled_bucket_sums(spill, end, POINTS)
+        got_kv, got_peak, got_parts = bucket_sums.spilled_bucket_sums(spill, end, POINTS, True)
         assert got_kv.tolist() == kv, split
         assert got_peak == peak, split
         assert got_parts.tolist() == parts, split
@@ -124,14 +124,28 @@ def test_the_split_is_at_the_middle_iteration(tmp_path, monkeypatch, run) -> Non
     starts, rows, counts, end, _ = run
     spill = _spill(tmp_path, starts, rows, counts, 100)
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
-    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 2)
     k = bucket_sums._split_bucket(spill, end, POINTS)
     assert k == int(starts[len(starts) // 2] / (end / POINTS))  # the middle iteration's
-    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 1)
-    assert bucket_sums._split_bucket(spill, end, POINTS) is None
-    monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", len(starts) + 1)
     assert bucket_sums._split_bucket(spill, end, POINTS) is None
+    # asked to fork, it does (here: one thread, Linux); not on one core, nor when not asked
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
+    forks = []
+    monkeypatch.setattr(bucket_sums, "forked", lambda work: forks.append(1) or (lambda: work()))
+    for fork, cores, expected in ((True, 2, 1), (False, 2, 0), (True, 1, 0)):
+        monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda c=cores: c)
+        forks.clear()
+        bucket_sums.spilled_bucket_sums(spill, end, POINTS, fork)
+        assert len(forks) == (expected if bucket_sums.sys.platform.startswith("linux") else 0)
+
+
+def test_an_error_in_the_forked_half_is_one_error_here() -> None:
+    if not hasattr(bucket_sums.os, "fork"):
+        pytest.skip("no fork here")
+    wait = bucket_sums.forked(lambda: 1 / 0)
+    with pytest.raises(RuntimeError, match="second half failed: ZeroDivisionError"):
+        wait()
+    assert bucket_sums.forked(lambda: {"sums": [1.5]})() == {"sums": [1.5]}
 
 
 def test_the_spill_gives_back_what_it_was_given(tmp_path) -> None:
