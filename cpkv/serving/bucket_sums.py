@@ -26,12 +26,15 @@ Buckets are independent but for the iterations that cross an edge, so the work s
 that reaches bucket ``lo`` (the iterations crossing into it from earlier buckets give their
 pieces, pending there, as in the whole pass) to the last that starts before ``hi``. In a
 long run's helper process (:mod:`cpkv.serving.helper`; at least
-:data:`SPLIT_MIN_ITERATIONS` iterations, Linux, more than one core) the buckets are summed in
-two halves at once, split at the bucket of the run's middle iteration: the second half in a
-forked process (which reads the file on its own: ``preadv``; its sums come back pickled
-through a pipe; threads would not do, too much of the pass holds the interpreter lock), the
-first in the helper; the halves are joined: the KV sums and whole-row sums by bucket, the
-crossing iterations in iteration order (each counted by the half holding its first bucket).
+:data:`SPLIT_MIN_ITERATIONS` iterations, Linux, more than one core) the buckets are cut into
+:data:`RANGES` ranges of about as many iterations, and two processes take them one at a
+time until none is left (a pipe holds a byte per range): a forked one, from the start, and
+the helper, once it has summed the requests (the latency series' sorts), so both end
+together whatever the share of each. The forked process reads the file on its own
+(``preadv``) and sends its ranges' sums back pickled through a pipe (threads would not do:
+too much of the pass holds the interpreter lock). The ranges are joined in bucket order:
+the KV sums and whole-row sums by bucket, the crossing iterations in iteration order (each
+counted by the range holding its first bucket).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ from cpkv.serving.timeline import bucket_pieces, bucket_starts
 
 SPLIT_MIN_ITERATIONS = 1_000_000
 """Runs with fewer iterations are summed in one pass."""
+RANGES = 16
+"""Ranges of buckets a long run's sums are cut into, to be taken by two processes (at most
+255: a range is one byte in a pipe)."""
 
 
 @dataclass
@@ -197,7 +203,7 @@ class BucketSums:
 
 
 def join(
-    halves: list[BucketPart], end_us: float, points: int, deferred: dict[int, float]
+    ranges: list[BucketPart], end_us: float, points: int, deferred: dict[int, float]
 ) -> tuple[Any, list[int], Any]:
     """The whole run's ``(kv sums, peaks, breakdown sums)`` from the sums of consecutive
     bucket ranges (in order): the deferred columns summed from the whole iterations' counts,
@@ -207,13 +213,13 @@ def join(
     parts = np.zeros((points, FIELDS))
     whole = np.zeros(points, dtype=np.int64)
     crossing: list[tuple[int, float, list[float]]] = []
-    for half in halves:
-        lo, hi = half.lo, half.hi
-        kv[lo:hi] = half.kv[lo:hi]
-        peak[lo:hi] = half.peak[lo:hi]
-        parts[lo:hi] = half.parts[lo:hi]
-        whole[lo:hi] = half.whole[lo:hi]
-        crossing += [(k, t, row) for _, k, t, row in half.crossing]
+    for part in ranges:
+        lo, hi = part.lo, part.hi
+        kv[lo:hi] = part.kv[lo:hi]
+        peak[lo:hi] = part.peak[lo:hi]
+        parts[lo:hi] = part.parts[lo:hi]
+        whole[lo:hi] = part.whole[lo:hi]
+        crossing += [(k, t, row) for _, k, t, row in part.crossing]
     most = int(whole.max()) if points else 0
     for j, value in deferred.items():
         if value == 0.0 or not most:
@@ -226,40 +232,59 @@ def join(
 
 class SpilledBucketSums:
     """The per-bucket sums of a run whose makespan is ``end_us`` (> 0) from its
-    :class:`~cpkv.serving.sample_spill.SampleSpill`. With ``fork``, a long run's second half
-    starts now in a forked process (module docstring; fork before starting threads);
-    :meth:`result` sums the rest here and joins them."""
+    :class:`~cpkv.serving.sample_spill.SampleSpill`. With ``fork`` (and a long run), the
+    buckets are cut into :data:`RANGES` ranges of about as many iterations each, and a
+    forked process starts now taking ranges one by one and summing them; :meth:`result`
+    does the same here with the ranges left (do other work first: the forked process goes
+    on), then joins them all (module docstring)."""
 
     def __init__(self, spill: Any, end_us: float, points: int, fork: bool = False) -> None:
         self.spill, self.end_us, self.points = spill, end_us, points
         self.deferred = spill.constant_parts()
-        self.split = _split_bucket(spill, end_us, points) if fork and _can_fork() else None
-        self.second: Any = None
-        if self.split is not None:
-            split, chunks, width = self.split, spill.chunks, end_us / points
-            edge = split * width  # the second half's pieces start here
-            later = next(
-                i for i, c in enumerate(chunks)
-                if c.last_stop_us > edge or min(int(c.last_start_us / width), points - 1) >= split
-            )  # fmt: skip
-            self.second = forked(
-                lambda: _sum_range(
-                    spill.reader(), chunks[later:], end_us, points, split, points, self.deferred
-                )
-            )
+        cuts = _range_cuts(spill, end_us, points) if fork and _can_fork() else []
+        self.ranges = list(zip([0, *cuts], [*cuts, points], strict=True))
+        self.tokens = -1  # a pipe holding one byte per range not taken yet
+        self.other: Any = None
+        if len(self.ranges) > 1:
+            self.tokens, write = os.pipe()
+            try:
+                os.write(write, bytes(range(len(self.ranges))))
+            finally:
+                os.close(write)
+            self.other = forked(self._take_ranges)
 
     def result(self) -> tuple[Any, list[int], Any]:
         """``(kv sums, peaks, breakdown sums)`` per bucket."""
         spill, end_us, points = self.spill, self.end_us, self.points
-        hi = points if self.split is None else self.split
-        try:
-            halves = [
-                _sum_range(spill.reader(), spill.chunks, end_us, points, 0, hi, self.deferred)
+        if self.other is None:
+            parts = [
+                _sum_range(spill.reader(), spill.chunks, end_us, points, 0, points, self.deferred)
             ]
-        finally:
-            if self.second is not None:
-                halves.append(self.second())
-        return join(halves, end_us, points, self.deferred)
+        else:
+            try:
+                parts = self._take_ranges()
+            finally:
+                theirs = self.other()
+                os.close(self.tokens)
+            parts = sorted([*parts, *theirs], key=lambda part: part.lo)
+        return join(parts, end_us, points, self.deferred)
+
+    def _take_ranges(self) -> list[BucketPart]:
+        """Take ranges until none is left (a read of one byte from the pipe is atomic: each
+        range is taken once, here or in the other process), and sum them."""
+        spill, end_us, points = self.spill, self.end_us, self.points
+        width, chunks = end_us / points, spill.chunks
+        reader = spill.reader()
+        parts = []
+        while token := os.read(self.tokens, 1):
+            lo, hi = self.ranges[token[0]]
+            edge = lo * width  # the range's first pieces start here
+            first = next(
+                i for i, c in enumerate(chunks)
+                if c.last_stop_us > edge or min(int(c.last_start_us / width), points - 1) >= lo
+            )  # fmt: skip
+            parts.append(_sum_range(reader, chunks[first:], end_us, points, lo, hi, self.deferred))
+        return parts
 
 
 def spilled_bucket_sums(
@@ -302,10 +327,10 @@ def forked(work: Any) -> Any:
             os.close(read)
             os.waitpid(pid, 0)
         if not parts:
-            raise RuntimeError("the timeline's second half ended without a result")
+            raise RuntimeError("the timeline's forked process ended without a result")
         done, value = pickle.loads(b"".join(parts))
         if not done:
-            raise RuntimeError(f"the timeline's second half failed: {value}")
+            raise RuntimeError(f"the timeline's forked process failed: {value}")
         return value
 
     return wait
@@ -321,13 +346,25 @@ def _can_fork() -> bool:
     )
 
 
-def _split_bucket(spill: Any, end_us: float, points: int) -> int | None:
-    """The first bucket of the second half (that of the run's middle iteration), or None:
-    one pass (a short run, one core, or no bucket to split at)."""
+def _range_cuts(spill: Any, end_us: float, points: int) -> list[int]:
+    """Where the ranges of buckets begin, after the first (at bucket 0): the buckets of the
+    iterations ``r / RANGES`` of the way (their starts as the index knows them: interpolated
+    between their chunk's first and last); none for a short run."""
     if spill.iterations < SPLIT_MIN_ITERATIONS:
-        return None
-    k = min(int(spill.start_us(spill.iterations // 2) / (end_us / points)), points - 1)
-    return k if 0 < k < points else None
+        return []
+    width, chunks = end_us / points, spill.chunks
+    cuts: set[int] = set()
+    at = 0
+    for r in range(1, RANGES):
+        index = spill.iterations * r // RANGES
+        while chunks[at].first + chunks[at].count <= index:
+            at += 1
+        c = chunks[at]
+        start = c.first_start_us + (c.last_start_us - c.first_start_us) * (
+            (index - c.first) / c.count
+        )
+        cuts.add(min(int(start / width), points - 1))
+    return sorted(k for k in cuts if 0 < k < points)
 
 
 def _sum_range(

@@ -9,9 +9,9 @@ timeline and the time breakdown. :class:`Helper` forks the process once the run'
 exist; the child keeps its copies of them and does that work on the batches the parent
 sends through a pipe, while the parent simulates (all of it but what needs the makespan:
 the iterations are expanded, broken down, summed and spilled as they come); at the end, the
-parent waiting, it sums the timeline's buckets (a long run's in two processes at once: it
-forks one for the second half, :mod:`cpkv.serving.bucket_sums`) and the requests' summary
-(in a thread) and sends back what the summary needs. The results are those of the same work done in one process: the child
+parent waiting, it sums the requests' summary and the timeline's buckets (a long run's in
+two processes at once: it forks one that starts on the buckets while it sums the requests,
+:mod:`cpkv.serving.bucket_sums`) and sends back what the summary needs. The results are those of the same work done in one process: the child
 runs the same code on the same bytes, in the same order.
 
 The arrivals of a lazily drawn workload (the ``synthetic`` source's draws, a repeated
@@ -294,10 +294,10 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
                 end_us, capacity, points = pickle.loads(parts[0])
                 lines.flush()
                 pending = SpilledTimeline(samples, end_us, capacity, points, fork=True)
-                summary = _beside(stats.summary)  # (after the fork: numpy sorts, in a thread)
+                summary = stats.summary()  # (meanwhile, a forked process sums buckets)
                 timeline, time = pending.result()
                 reply = {
-                    "summary": summary(),
+                    "summary": summary,
                     "integrals": samples.totals,
                     "timeline": timeline,
                     "time": time,
@@ -309,30 +309,6 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
         with contextlib.suppress(OSError):
             _write_all(outbox, pickle.dumps({"error": f"{type(err).__name__}: {err}"}))
         raise
-
-
-def _beside(work: Any) -> Any:
-    """Start ``work()`` in a thread; the function returned waits for its result (or raises
-    its error)."""
-    out: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            out.append((True, work()))
-        except BaseException as err:  # noqa: BLE001 - raised again by the waiter
-            out.append((False, err))
-
-    thread = threading.Thread(target=run, name="cpkv-helper-summary", daemon=True)
-    thread.start()
-
-    def wait() -> Any:
-        thread.join()
-        done, value = out[0]
-        if not done:
-            raise value
-        return value
-
-    return wait
 
 
 def _receive(fd: int) -> tuple[int, list[bytes]] | None:

@@ -16,7 +16,7 @@ own iterations, as in the loop. Sums are sequential (``np.cumsum``), never pairw
 :class:`TimelineBuckets` serves runs that kept their samples (:func:`timeline_points`); a
 run that spilled them sums its buckets with the time breakdown's in one pass over the file
 (:class:`SpilledTimeline`, :mod:`cpkv.serving.bucket_sums`, the same numbers), a long run's
-in two processes at once in its helper process.
+by two processes at once in its helper process.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ class SpilledTimeline:
     the summary's ``time`` of a run whose :class:`~cpkv.serving.iteration_log.IterationLog`
     spilled its samples: its breakdown was summed over the run as it went; the buckets are
     summed by :meth:`result` (:mod:`cpkv.serving.bucket_sums`; with ``fork``, a long run's
-    second half starts now, in a forked process: create this before starting threads)."""
+    are summed by two processes: a forked one starts now, so other work done before
+    :meth:`result` overlaps it; create this before starting threads)."""
 
     def __init__(
         self, samples: Any, end: float, capacity_blocks: int, points: int, fork: bool = False

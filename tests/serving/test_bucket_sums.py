@@ -1,8 +1,9 @@
 """The end-of-run bucket sums (:mod:`cpkv.serving.bucket_sums`) against the plain loops that
 define them, on random iterations (back to back, with idle gaps, some spanning several
 buckets) spilled in chunks of several sizes, with breakdown columns stored, zero, constant in
-a chunk and constant over the run: summed in one pass, and in two halves split at every
-bucket (an edge crossed by an iteration, or by none), the numbers are the loops', exactly."""
+a chunk and constant over the run: summed in one pass, and in ranges cut at every bucket (an
+edge crossed by an iteration, or by none) taken by two processes, the numbers are the
+loops', exactly; the spill's round trip; the run's totals."""
 
 from __future__ import annotations
 
@@ -101,49 +102,64 @@ def test_one_pass_is_the_plain_loops(tmp_path, monkeypatch, run, chunk) -> None:
 
 
 @pytest.mark.parametrize("chunk", [7, 1000])
-def test_two_halves_at_any_bucket_are_the_plain_loops(tmp_path, monkeypatch, run, chunk) -> None:
+def test_ranges_cut_at_any_bucket_are_the_plain_loops(tmp_path, monkeypatch, run, chunk) -> None:
+    """Two ranges cut at every bucket (edges crossed by an iteration, and by none), and
+    many, taken by this process and a forked one: the loops' numbers."""
     starts, rows, counts, end, (kv, peak, parts) = run
     width = end / POINTS
     stops = starts + rows[:, 0]
     crossed = 0
     spill = _spill(tmp_path, starts, rows, counts, chunk)
-    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
-    for split in range(1, POINTS):
-        crossed += bool(((starts < split * width) & (stops > split * width)).any())
-        monkeypatch.setattr(bucket_sums, "_split_bucket", lambda *a, k=split: k)
+    for cuts in [[k] for k in range(1, POINTS)] + [[2, 3, 7, 8, 11], list(range(1, POINTS))]:
+        if len(cuts) == 1:
+            crossed += bool(((starts < cuts[0] * width) & (stops > cuts[0] * width)).any())
+        monkeypatch.setattr(bucket_sums, "_range_cuts", lambda *a, c=cuts: c)
         got_kv, got_peak, got_parts = bucket_sums.spilled_bucket_sums(spill, end, POINTS, True)
-        assert got_kv.tolist() == kv, split
-        assert got_peak == peak, split
-        assert got_parts.tolist() == parts, split
+        assert got_kv.tolist() == kv, cuts
+        assert got_peak == peak, cuts
+        assert got_parts.tolist() == parts, cuts
     assert 0 < crossed < POINTS - 1  # edges crossed by an iteration, and edges crossed by none
     spans = [int(b / width) - int(a / width) for a, b in zip(starts, stops, strict=True)]
     assert max(spans) >= 2  # an iteration with pieces in three buckets
 
 
-def test_the_split_is_at_the_middle_iteration(tmp_path, monkeypatch, run) -> None:
+def test_the_ranges_hold_about_as_many_iterations(tmp_path, monkeypatch, run) -> None:
     starts, rows, counts, end, _ = run
     spill = _spill(tmp_path, starts, rows, counts, 100)
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
-    k = bucket_sums._split_bucket(spill, end, POINTS)
-    assert k == int(starts[len(starts) // 2] / (end / POINTS))  # the middle iteration's
+    monkeypatch.setattr(bucket_sums, "RANGES", 4)
+    width = end / POINTS
+    # the buckets of the iterations 1/4, 2/4, 3/4 in, their starts interpolated in their chunks
+    expected = set()
+    for r in (1, 2, 3):
+        index = len(starts) * r // 4
+        a = index // 100 * 100
+        b = min(a + 99, len(starts) - 1)
+        expected.add(
+            int((starts[a] + (starts[b] - starts[a]) * ((index - a) / (b - a + 1))) / width)
+        )
+    expected = sorted(expected)
+    assert bucket_sums._range_cuts(spill, end, POINTS) == [k for k in expected if k > 0]
+    assert len(expected) > 1
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", len(starts) + 1)
-    assert bucket_sums._split_bucket(spill, end, POINTS) is None
+    assert bucket_sums._range_cuts(spill, end, POINTS) == []
     # asked to fork, it does (here: one thread, Linux); not on one core, nor when not asked
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0)
     forks = []
-    monkeypatch.setattr(bucket_sums, "forked", lambda work: forks.append(1) or (lambda: work()))
-    for fork, cores, expected in ((True, 2, 1), (False, 2, 0), (True, 1, 0)):
+    monkeypatch.setattr(bucket_sums, "forked", lambda work: forks.append(1) or work)
+    for fork, cores, expected_forks in ((True, 2, 1), (False, 2, 0), (True, 1, 0)):
         monkeypatch.setattr(bucket_sums.os, "cpu_count", lambda c=cores: c)
         forks.clear()
         bucket_sums.spilled_bucket_sums(spill, end, POINTS, fork)
-        assert len(forks) == (expected if bucket_sums.sys.platform.startswith("linux") else 0)
+        linux = bucket_sums.sys.platform.startswith("linux")
+        assert len(forks) == (expected_forks if linux else 0)
 
 
-def test_an_error_in_the_forked_half_is_one_error_here() -> None:
+def test_an_error_in_the_forked_process_is_one_error_here() -> None:
     if not hasattr(bucket_sums.os, "fork"):
         pytest.skip("no fork here")
     wait = bucket_sums.forked(lambda: 1 / 0)
-    with pytest.raises(RuntimeError, match="second half failed: ZeroDivisionError"):
+    with pytest.raises(RuntimeError, match="forked process failed: ZeroDivisionError"):
         wait()
     assert bucket_sums.forked(lambda: {"sums": [1.5]})() == {"sums": [1.5]}
 

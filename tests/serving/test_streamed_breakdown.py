@@ -82,16 +82,16 @@ def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, ki
         pytest.skip("no fork here")
     monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 0 if helped else 10**9)
     monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0 if split else 10**12)
-    halves = tmp_path / "halves"  # (written in the helper process)
-    original_split = bucket_sums._split_bucket
+    cut = tmp_path / "cuts"  # (written in the helper process)
+    original_cuts = bucket_sums._range_cuts
 
-    def split_bucket(*args):
-        k = original_split(*args)
-        with halves.open("a") as f:
-            f.write(f"{k}\n")
-        return k
+    def range_cuts(*args):
+        cuts = original_cuts(*args)
+        with cut.open("a") as f:
+            f.write(f"{cuts}\n")
+        return cuts
 
-    monkeypatch.setattr(bucket_sums, "_split_bucket", split_bucket)
+    monkeypatch.setattr(bucket_sums, "_range_cuts", range_cuts)
     forks = []
     original = helper_module.Helper.__init__
 
@@ -102,11 +102,12 @@ def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, ki
     monkeypatch.setattr(helper_module.Helper, "__init__", counted)
     doc = _compare(tmp_path, [f"admit.cost.kind={kind}"])
     assert len(forks) == helped  # the output work ran in the forked helper, or here
-    # the buckets were summed in two halves (the second forked by the helper), or in one
-    chosen = halves.read_text().split() if halves.exists() else []
-    assert chosen == ([] if not helped else ["None"] if not split else chosen)
-    if split:
-        assert len(chosen) == 1 and 0 < int(chosen[0]) < 37
+    # the buckets were summed by two processes (the helper and one it forked), or one
+    chosen = cut.read_text().splitlines() if cut.exists() else []
+    assert len(chosen) == helped
+    if helped:
+        cuts = json.loads(chosen[0])
+        assert (cuts == []) != split and all(0 < k < 37 for k in cuts)
     time = doc["summary"]["time"]
     assert time["busy_s"] > 0 and (time["mfu_pct"] is None) == (kind == "linear")
 
