@@ -43,16 +43,26 @@ def timed(self, *args, **kwargs):
     return out
 helper.Helper.finish = timed
 
-buckets = timeline.timeline_and_time
-def sized(samples, *args, **kwargs):  # in the helper, before the end pass
+def size(samples):  # in the helper, before the end pass
     spill = getattr(samples.spill, "file", samples.spill)
     size = 0
     if spill is not None:
         spill.flush()
         size = os.fstat(spill.fileno()).st_size
     print(f"SPILL {size} {samples.totals.iterations}", file=sys.stderr, flush=True)
-    return buckets(samples, *args, **kwargs)
-timeline.timeline_and_time = sized
+
+if hasattr(timeline, "SpilledTimeline"):  # (this tree)
+    start = timeline.SpilledTimeline.__init__
+    def sized(self, samples, *args, **kwargs):
+        size(samples)
+        start(self, samples, *args, **kwargs)
+    timeline.SpilledTimeline.__init__ = sized
+else:  # (the base)
+    buckets = timeline.timeline_and_time
+    def sized(samples, *args, **kwargs):
+        size(samples)
+        return buckets(samples, *args, **kwargs)
+    timeline.timeline_and_time = sized
 
 from cpkv.cli import main
 sys.argv = ["cpkv", *sys.argv[1:]]
