@@ -241,3 +241,23 @@ def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
 
     assert decode_form_of(MODELS["roofline"]) is not None
     assert decode_form_of(Wrapper(MODELS["roofline"])) is None
+
+
+def test_the_dense_parts_remembered_across_batches_are_the_same(monkeypatch) -> None:
+    """The roofline model remembers the dense parts of the token counts it has seen (and
+    starts over past ``DENSE_MEMO``): batch after batch, the scalar breakdown's numbers."""
+    from cpkv.serving.cost import roofline
+
+    monkeypatch.setattr(roofline, "DENSE_MEMO", 40)
+    model = CostSpec(model="llama-3-8b", gpu="h100-sxm").build()
+    rng = np.random.default_rng(9)
+    for batch in range(6):
+        n = 400
+        prefill = rng.integers(0, 30, n) * (rng.random(n) < 0.3)
+        decode = rng.integers(0, 25 + 10 * batch, n)  # later batches: some counts not seen
+        args = (prefill, decode, decode * 100, prefill, prefill, np.zeros(n, np.int64))
+        columns = model.breakdowns(*args)
+        rows = np.column_stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns])
+        scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
+        assert rows.tolist() == [list(r) for r in scalar], batch
+        assert len(model._dense_known[0]) <= 40 + n

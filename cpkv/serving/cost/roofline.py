@@ -110,6 +110,7 @@ class RooflineCost:
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
         "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
+        "_dense_known",
     )  # fmt: skip
 
     def __init__(
@@ -167,6 +168,7 @@ class RooflineCost:
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
         self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self._dense_known: tuple[Any, Any] | None = None  # _dense_many's: keys, (m, 3) parts
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
@@ -317,12 +319,38 @@ class RooflineCost:
         key |= np.asarray(head_tokens, dtype=np.int64)
         heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
         keys, where = np.unique(key[heads], return_inverse=True)
-        dense = np.array(
-            [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], dtype=float
-        ).reshape(-1, 3)
+        dense = self._dense_of(keys)
         lengths = np.diff(np.append(heads, n))
         where = where.reshape(-1)
         return tuple(np.repeat(dense[where, j], lengths) for j in range(3))
+
+    def _dense_of(self, keys: Any) -> Any:
+        """:meth:`_dense` of each packed ``tokens << 32 | head tokens`` of ``keys`` (sorted,
+        distinct), as a ``(len(keys), 3)`` array: those seen before (up to
+        :data:`DENSE_MEMO`) looked up, the others computed and remembered."""
+        import numpy as np
+
+        known, parts = getattr(self, "_dense_known", None) or (
+            np.zeros(0, np.int64),
+            np.zeros((0, 3)),
+        )
+        at = np.searchsorted(known, keys)
+        found = at < len(known)
+        found[found] = known[at[found]] == keys[found]
+        if not found.all():
+            new = keys[~found]
+            computed = np.array(
+                [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in new.tolist()],
+                dtype=float,
+            ).reshape(-1, 3)
+            if len(known) + len(new) > DENSE_MEMO:  # start over with these
+                known, parts = keys[found], parts[at[found]]
+            known = np.concatenate([known, new])
+            order = np.argsort(known, kind="stable")
+            known, parts = known[order], np.concatenate([parts, computed])[order]
+            self._dense_known = (known, parts)
+            at = np.searchsorted(known, keys)
+        return parts[at]
 
     def batch_us(
         self,
