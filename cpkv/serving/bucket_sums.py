@@ -262,9 +262,11 @@ class SpilledBucketSums:
             ]
         else:
             try:
-                parts = self._take_ranges()
+                try:
+                    parts = self._take_ranges()
+                finally:
+                    theirs = self.other()  # (waited for in any case)
             finally:
-                theirs = self.other()
                 os.close(self.tokens)
             parts = sorted([*parts, *theirs], key=lambda part: part.lo)
         return join(parts, end_us, points, self.deferred)
