@@ -21,20 +21,29 @@ segments into per-iteration arrays with numpy:
 The expanded samples then feed the run's integrals (sum of used x duration and held x
 duration in iteration order, exactly as ``sum()`` over the iterations adds them; peaks;
 counts) and either stay in memory (``keep``: small runs and tests, ``SimResult.timeline``) or
-are appended to an unlinked temporary file, which :meth:`IterationLog.timeline` reads back
-in chunks once the makespan (the timeline's bucket width) is known: memory does not grow
-with the number of iterations.
+go on with the run's cost model: each iteration's time breakdown is computed from its cost
+arguments (a full iteration's as it logged them, a stretch's ``(0, running, context, 0, 0,
+0)``) with the model's vectorised ``breakdowns``, its time checked against the duration,
+summed over the run in iteration order (the summary's ``time``,
+:class:`~cpkv.serving.cost.report.TimeTotals`), and the samples and breakdown columns are
+appended, compactly, to an unlinked temporary file (:mod:`cpkv.serving.sample_spill`) which
+:func:`~cpkv.serving.timeline.timeline_and_time` reads back once the makespan (the
+timeline's bucket width) is known (:mod:`cpkv.serving.bucket_sums`): all the work that does
+not need the makespan is done as the run goes (in the helper process of a long run), and
+memory does not grow with the number of iterations.
 """
 
 from __future__ import annotations
 
 import struct
-import tempfile
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cpkv.serving.cost.report import TimeTotals, breakdown_columns
+from cpkv.serving.sample_spill import SampleSpill, constant_or_array
 
 FULL, LINEAR, LOGGED, FORM, APART = 0, 1, 2, 3, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
@@ -78,7 +87,8 @@ class Integrals:
 
 class IterationLog:
     """Segments of one run; ``keep`` keeps every sample as lists (``SimResult.timeline``),
-    else they go to a temporary file under ``spill_dir`` (None: the system's)."""
+    else they are broken down by ``cost`` (the run's cost model) and go to a temporary file
+    under ``spill_dir`` (None: the system's)."""
 
     def __init__(
         self,
@@ -98,11 +108,11 @@ class IterationLog:
         self.totals = Integrals()
         self.kept: tuple[list, ...] | None = ([], [], [], [], [], []) if keep else None
         self.spill_dir = spill_dir
-        self.spill: Any = None
-        self.int_type = np.int32 if capacity_blocks < 2**31 - 1 else np.int64
-        self.spilled_iterations = 0
-        self.cost = cost  # a cost model: each iteration's cost arguments are kept too
-        self.kept_args: list[tuple[np.ndarray, ...]] = []
+        self.spill: SampleSpill | None = None
+        if not keep and cost is None:
+            raise ValueError("spilled samples need the run's cost model (their breakdown)")
+        self.cost = cost  # spilled samples: the iterations' breakdowns, from their arguments
+        self.time_totals = TimeTotals()  # the breakdown summed over the run, in order
 
     # -- logging (the loop's side: it packs each segment, :data:`SEGMENT`, into ``records``
     # itself, the stretches' growth counts into ``phase_counts``, and calls ``flush`` when
@@ -132,7 +142,8 @@ class IterationLog:
         self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
     ) -> None:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
-        last one, so ``now`` is not where they end)."""
+        last one, so ``now`` is not where they end): the integrals, then the samples kept,
+        or broken down, the breakdown summed, and spilled (module docstring)."""
         rec = _segments(records)
         steps = rec[:, 1].astype(np.int64)
         first = np.cumsum(steps) - steps  # each segment's first iteration
@@ -149,32 +160,24 @@ class IterationLog:
         totals.used_sum += int(used.sum())
         totals.held_sum += int(held.sum())
         totals.used_peak = max(totals.used_peak, int(used.max()))
-        args = None if self.cost is None else _cost_arguments(rec, running, context)
         if self.kept is not None:
             for target, values in zip(
                 self.kept, (t0, dt, used, held, running, waiting), strict=True
             ):
                 target.extend(values.tolist())
-            if args is not None:
-                self.kept_args.append(args)
             return
-        if self.spill is None:
-            self.spill = tempfile.TemporaryFile(prefix="cpkv-samples-", dir=self.spill_dir)
-        ints = self.int_type
-        np.array([len(dt)], dtype=np.int64).tofile(self.spill)
-        for values, kind in ((t0, np.float64), (dt, np.float64), (used, ints), (held, ints),
-                             (running, ints), (waiting, ints)):  # fmt: skip
-            values.astype(kind, copy=False).tofile(self.spill)
-        if args is not None:  # the decode context, then the full iterations' arguments
-            args[2].tofile(self.spill)
-            full = np.flatnonzero(rec[:, 0] == FULL)
-            where = first[full].astype(np.int64)
-            np.array([len(where)], dtype=np.int64).tofile(self.spill)
-            where.tofile(self.spill)
-            np.stack([a[where] for a in (args[0], args[1], args[3], args[4], args[5])]).tofile(
-                self.spill
+        columns = breakdown_columns(self.cost, *_cost_arguments(rec, first, running, context))
+        if not np.array_equal(np.broadcast_to(columns[0], dt.shape), dt):
+            raise RuntimeError(
+                "internal error: the cost model's breakdown does not give the loop's durations"
             )
-        self.spilled_iterations += len(dt)
+        columns[1:] = [constant_or_array(c) for c in columns[1:]]
+        if self.spill is None:
+            self.spill = SampleSpill(self.spill_dir)
+        runs = _run_heads(rec)
+        starts = list(zip(first[runs].tolist(), rec[runs, 2].tolist(), strict=True))
+        self.spill.append(dt, starts, t0, (used, held, running, waiting), columns[1:])
+        self.time_totals.add(columns, len(dt))  # (after the spill: it sums them in place)
 
     def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
         kind = rec[:, 0].astype(np.int64)
@@ -211,10 +214,7 @@ class IterationLog:
             np.repeat(rec[:, 8].astype(np.int64) + (needed - need)[first], steps) - needed
         )
         t0 = np.empty(total)
-        runs = np.flatnonzero(rec[:, 9] != 0).tolist()
-        if not runs or runs[0] != 0:
-            runs.insert(0, 0)
-        bounds = [*runs, len(rec)]
+        bounds = [*_run_heads(rec).tolist(), len(rec)]
         end = 0.0
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             lo, hi = int(first[a]), int(first[b]) if b < len(rec) else total
@@ -236,59 +236,23 @@ class IterationLog:
         self.flush(now)
         return self.totals
 
-    def chunks(self, size: int = 1 << 18):
-        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, args)`` of
-        about ``size`` iterations each (from memory or from the temporary file); ``args``:
-        the six arrays of the iterations' cost arguments (:func:`_cost_arguments`), None
-        without a cost model."""
-        with_args = self.cost is not None
+    def chunks(self):
+        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting)``, a chunk
+        at a time (from memory or from the temporary file)."""
         if self.kept is not None:
             if self.kept[0]:
-                args = (
-                    tuple(np.concatenate(a) for a in zip(*self.kept_args, strict=True))
-                    if with_args
-                    else None
-                )
-                yield (*(np.asarray(v) for v in self.kept), args)
+                yield tuple(np.asarray(v) for v in self.kept)
             return
         if self.spill is None:
             return
-        self.spill.seek(0)
-        pieces: list[tuple[Any, ...]] = []
-        held_count = 0
-        ints = self.int_type
-        read = self.spill
-        while True:
-            header = np.fromfile(read, dtype=np.int64, count=1)
-            if not len(header):
-                break
-            n = int(header[0])
-            piece: list[Any] = [
-                np.fromfile(read, dtype=kind, count=n)
-                for kind in (np.float64, np.float64, ints, ints, ints, ints)
-            ]
-            if with_args:
-                decode_context = np.fromfile(read, dtype=np.int64, count=n)
-                m = int(np.fromfile(read, dtype=np.int64, count=1)[0])
-                where = np.fromfile(read, dtype=np.int64, count=m)
-                full = np.fromfile(read, dtype=np.int64, count=5 * m).reshape(5, m)
-                prefill, prefill_context = np.zeros(n, np.int64), np.zeros(n, np.int64)
-                pairs, loaded = np.zeros(n, np.int64), np.zeros(n, np.int64)
-                decode = piece[4].astype(np.int64)
-                for target, values in zip(
-                    (prefill, decode, prefill_context, pairs, loaded), full, strict=True
-                ):
-                    target[where] = values
-                piece.append((prefill, decode, decode_context, prefill_context, pairs, loaded))
-            else:
-                piece.append(None)
-            pieces.append(tuple(piece))
-            held_count += n
-            if held_count >= size:
-                yield _joined(pieces)
-                pieces, held_count = [], 0
-        if pieces:
-            yield _joined(pieces)
+        reader = self.spill.reader()
+        for chunk in self.spill.chunks:
+            got = reader.read(chunk)
+            n = chunk.count
+            counts = (
+                np.full(n, c) if isinstance(c, int) else c.astype(np.int64) for c in got.counts
+            )
+            yield (got.t0.copy(), got.floats[0].copy(), *counts)
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""
@@ -297,29 +261,25 @@ class IterationLog:
             self.spill = None
 
 
-def _joined(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """Pieces of samples (the same columns each; the last a tuple of arrays or None) as one."""
-    columns = list(zip(*pieces, strict=True))
-    args = columns.pop()
-    out: list[Any] = [np.concatenate(c) for c in columns]
-    out.append(
-        None if args[0] is None else tuple(np.concatenate(a) for a in zip(*args, strict=True))
-    )
-    return tuple(out)
+def _run_heads(rec: np.ndarray) -> np.ndarray:
+    """The segments that start a run of back-to-back iterations: the first, and those after
+    idle time."""
+    heads = np.flatnonzero(rec[:, 9] != 0)
+    return heads if len(heads) and heads[0] == 0 else np.concatenate(([0], heads))
 
 
-def _cost_arguments(rec: np.ndarray, running: np.ndarray, context: np.ndarray) -> tuple:
+def _cost_arguments(rec: np.ndarray, first: np.ndarray, running: np.ndarray, context: np.ndarray):
     """The six ``batch_us`` arguments of each expanded iteration, as int64 arrays: a full
     iteration's as it logged them, a decode stretch's ``(0, running, context, 0, 0, 0)``."""
-    steps = rec[:, 1].astype(np.int64)
-    full = np.repeat(rec[:, 0] == FULL, steps)
-    logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
-    prefill, decode, decode_context, prefill_context, pairs, loaded = (
-        np.where(full, x, 0) for x in logged
-    )
-    decode = np.where(full, decode, running)
-    decode_context = np.where(full, decode_context, context)
-    return prefill, decode, decode_context, prefill_context, pairs, loaded
+    full = np.flatnonzero(rec[:, 0] == FULL)
+    where = first[full]
+    logged = rec[full, 10:16].astype(np.int64).T
+    out = []
+    for j, stretch in enumerate((None, running, context, None, None, None)):
+        values = np.zeros(len(running), np.int64) if stretch is None else stretch.copy()
+        values[where] = logged[j]
+        out.append(values)
+    return out
 
 
 def _segments(records: bytes) -> np.ndarray:
