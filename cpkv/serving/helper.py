@@ -11,8 +11,9 @@ sends through a pipe, while the parent simulates (all of it but what needs the m
 the iterations are expanded, broken down, summed and spilled as they come); at the end, the
 parent waiting, it sums the requests' summary and the timeline's buckets (a long run's in
 two processes at once: it forks one that starts on the buckets while it sums the requests,
-:mod:`cpkv.serving.bucket_sums`) and sends back what the summary needs. The results are those of the same work done in one process: the child
-runs the same code on the same bytes, in the same order.
+:mod:`cpkv.serving.bucket_sums`) and sends back what the summary needs. The results are
+those of the same work done in one process: the child runs the same code on the same
+bytes, in the same order.
 
 The arrivals of a lazily drawn workload (the ``synthetic`` source's draws, a repeated
 trace's copies: :mod:`cpkv.serving.arrivals`) are drawn the same way by a second child,

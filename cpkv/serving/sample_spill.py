@@ -16,12 +16,12 @@ IterationLog.process`), column by column, each as compact as it allows:
 * the KV blocks used and held and the requests running and waiting: one integer when equal
   in every iteration, else in the narrowest unsigned type that holds them.
 
-A run of a million requests spills about 25 to 35 bytes per iteration (the roofline model's
+A run of a million requests spills about 22 to 34 bytes per iteration (the roofline model's
 attention and FLOPs vary in every iteration, the linear model's attention only). The index
 keeps, per chunk, where it is, its first iteration, its first start, last start and last
 stop (a reader of some buckets reads only the chunks that reach them) and how each column is
-stored. Chunks are read back with ``preadv`` into buffers of the reader's: two readers
-(threads) can read different chunks at once.
+stored. Chunks are read back with ``preadv`` into buffers of the reader's: two readers (two
+processes, sharing the file's descriptor) can read different chunks at once.
 """
 
 from __future__ import annotations
