@@ -69,7 +69,7 @@ SEGMENT_FORM = struct.Struct("<qqdqqdqqqdddddqq")
 """A ``FORM`` stretch: its four decode-form terms (fields 10-13) are doubles."""
 FLOAT_FIELDS = [2, 5, 9]
 FORM_FIELDS = [10, 11, 12, 13]
-FLUSH_BYTES = 16384 * SEGMENT.size
+FLUSH_BYTES = 4096 * SEGMENT.size
 """Segments logged before a batch is expanded."""
 
 
