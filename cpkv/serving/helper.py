@@ -33,20 +33,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import select
 import signal
 import struct
 import sys
 import threading
-from collections import deque
-from itertools import islice
 from typing import Any
 
 HELPER_MIN_REQUESTS = 20_000
 """Runs with fewer requests do their output work in their own process."""
 PIPE_BYTES = 1 << 24
-OUTBOX_BYTES = 1 << 26
-"""Bytes the loop lets wait for a busy child before it waits itself (64 MiB)."""
 CHILD_NICENESS = 10
 """How much lower the helpers' scheduling priority is than the simulation's: with three
 processes on two cores the simulation would otherwise get two thirds of a core."""
@@ -213,7 +208,6 @@ class Helper:
         os.close(from_parent)
         os.close(to_parent)
         self.pid, self.out, self.back = pid, to_child, from_child
-        self.outbox = Outbox(to_child)
         stats.forward = self.records
         samples.forward = self.samples
 
@@ -229,7 +223,6 @@ class Helper:
         """The child's results: ``summary`` (the requests), ``integrals``, ``timeline``,
         ``time``."""
         self._send(END, pickle.dumps((end_us, capacity_blocks, points)))
-        self._send_waiting(True)
         reply = self._reply()
         self._reap()
         return reply
@@ -243,13 +236,8 @@ class Helper:
 
     def _send(self, kind: int, *parts: bytes) -> None:
         head = _HEAD.pack(kind, len(parts)) + b"".join(_LENGTH.pack(len(p)) for p in parts)
-        self.outbox.put([head, *parts])
-        self._send_waiting(self.outbox.waiting_bytes > OUTBOX_BYTES)
-
-    def _send_waiting(self, block: bool) -> None:
-        """Write what the pipe takes now (``block``: all of it)."""
         try:
-            self.outbox.pump(block)
+            _write_parts(self.out, [head, *parts])
         except OSError:  # the child ended: say why
             self._reply()
             raise RuntimeError("the serving run's helper process ended early") from None
@@ -331,44 +319,6 @@ def _receive(fd: int) -> tuple[int, list[bytes]] | None:
             return None
         parts.append(part)
     return kind, parts
-
-
-class Outbox:
-    """Messages to a child, written as the pipe takes them: the loop does not wait while the
-    child is busy with an earlier batch (the system may cap a pipe at 1 MiB, less than one
-    batch of samples), only when :data:`OUTBOX_BYTES` are waiting or when told to."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self.fd = fd
-        self.views: deque[memoryview] = deque()
-        self.waiting_bytes = 0
-
-    def put(self, parts: list[bytes]) -> None:
-        for part in parts:
-            if len(part):
-                self.views.append(memoryview(part))
-                self.waiting_bytes += len(part)
-
-    def pump(self, block: bool) -> None:
-        """Write what the pipe takes without waiting (``block``: everything, waiting for
-        the child to read). OSError when the child has gone."""
-        views = self.views
-        while views:
-            try:
-                written = os.writev(self.fd, list(islice(views, 64)))
-            except BlockingIOError:
-                if not block:
-                    return
-                select.select([], [self.fd], [])
-                continue
-            self.waiting_bytes -= written
-            while written:
-                if written >= len(views[0]):
-                    written -= len(views.popleft())
-                else:
-                    views[0] = views[0][written:]
-                    written = 0
 
 
 def _write_parts(fd: int, parts: list[bytes]) -> None:
