@@ -382,12 +382,14 @@ def _steady(sim: Any, admit_first: bool) -> int:
                 kind = LINEAR
                 a, ctx = fixed + prefill * 0 + decode * running, ctx_coef
                 t1 = t2 = t3 = t4 = 0
-                c = context
+                # the context as a float: the same value (exact below 2**53) that ``ctx * c``
+                # would convert it to, without converting it every step
+                c, step_tokens = float(context), float(running)
                 for k in range(1, fit + 1):  # noqa: B007 (now < horizon holds when a stretch starts)
                     now += a + ctx * c
                     if now >= horizon:
                         break
-                    c += running
+                    c += step_tokens
             elif form is not None:  # batch_us(0, running, c, 0, 0, 0) in its decode form
                 terms = forms.get(running)
                 if terms is None:
@@ -395,12 +397,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
                 head, scale, slope, tail, last = terms
                 kind, a, ctx = FORM, head, 0.0
                 t1, t2, t3, t4 = scale, slope, tail, last
-                c = context
+                c, step_tokens = float(context), float(running)  # (as above)
                 for k in range(1, fit + 1):  # noqa: B007
                     now += ((head + scale * (slope * c)) + tail) + last
                     if now >= horizon:
                         break
-                    c += running
+                    c += step_tokens
             else:
                 kind, a, ctx = LOGGED, 0.0, 0.0
                 t1 = t2 = t3 = t4 = 0
