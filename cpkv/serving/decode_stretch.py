@@ -53,7 +53,7 @@ import heapq
 from dataclasses import replace
 from typing import Any
 
-from cpkv.serving.adder import lone_pass
+from cpkv.serving.adder import adder_pass, lone_pass
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.iteration_log import (
     APART,
@@ -67,6 +67,10 @@ from cpkv.serving.iteration_log import (
 )
 from cpkv.serving.kv_pool import FINISHED, RUNNING
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
+
+QUEUE_AT_ONCE = 8
+"""The most waiting requests the straight-line iteration admits at once (a longer queue
+goes the general way: there a pass that admits it whole is rare)."""
 
 _PROBES = (
     (0, 1, 0, 0, 0, 0), (0, 1, 1, 0, 0, 0), (0, 3, 7, 0, 0, 0), (0, 17, 123_457, 0, 0, 0),
@@ -133,9 +137,13 @@ def decode_stretch(sim: Any) -> int:
 
 
 def admit_lone_arrival(sim: Any) -> bool:
-    """Run the full iteration that admits ``sim.waiting[0]`` (the only waiting request,
-    never admitted before) if it is the simple kind (module docstring), then go on as
-    :func:`decode_stretch` does up to ``sim.until_us``; False: nothing was changed."""
+    """Run the full iteration that admits the waiting requests (at most
+    :data:`QUEUE_AT_ONCE`, never admitted before) if it is the simple kind (module
+    docstring), then go on as :func:`decode_stretch` does up to ``sim.until_us``; False:
+    nothing was changed."""
+    waiting = sim.waiting
+    if len(waiting) > QUEUE_AT_ONCE or waiting[0].admitted_us is not None:
+        return False
     return _steady(sim, True) > 0
 
 
@@ -163,7 +171,8 @@ def _steady(sim: Any, admit_first: bool) -> int:
     if linear is not None:
         fixed, prefill, decode, ctx_coef, load = linear
     batch_us = sim.settings.cost.batch_us
-    limits = sim.settings.adder.lone_limits
+    budgets = sim.settings.adder
+    limits = budgets.lone_limits
     form, forms = sim.decode_form, sim.decode_forms
     durations, records, counts, pack = log.durations, log.records, log.phase_counts, SEGMENT.pack
     pack_form = SEGMENT_FORM.pack
@@ -173,7 +182,8 @@ def _steady(sim: Any, admit_first: bool) -> int:
     ratio = sim.ratio
     current, floor, decay = ratio.current, ratio.min_ratio, ratio.decay_per_step
     # what a request that ends needs besides the pool (else the loop's finish_decoded)
-    plain = sim.cache is None and sim.extra is None
+    extra = sim.extra
+    plain = sim.cache is None and extra is None
     done = sim.sink.done
     hit = sim.hit
     waiting = sim.waiting
@@ -181,13 +191,14 @@ def _steady(sim: Any, admit_first: bool) -> int:
     touch = sim.hits.touch if sim.cache is not None else None
     stamp, jumped = sim.stamp, log.jumped
     # counters, added at the end
-    total = decoded = admitted = 0  # decode-only iterations, their tokens, admissions
-    first_tokens = prefill_tokens = loaded_tokens = l1_hit_tokens = 0
+    total = decoded = admitted = 0  # decode-only iterations, their tokens, admission iterations
+    first_tokens = prefill_tokens = loaded_tokens = l1_hit_tokens = admissions = 0
 
     admit = admit_first
     while True:
-        if admit:  # -- the lone arrival's iteration ------------------------------------------
+        if admit:  # -- the iteration that admits the queue, whole ------------------------------
             admit = False
+            queued = len(waiting)
             r = waiting[0]
             max_new = r.max_new_tokens
             if r.admitted_us is not None or max_new < 1:
@@ -205,26 +216,38 @@ def _steady(sim: Any, admit_first: bool) -> int:
             ratio_now = (
                 (current - decay if current - decay > floor else floor) if decays else current
             )
-            device, host = hit(r)
-            prompt = r.prompt_tokens
-            left = max_new if max_new < CLIP else CLIP
             headroom = (
                 unclipped_finish_sum - n_unclipped * step_now + CLIP * n_clipped
             ) * ratio_now
-            passed = lone_pass(
-                free_now * block, n_running, headroom, n_running, limits, prompt, device, host,
-                left, left,
-            )  # fmt: skip
-            if passed is None:
-                break  # not admitted, or cut into chunks
-            extend, loaded, stop = passed
-            kv = prompt - device
-            blocks = -(-kv // block)
-            first_block = kv % block == 0
-            if first_block and free_now - blocks < 1:
-                break  # the first token would preempt
+            if queued == 1:
+                device, host = hit(r)
+                left = max_new if max_new < CLIP else CLIP
+                passed = lone_pass(
+                    free_now * block, n_running, headroom, n_running, limits, r.prompt_tokens,
+                    device, host, left, left,
+                )  # fmt: skip
+                if passed is None:
+                    break  # not admitted, or cut into chunks
+                extend, loaded, stop = passed
+                kv = r.prompt_tokens - device
+                blocks, first_blocks = -(-kv // block), kv % block == 0
+                plan = None
+            else:  # several: SGLang's pass over them, when it admits every one whole
+                if extra is not None:
+                    break  # (a policy may order the queue or preempt for it first)
+                planned = _plan(waiting, hit, free_now * block, n_running, headroom, budgets)
+                if planned is None:
+                    break
+                plan, stop = planned
+                blocks = first_blocks = 0
+                for q, device, _, _ in plan:
+                    kv = q.prompt_tokens - device
+                    blocks -= -kv // block
+                    first_blocks += kv % block == 0
+            if free_now - blocks < first_blocks:
+                break  # a first token would preempt
             # the iteration: the decode step, the ratio's decay, admission and prefill, the
-            # first token (a block when the prompt fills its last one)
+            # first tokens (a block where a prompt fills its last one)
             running_before = n_running
             finishing = []
             decode_context = 0
@@ -237,66 +260,80 @@ def _steady(sim: Any, admit_first: bool) -> int:
                     if f.epoch == epoch and f.state == RUNNING:
                         finishing.append(f)
                 current = ratio_now
-            if touch is not None:
-                touch(r)
-            filled = device + loaded
-            r.device_prefix, r.host_hit = device, loaded
-            stamp += 1
-            r.stamp = stamp
-            free = free_now - blocks - first_block
-            used += blocks + first_block
-            r.admitted_us = now
-            r.l1_hit, r.l2_hit = device, loaded
-            r.filled_tokens = filled + extend
-            r.prefilled = extend
-            prefill_context = filled + extend
+            free = free_now - blocks - first_blocks
+            used += blocks + first_blocks
+            prefill_tokens_now = prefill_context = pairs = loaded_now = 0
+            at_plan = 0
+            while True:  # each admitted request (one, unless a plan)
+                if plan is not None:
+                    r, device, extend, loaded = plan[at_plan]
+                    max_new = r.max_new_tokens
+                if touch is not None:
+                    touch(r)
+                filled = device + loaded
+                r.device_prefix, r.host_hit = device, loaded
+                stamp += 1
+                r.stamp = stamp
+                r.admitted_us = now
+                r.l1_hit, r.l2_hit = device, loaded
+                r.filled_tokens = filled + extend
+                r.prefilled = extend
+                prefill_tokens_now += extend
+                prefill_context += filled + extend
+                pairs += extend * filled + extend * (extend + 1) // 2
+                loaded_now += loaded
+                l1_hit_tokens += device
+                # it joins the running set (KvPool.join, inline) with its first token
+                kv = r.prompt_tokens - device + 1
+                r.kv_tokens, r.generated = kv, 1  # (never admitted: nothing reserved)
+                r.state = RUNNING
+                r.kv_base = kv_base = kv - step
+                r.context_base = context_base = kv + device - step
+                r.finish_step = finish = step + max_new - 1
+                epoch = r.epoch  # (never admitted: never advanced)
+                running_set[r] = None
+                n_running += 1
+                n_unreserved += 1
+                phase = kv_base % block
+                at = block - 1 - phase
+                running_by_phase[phase] += 1
+                running_by_step[at] += 1
+                running_by_step[at + block] += 1
+                unreserved_by_phase[phase] += 1
+                unreserved_by_step[at] += 1
+                unreserved_by_step[at + block] += 1
+                context_base_sum += context_base
+                push(heap, (finish, stamp, epoch, r))
+                if finish - step > CLIP:
+                    n_clipped += 1
+                    push(clip_heap, (finish - CLIP, stamp, epoch, r))
+                else:
+                    n_unclipped += 1
+                    unclipped_finish_sum += finish
+                if max_new == 1:
+                    finishing.append(r)
+                at_plan += 1
+                if plan is None or at_plan == queued:
+                    break
             waiting.clear()
             if stop is not None:
                 sim.stop_counts[stop] = sim.stop_counts.get(stop, 0) + 1
-            # it joins the running set (KvPool.join, inline) with its first token
-            kv += 1
-            r.kv_tokens, r.generated = kv, 1  # (never admitted: nothing reserved)
-            r.state = RUNNING
-            r.kv_base = kv_base = kv - step
-            r.context_base = context_base = kv + device - step
-            r.finish_step = finish = step + max_new - 1
-            epoch = r.epoch  # (never admitted: never advanced)
-            running_set[r] = None
-            n_running += 1
-            n_unreserved += 1
-            phase = kv_base % block
-            at = block - 1 - phase
-            running_by_phase[phase] += 1
-            running_by_step[at] += 1
-            running_by_step[at + block] += 1
-            unreserved_by_phase[phase] += 1
-            unreserved_by_step[at] += 1
-            unreserved_by_step[at + block] += 1
-            context_base_sum += context_base
-            push(heap, (finish, stamp, epoch, r))
-            if finish - step > CLIP:
-                n_clipped += 1
-                push(clip_heap, (finish - CLIP, stamp, epoch, r))
-            else:
-                n_unclipped += 1
-                unclipped_finish_sum += finish
-            if max_new == 1:
-                finishing.append(r)
-            pairs = extend * filled + extend * (extend + 1) // 2
             if linear is not None:
                 duration = (
-                    fixed + prefill * extend + decode * running_before
-                    + ctx_coef * (decode_context + prefill_context) + load * loaded
+                    fixed + prefill * prefill_tokens_now + decode * running_before
+                    + ctx_coef * (decode_context + prefill_context) + load * loaded_now
                 )  # fmt: skip
             else:
                 duration = batch_us(
-                    extend, running_before, decode_context, prefill_context, pairs, loaded
-                )
+                    prefill_tokens_now, running_before, decode_context, prefill_context, pairs,
+                    loaded_now,
+                )  # fmt: skip
             start = now
             now = start + duration
             records += pack(
-                FULL, 1, start, n_running, 0, duration, 0, used, free, jumped, extend,
-                running_before, decode_context, prefill_context, pairs, loaded,
+                FULL, 1, start, n_running, 0, duration, 0, used, free, jumped,
+                prefill_tokens_now, running_before, decode_context, prefill_context, pairs,
+                loaded_now,
             )  # fmt: skip
             counts.append(0)
             if jumped:  # (only the first segment can follow a jump over idle time)
@@ -304,12 +341,16 @@ def _steady(sim: Any, admit_first: bool) -> int:
             if len(records) >= FLUSH_BYTES:
                 log.flush(now)
             decoded += running_before
-            first_tokens += 1
-            prefill_tokens += extend
-            loaded_tokens += loaded
-            l1_hit_tokens += device
+            first_tokens += queued
+            prefill_tokens += prefill_tokens_now
+            loaded_tokens += loaded_now
+            admissions += queued
             admitted += 1
-            r.first_token_us = now
+            if plan is None:
+                r.first_token_us = now
+            else:
+                for r, _, _, _ in plan:
+                    r.first_token_us = now
             if finishing:
                 if plain:
                     for f in finishing:  # see the finishes below
@@ -535,7 +576,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
         sim.now = now
         sim._arrive()
         if waiting:
-            if len(waiting) != 1:
+            if len(waiting) > QUEUE_AT_ONCE:
                 break
             admit = True  # (its iteration, at the top)
             continue
@@ -555,12 +596,38 @@ def _steady(sim: Any, admit_first: bool) -> int:
         counters["first_tokens"] += first_tokens
         counters["prefill_tokens"] += prefill_tokens
         counters["loaded_tokens"] += loaded_tokens
-        counters["admissions"] += admitted
+        counters["admissions"] += admissions
         counters["l1_hit_tokens"] += l1_hit_tokens
     if total or admitted:
         sim.iterations += total + admitted
         sim.stalled = 0
     return total + admitted
+
+
+def _plan(
+    waiting: list[Any], hit: Any, free_tokens: int, running: int, headroom: float, budgets: Any
+) -> tuple[list[tuple[Any, int, int, int]], str | None] | None:
+    """SGLang's pass (:func:`~cpkv.serving.adder.adder_pass`) over a queue of requests never
+    admitted before, when it admits every one whole: ``([(request, device prefix, extend,
+    loaded), ...], stop)``; else None."""
+    hits, candidates = [], []
+    for r in waiting:
+        max_new = r.max_new_tokens
+        if r.admitted_us is not None or max_new < 1:
+            return None
+        device, host = found = hit(r)
+        hits.append(found)
+        clipped = max_new if max_new < CLIP else CLIP
+        candidates.append((r.fill_tokens, device, host, clipped, clipped))
+    res = adder_pass(free_tokens, running, headroom, running, budgets, None, iter(candidates))
+    admitted = res.admitted
+    if res.chunk_tokens or len(admitted) != len(waiting) or any(cut for _, _, cut in admitted):
+        return None
+    plan = [
+        (r, found[0], extend, loaded)
+        for r, found, (extend, loaded, _) in zip(waiting, hits, admitted, strict=True)
+    ]
+    return plan, res.stop
 
 
 def _write_back(

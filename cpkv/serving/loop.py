@@ -252,7 +252,7 @@ class Sim:
                         continue  # decode-only iterations ran up to the next arrival
             elif (
                 self.lone_fast
-                and len(waiting) == 1
+                and (len(waiting) == 1 or extra is None)
                 and self.chunked is None
                 and pool.events is None
             ):
