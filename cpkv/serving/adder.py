@@ -58,6 +58,15 @@ class AdderBudgets:
         """The smallest host hit that is loaded back (at least 1 token)."""
         return max(1, self.load_back_threshold)
 
+    @cached_property
+    def lone_limits(self) -> tuple[int, int, int | None, int | None, int | None, int]:
+        """What :func:`lone_pass` reads: page, max_prefill_tokens, chunk_tokens,
+        max_running_requests, prefill_max_requests, load_threshold."""
+        return (
+            self.page, self.max_prefill_tokens, self.chunk_tokens, self.max_running_requests,
+            self.prefill_max_requests, self.load_threshold,
+        )  # fmt: skip
+
 
 class Candidate(NamedTuple):
     """A waiting request as the pass sees it: fill length ``L``, device prefix and host hit
@@ -225,29 +234,34 @@ def lone_pass(
     mixed_tokens: int,
     headroom: float,
     running: int,
-    budgets: AdderBudgets,
-    candidate: tuple[int, int, int, int, int],
+    limits: tuple[int, int, int | None, int | None, int | None, int],
+    fill: int,
+    device: int,
+    host: int,
+    max_new_left: int,
+    max_new_asked: int,
 ) -> tuple[int, int, str | None] | None:
-    """:func:`adder_pass` for a queue of one ``candidate`` and no chunked request, when the
-    candidate is admitted whole: ``(extend, loaded, stop)``; None when it is not (stopped,
-    or cut into a chunk: the caller runs :func:`adder_pass`). The same arithmetic, in the
-    same order, for that one case (a test checks both agree on random passes)."""
-    page = budgets.page
+    """:func:`adder_pass` for a queue of one candidate (its fill, device prefix, host hit,
+    max_new left and as asked: a :class:`Candidate`'s fields) and no chunked request, when
+    the candidate is admitted whole: ``(extend, loaded, stop)``; None when it is not
+    (stopped, or cut into a chunk: the caller runs :func:`adder_pass`). ``limits``:
+    :attr:`AdderBudgets.lone_limits`. The same arithmetic, in the same order, for that one
+    case (a test checks both agree on random passes)."""
+    page, max_prefill, chunk, max_running, prefill_max, load_threshold = limits
     total_offset = mixed_tokens + headroom
-    rem_input = budgets.max_prefill_tokens - mixed_tokens
-    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
+    rem_input = max_prefill - mixed_tokens
+    rem_chunk = None if chunk is None else chunk - mixed_tokens
     room = free_tokens
     if room - total_offset > 0 and room - mixed_tokens > 0:  # budget_state() at the top
         if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
             return None
-    if budgets.max_running_requests is not None and budgets.max_running_requests - running <= 0:
+    if max_running is not None and max_running - running <= 0:
         return None
-    if budgets.prefill_max_requests is not None and budgets.prefill_max_requests <= 0:
+    if prefill_max is not None and prefill_max <= 0:
         return None
-    fill, device, host, max_new_left, max_new_asked = candidate
     if not fill - device + max_new_left + page < room - total_offset:
         return None
-    loaded = 0 if 0 < host < budgets.load_threshold else host  # a declined hit is not loaded
+    loaded = 0 if 0 < host < load_threshold else host  # a declined hit is not loaded
     extend = fill - device - loaded
     extend_paged = -(-extend // page) * page
     if rem_chunk is not None and extend_paged > rem_chunk:

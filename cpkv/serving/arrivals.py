@@ -61,7 +61,14 @@ class Arrivals:
     def pop(self) -> Req:
         """The next request (there must be one: ``next_us`` is finite)."""
         r = self._next
-        self._step()
+        if self._queue:  # self._step(), inline
+            following = self._queue.popleft()
+        elif self._source is not None:
+            following = next(self._source, None)
+        else:
+            following = None
+        self._next = following
+        self.next_us = INF if following is None else following.arrival_us
         return r  # type: ignore[return-value]
 
     def deliver(self, r: Req) -> None:
@@ -110,36 +117,44 @@ def _poisson(count: int | None, rate_rps: float, seed: int) -> Iterator[float]:
         n += 1
 
 
+def as_reqs(rows: Iterable[tuple]) -> Iterator[Req]:
+    """Arrival rows (``Req.new``'s arguments: index, rid, arrival (µs), prompt, max_new, L1
+    and L2 hits, hashes) as Reqs. The lazy sources below give rows, so that a process that
+    only draws them (:class:`~cpkv.serving.helper.Producer`) never builds a Req."""
+    new = Req.new
+    for i, rid, us, prompt, max_new, l1, l2, hashes in rows:
+        yield new(i, rid, us, prompt, max_new, l1, l2, hashes)
+
+
 def drawn_in_order(
     rows: Iterable[tuple], times: Iterator[float] | None, speedup: float
-) -> Iterator[Req]:
+) -> Iterator[tuple]:
     """Requests ``(rid, arrival_ms, prompt, max_new, l1, l2, hash_ids)`` read in input order
     whose arrival times never decrease in that order (so it is their arrival order): as
-    Reqs, with ``times`` (None: each row's own time, divided by ``speedup``)."""
-    new = Req.new
+    arrival rows (:func:`as_reqs`), with ``times`` (None: each row's own time, divided by
+    ``speedup``)."""
     if times is None:
         for i, (rid, ms, prompt, max_new, l1, l2, hashes) in enumerate(rows):
             if speedup != 1.0:
                 ms = ms / speedup
-            yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
+            yield i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes
         return
     for i, ((rid, _, prompt, max_new, l1, l2, hashes), ms) in enumerate(
         zip(rows, times, strict=False)
     ):  # times: endless
-        yield new(i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes)
+        yield i, rid, ms * 1000.0, prompt, max_new, l1, l2, hashes
 
 
 def synthetic_arrivals(
     spec: Any, default_max_new_tokens: int, arrivals: Any, seed: int
-) -> Iterator[Req]:
+) -> Iterator[tuple]:
     """The ``synthetic`` source's requests (``spec``: ``admit.workload``, its seed set) as
-    Reqs, drawn one at a time: the draws of :func:`cpkv.workload.synthetic.synthetic_draws`
+    arrival rows (:func:`as_reqs`), drawn one at a time: the draws of :func:`cpkv.workload.synthetic.synthetic_draws`
     and the times of :func:`arrival_times` (the requests have no time of their own: with
     ``trace`` arrivals they all arrive at 0, in input order)."""
     from cpkv.workload.synthetic import synthetic_samplers
 
     l1, l2, ext, mx = synthetic_samplers(spec)
-    new = Req.new
     poisson = arrivals.process == "poisson"
     draw, rate, t, us = random.Random(seed).expovariate, arrivals.rate_rps, 0.0, 0.0
     for k in range(spec.synthetic.count):
@@ -148,12 +163,15 @@ def synthetic_arrivals(
         if poisson:
             t += draw(rate) * 1000.0
             us = t * 1000.0
-        yield new(k, f"s{k}", us, a + b + e, max_new, a, b, None)
+        yield k, f"s{k}", us, a + b + e, max_new, a, b, None
 
 
-def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: int) -> Iterator[Req]:
+def repeated_trace(
+    requests: Sequence[Any], repeat: int, arrivals: Any, seed: int
+) -> Iterator[tuple]:
     """``repeat`` copies of the trace ``requests`` (input order), copy ``c`` of request ``i``
-    being request ``c * n + i`` (see :func:`copy_rows`), in arrival order."""
+    being request ``c * n + i`` (see :func:`copy_rows`), in arrival order, as arrival rows
+    (:func:`as_reqs`)."""
     n = len(requests)
     times = arrival_times(None, arrivals, seed)
     if times is not None:  # poisson / zero: input order is arrival order
@@ -163,7 +181,6 @@ def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: in
     speedup = arrivals.speedup
     base_order = sorted(range(n), key=lambda i: (requests[i].arrival_ms, i))
     last_us = -INF
-    new = Req.new
     for c in range(repeat):
         shift = c * period
         ms = [r.arrival_ms + shift for r in requests]
@@ -187,8 +204,8 @@ def repeated_trace(requests: Sequence[Any], repeat: int, arrivals: Any, seed: in
                 rid = f"{rid}.{c}"
                 if hashes is not None:
                     hashes = tuple([h + offset for h in hashes])
-            yield new(c * n + i, rid, us[i], r.prompt_tokens, r.max_new_tokens,
-                      r.l1_cached_tokens, r.l2_cached_tokens, hashes)  # fmt: skip
+            yield (c * n + i, rid, us[i], r.prompt_tokens, r.max_new_tokens,
+                   r.l1_cached_tokens, r.l2_cached_tokens, hashes)  # fmt: skip
 
 
 def copy_rows(requests: Sequence[Any], repeat: int) -> Iterator[tuple]:

@@ -41,11 +41,11 @@ class PaddedDecodeCost:
         return np.where(pad, bucket, decode)
 
     def breakdowns(self, prefill, decode, decode_context, prefill_context, pairs, loaded):
-        """The inner model's breakdown rows at the padded batch sizes."""
-        from cpkv.serving.cost.report import breakdown_rows
+        """The inner model's breakdown columns at the padded batch sizes."""
+        from cpkv.serving.cost.report import breakdown_columns
 
         padded = self._padded(prefill, decode, loaded)
-        return breakdown_rows(
+        return breakdown_columns(
             self.inner, prefill, padded, decode_context, prefill_context, pairs, loaded
         )
 

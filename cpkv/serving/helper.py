@@ -5,10 +5,14 @@ The loop packs what it records (per-request records in input order, per-iteratio
 segments, :mod:`cpkv.serving.records`, :mod:`cpkv.serving.iteration_log`) into bytes; the
 rest of the output work is pure numpy on those bytes: the ``requests.jsonl`` lines and
 their writing, the latency statistics, the samples' expansion, integrals and spill, the
-timeline. :class:`Helper` forks the process once the run's objects exist; the child keeps
-its copies of them and does that work on the batches the parent sends through a pipe,
-while the parent simulates; at the end it sends back what the summary needs. The results
-are those of the same work done in one process: the child runs the same code on the same
+timeline and the time breakdown. :class:`Helper` forks the process once the run's objects
+exist; the child keeps its copies of them and does that work on the batches the parent
+sends through a pipe, while the parent simulates (all of it but what needs the makespan:
+the iterations are expanded, broken down, summed and spilled as they come); at the end, the
+parent waiting, it sums the requests' summary and the timeline's buckets (a long run's in
+two processes at once: it forks one that starts on the buckets while it sums the requests,
+:mod:`cpkv.serving.bucket_sums`) and sends back what the summary needs. The results are
+those of the same work done in one process: the child runs the same code on the same
 bytes, in the same order.
 
 The arrivals of a lazily drawn workload (the ``synthetic`` source's draws, a repeated
@@ -98,8 +102,9 @@ def _fork(close_in_child: list[int]) -> int:
 
 
 class Producer:
-    """A forked child that draws ``arrivals`` (an iterator of Reqs not started yet) and
-    sends them in packed batches; iterating this gives the same Reqs, built here."""
+    """A forked child that draws ``arrivals`` (an iterator of arrival rows,
+    :func:`~cpkv.serving.arrivals.as_reqs`) and sends them in packed batches; iterating this
+    gives the Reqs of those rows, built here."""
 
     def __init__(self, arrivals: Any, close_in_child: list[int] = ()) -> None:
         from_child, to_parent = _pipe()
@@ -169,22 +174,12 @@ def _produce(arrivals: Any, outbox: int) -> None:
         raise
 
 
-def _send_arrivals(fd: int, batch: list[Any], pack: Any) -> None:
+def _send_arrivals(fd: int, batch: list[tuple], pack: Any) -> None:
     packed = b"".join(
-        [
-            pack(
-                r.index,
-                r.arrival_us,
-                r.prompt_tokens,
-                r.max_new_tokens,
-                r.fixed_l1_tokens,
-                r.fixed_l2_tokens,
-            )  # fmt: skip
-            for r in batch
-        ]
+        [pack(i, us, prompt, max_new, l1, l2) for i, _, us, prompt, max_new, l1, l2, _ in batch]
     )
     names = pickle.dumps(
-        ([r.rid for r in batch], [r.hash_ids for r in batch]), protocol=pickle.HIGHEST_PROTOCOL
+        ([row[1] for row in batch], [row[7] for row in batch]), protocol=pickle.HIGHEST_PROTOCOL
     )
     head = _HEAD.pack(ARRIVALS, 2) + _LENGTH.pack(len(packed)) + _LENGTH.pack(len(names))
     _write_parts(fd, [head, packed, names])
@@ -273,7 +268,7 @@ class Helper:
 def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> None:
     """The child's loop: process batches until ``END`` (reply with the results) or until the
     parent closes the pipe (drop everything)."""
-    from cpkv.serving.timeline import timeline_and_time
+    from cpkv.serving.timeline import SpilledTimeline
 
     try:
         while True:
@@ -290,9 +285,11 @@ def _serve(inbox: int, outbox: int, stats: Any, samples: Any, lines: Any) -> Non
             else:
                 end_us, capacity, points = pickle.loads(parts[0])
                 lines.flush()
-                timeline, time = timeline_and_time(samples, end_us, capacity, points)
+                pending = SpilledTimeline(samples, end_us, capacity, points, fork=True)
+                summary = stats.summary()  # (meanwhile, a forked process sums buckets)
+                timeline, time = pending.result()
                 reply = {
-                    "summary": stats.summary(),
+                    "summary": summary,
                     "integrals": samples.totals,
                     "timeline": timeline,
                     "time": time,

@@ -21,20 +21,29 @@ segments into per-iteration arrays with numpy:
 The expanded samples then feed the run's integrals (sum of used x duration and held x
 duration in iteration order, exactly as ``sum()`` over the iterations adds them; peaks;
 counts) and either stay in memory (``keep``: small runs and tests, ``SimResult.timeline``) or
-are appended to an unlinked temporary file, which :meth:`IterationLog.timeline` reads back
-in chunks once the makespan (the timeline's bucket width) is known: memory does not grow
-with the number of iterations.
+go on with the run's cost model: each iteration's time breakdown is computed from its cost
+arguments (a full iteration's as it logged them, a stretch's ``(0, running, context, 0, 0,
+0)``) with the model's vectorised ``breakdowns``, its time checked against the duration,
+summed over the run in iteration order (the summary's ``time``,
+:class:`~cpkv.serving.cost.report.TimeTotals`), and the samples and breakdown columns are
+appended, compactly, to an unlinked temporary file (:mod:`cpkv.serving.sample_spill`) which
+:func:`~cpkv.serving.timeline.timeline_and_time` reads back once the makespan (the
+timeline's bucket width) is known (:mod:`cpkv.serving.bucket_sums`): all the work that does
+not need the makespan is done as the run goes (in the helper process of a long run), and
+memory does not grow with the number of iterations.
 """
 
 from __future__ import annotations
 
 import struct
-import tempfile
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cpkv.serving.cost.report import TimeTotals, breakdown_columns
+from cpkv.serving.sample_spill import SampleSpill, constant_or_array
 
 FULL, LINEAR, LOGGED, FORM, APART = 0, 1, 2, 3, 4
 """Segment kinds: one full iteration; a decode stretch with linear-model durations; a decode
@@ -43,7 +52,7 @@ decode form (``((head + scale * (slope * context)) + tail) + last``: ``head`` in
 constant term's place, the other four in those of a full iteration's cost arguments); ``| APART``: the stretch logged its needed-block counts
 apart from its used-block counts (a running request holds a reservation)."""
 WIDTH = 16
-"""Doubles per segment: kind, iterations, start, running, waiting, the duration's constant
+"""Fields per segment (8 bytes each): kind, iterations, start, running, waiting, the duration's constant
 term, the context the first step reads (each step reads ``running`` more), the blocks used
 and free after the first step's allocations *less that step's growth*, whether the loop
 jumped over idle time just before it, and, for a full iteration, the six arguments the
@@ -52,9 +61,15 @@ context, prefill attention pairs, loaded tokens; zeros in a stretch, whose itera
 ``(0, running, context, 0, 0, 0)``). A full iteration is a one-step segment whose constant
 term is its duration, context 0, growth 0 (one logged count of 0): its used and free blocks
 are its own."""
-SEGMENT = struct.Struct(f"<{WIDTH}d")
-"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append)."""
-FLUSH_BYTES = 16384 * SEGMENT.size
+SEGMENT = struct.Struct("<qqdqqdqqqdqqqqqq")
+"""One segment, packed (``records += SEGMENT.pack(...)``: the loop's cheapest append): the
+start, the constant term and the jump flag as doubles, every other field an integer
+(int64: packing an integer as a double costs twice as much)."""
+SEGMENT_FORM = struct.Struct("<qqdqqdqqqdddddqq")
+"""A ``FORM`` stretch: its four decode-form terms (fields 10-13) are doubles."""
+FLOAT_FIELDS = [2, 5, 9]
+FORM_FIELDS = [10, 11, 12, 13]
+FLUSH_BYTES = 4096 * SEGMENT.size
 """Segments logged before a batch is expanded."""
 
 
@@ -72,7 +87,8 @@ class Integrals:
 
 class IterationLog:
     """Segments of one run; ``keep`` keeps every sample as lists (``SimResult.timeline``),
-    else they go to a temporary file under ``spill_dir`` (None: the system's)."""
+    else they are broken down by ``cost`` (the run's cost model) and go to a temporary file
+    under ``spill_dir`` (None: the system's)."""
 
     def __init__(
         self,
@@ -92,64 +108,15 @@ class IterationLog:
         self.totals = Integrals()
         self.kept: tuple[list, ...] | None = ([], [], [], [], [], []) if keep else None
         self.spill_dir = spill_dir
-        self.spill: Any = None
-        self.int_type = np.int32 if capacity_blocks < 2**31 - 1 else np.int64
-        self.spilled_iterations = 0
-        self.cost = cost  # a cost model: each iteration's cost arguments are kept too
-        self.kept_args: list[tuple[np.ndarray, ...]] = []
+        self.spill: SampleSpill | None = None
+        if not keep and cost is None:
+            raise ValueError("spilled samples need the run's cost model (their breakdown)")
+        self.cost = cost  # spilled samples: the iterations' breakdowns, from their arguments
+        self.time_totals = TimeTotals()  # the breakdown summed over the run, in order
 
-    # -- logging (the loop's side) ----------------------------------------------------------
-    def full(
-        self,
-        start: float,
-        duration: float,
-        used: int,
-        held: int,
-        running: int,
-        waiting: int,
-        cost_args: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
-    ) -> None:
-        """One full iteration (the loop packs it inline: the same record); ``cost_args``:
-        the arguments of its ``batch_us``."""
-        self.records += SEGMENT.pack(
-            FULL, 1, start, running, waiting, duration, 0, used, self.capacity_blocks - held,
-            self.jumped, *cost_args,
-        )  # fmt: skip
-        self.phase_counts.append(0)
-        self.jumped = 0.0
-        if len(self.records) >= FLUSH_BYTES:
-            self.flush(start + duration)
-
-    def stretch(
-        self,
-        kind: int,
-        steps: int,
-        start: float,
-        running: int,
-        a: float,
-        context: int,
-        used: int,
-        free: int,
-        grow: list[int],
-        need: list[int] | None,
-        end: float,
-    ) -> None:
-        """``steps`` decode-only iterations of ``running`` requests from ``start`` to ``end``:
-        ``a`` (LINEAR) the durations' constant term, ``context`` the context the first step
-        reads, ``used`` / ``free`` the blocks before it, ``grow`` / ``need`` the blocks used /
-        taken from the free ones by each of the first ``min(steps, block_size)`` steps (the
-        same counts repeat every ``block_size`` steps; ``need`` None: the same as ``grow``)."""
-        self.records += SEGMENT.pack(
-            kind if need is None else kind | APART, steps, start, running, 0, a, context,
-            used, free, self.jumped, 0, 0, 0, 0, 0, 0,
-        )  # fmt: skip
-        self.jumped = 0.0
-        self.phase_counts.fromlist(grow)
-        if need is not None:
-            self.phase_counts.fromlist(need)
-        if len(self.records) >= FLUSH_BYTES:
-            self.flush(end)
-
+    # -- logging (the loop's side: it packs each segment, :data:`SEGMENT`, into ``records``
+    # itself, the stretches' growth counts into ``phase_counts``, and calls ``flush`` when
+    # ``records`` holds :data:`FLUSH_BYTES`) -----------------------------------------------
     def idle_jump(self) -> None:
         """The loop moved its clock over idle time: the next segment starts a new sum."""
         self.jumped = 1.0
@@ -175,8 +142,9 @@ class IterationLog:
         self, records: bytes, counts: bytes, durations: bytes, now: float, jumped: bool
     ) -> None:
         """Expand a batch of segments (``jumped``: the loop jumped over idle time after the
-        last one, so ``now`` is not where they end)."""
-        rec = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+        last one, so ``now`` is not where they end): the integrals, then the samples kept,
+        or broken down, the breakdown summed, and spilled (module docstring)."""
+        rec = _segments(records)
         steps = rec[:, 1].astype(np.int64)
         first = np.cumsum(steps) - steps  # each segment's first iteration
         t0, dt, used, held, running, waiting, context = self._expand(
@@ -192,32 +160,24 @@ class IterationLog:
         totals.used_sum += int(used.sum())
         totals.held_sum += int(held.sum())
         totals.used_peak = max(totals.used_peak, int(used.max()))
-        args = None if self.cost is None else _cost_arguments(rec, running, context)
         if self.kept is not None:
             for target, values in zip(
                 self.kept, (t0, dt, used, held, running, waiting), strict=True
             ):
                 target.extend(values.tolist())
-            if args is not None:
-                self.kept_args.append(args)
             return
-        if self.spill is None:
-            self.spill = tempfile.TemporaryFile(prefix="cpkv-samples-", dir=self.spill_dir)
-        ints = self.int_type
-        np.array([len(dt)], dtype=np.int64).tofile(self.spill)
-        for values, kind in ((t0, np.float64), (dt, np.float64), (used, ints), (held, ints),
-                             (running, ints), (waiting, ints)):  # fmt: skip
-            values.astype(kind, copy=False).tofile(self.spill)
-        if args is not None:  # the decode context, then the full iterations' arguments
-            args[2].tofile(self.spill)
-            full = np.flatnonzero(rec[:, 0] == FULL)
-            where = first[full].astype(np.int64)
-            np.array([len(where)], dtype=np.int64).tofile(self.spill)
-            where.tofile(self.spill)
-            np.stack([a[where] for a in (args[0], args[1], args[3], args[4], args[5])]).tofile(
-                self.spill
+        columns = breakdown_columns(self.cost, *_cost_arguments(rec, first, running, context))
+        if not np.array_equal(np.broadcast_to(columns[0], dt.shape), dt):
+            raise RuntimeError(
+                "internal error: the cost model's breakdown does not give the loop's durations"
             )
-        self.spilled_iterations += len(dt)
+        columns[1:] = [constant_or_array(c) for c in columns[1:]]
+        if self.spill is None:
+            self.spill = SampleSpill(self.spill_dir)
+        runs = _run_heads(rec)
+        starts = list(zip(first[runs].tolist(), rec[runs, 2].tolist(), strict=True))
+        self.spill.append(dt, starts, t0, (used, held, running, waiting), columns[1:])
+        self.time_totals.add(columns, len(dt))  # (after the spill: it sums them in place)
 
     def _expand(self, rec: np.ndarray, counts: np.ndarray, logged: np.ndarray, now: float | None):
         kind = rec[:, 0].astype(np.int64)
@@ -254,10 +214,7 @@ class IterationLog:
             np.repeat(rec[:, 8].astype(np.int64) + (needed - need)[first], steps) - needed
         )
         t0 = np.empty(total)
-        runs = np.flatnonzero(rec[:, 9] != 0).tolist()
-        if not runs or runs[0] != 0:
-            runs.insert(0, 0)
-        bounds = [*runs, len(rec)]
+        bounds = [*_run_heads(rec).tolist(), len(rec)]
         end = 0.0
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             lo, hi = int(first[a]), int(first[b]) if b < len(rec) else total
@@ -279,59 +236,23 @@ class IterationLog:
         self.flush(now)
         return self.totals
 
-    def chunks(self, size: int = 1 << 18):
-        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting, args)`` of
-        about ``size`` iterations each (from memory or from the temporary file); ``args``:
-        the six arrays of the iterations' cost arguments (:func:`_cost_arguments`), None
-        without a cost model."""
-        with_args = self.cost is not None
+    def chunks(self):
+        """The samples in order, as arrays ``(t0, dt, used, held, running, waiting)``, a chunk
+        at a time (from memory or from the temporary file)."""
         if self.kept is not None:
             if self.kept[0]:
-                args = (
-                    tuple(np.concatenate(a) for a in zip(*self.kept_args, strict=True))
-                    if with_args
-                    else None
-                )
-                yield (*(np.asarray(v) for v in self.kept), args)
+                yield tuple(np.asarray(v) for v in self.kept)
             return
         if self.spill is None:
             return
-        self.spill.seek(0)
-        pieces: list[tuple[Any, ...]] = []
-        held_count = 0
-        ints = self.int_type
-        read = self.spill
-        while True:
-            header = np.fromfile(read, dtype=np.int64, count=1)
-            if not len(header):
-                break
-            n = int(header[0])
-            piece: list[Any] = [
-                np.fromfile(read, dtype=kind, count=n)
-                for kind in (np.float64, np.float64, ints, ints, ints, ints)
-            ]
-            if with_args:
-                decode_context = np.fromfile(read, dtype=np.int64, count=n)
-                m = int(np.fromfile(read, dtype=np.int64, count=1)[0])
-                where = np.fromfile(read, dtype=np.int64, count=m)
-                full = np.fromfile(read, dtype=np.int64, count=5 * m).reshape(5, m)
-                prefill, prefill_context = np.zeros(n, np.int64), np.zeros(n, np.int64)
-                pairs, loaded = np.zeros(n, np.int64), np.zeros(n, np.int64)
-                decode = piece[4].astype(np.int64)
-                for target, values in zip(
-                    (prefill, decode, prefill_context, pairs, loaded), full, strict=True
-                ):
-                    target[where] = values
-                piece.append((prefill, decode, decode_context, prefill_context, pairs, loaded))
-            else:
-                piece.append(None)
-            pieces.append(tuple(piece))
-            held_count += n
-            if held_count >= size:
-                yield _joined(pieces)
-                pieces, held_count = [], 0
-        if pieces:
-            yield _joined(pieces)
+        reader = self.spill.reader()
+        for chunk in self.spill.chunks:
+            got = reader.read(chunk)
+            n = chunk.count
+            counts = (
+                np.full(n, c) if isinstance(c, int) else c.astype(np.int64) for c in got.counts
+            )
+            yield (got.t0.copy(), got.floats[0].copy(), *counts)
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""
@@ -340,29 +261,39 @@ class IterationLog:
             self.spill = None
 
 
-def _joined(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """Pieces of samples (the same columns each; the last a tuple of arrays or None) as one."""
-    columns = list(zip(*pieces, strict=True))
-    args = columns.pop()
-    out: list[Any] = [np.concatenate(c) for c in columns]
-    out.append(
-        None if args[0] is None else tuple(np.concatenate(a) for a in zip(*args, strict=True))
-    )
-    return tuple(out)
+def _run_heads(rec: np.ndarray) -> np.ndarray:
+    """The segments that start a run of back-to-back iterations: the first, and those after
+    idle time."""
+    heads = np.flatnonzero(rec[:, 9] != 0)
+    return heads if len(heads) and heads[0] == 0 else np.concatenate(([0], heads))
 
 
-def _cost_arguments(rec: np.ndarray, running: np.ndarray, context: np.ndarray) -> tuple:
+def _cost_arguments(rec: np.ndarray, first: np.ndarray, running: np.ndarray, context: np.ndarray):
     """The six ``batch_us`` arguments of each expanded iteration, as int64 arrays: a full
     iteration's as it logged them, a decode stretch's ``(0, running, context, 0, 0, 0)``."""
-    steps = rec[:, 1].astype(np.int64)
-    full = np.repeat(rec[:, 0] == FULL, steps)
-    logged = [np.repeat(rec[:, 10 + j].astype(np.int64), steps) for j in range(6)]
-    prefill, decode, decode_context, prefill_context, pairs, loaded = (
-        np.where(full, x, 0) for x in logged
-    )
-    decode = np.where(full, decode, running)
-    decode_context = np.where(full, decode_context, context)
-    return prefill, decode, decode_context, prefill_context, pairs, loaded
+    full = np.flatnonzero(rec[:, 0] == FULL)
+    where = first[full]
+    logged = rec[full, 10:16].astype(np.int64).T
+    out = []
+    for j, stretch in enumerate((None, running, context, None, None, None)):
+        values = np.zeros(len(running), np.int64) if stretch is None else stretch.copy()
+        values[where] = logged[j]
+        out.append(values)
+    return out
+
+
+def _segments(records: bytes) -> np.ndarray:
+    """Packed segments (:data:`SEGMENT`, :data:`SEGMENT_FORM`) as one ``(n, WIDTH)`` float
+    array: the integer fields converted (exactly, below 2**53, as packing them as doubles
+    did), the double fields as they are."""
+    ints = np.frombuffer(records, dtype=np.int64).reshape(-1, WIDTH)
+    floats = np.frombuffer(records, dtype=np.float64).reshape(-1, WIDTH)
+    rec = ints.astype(np.float64)
+    rec[:, FLOAT_FIELDS] = floats[:, FLOAT_FIELDS]
+    form = np.flatnonzero((ints[:, 0] & 3) == FORM)
+    if len(form):
+        rec[np.ix_(form, FORM_FIELDS)] = floats[np.ix_(form, FORM_FIELDS)]
+    return rec
 
 
 def _sequential_sum(start: float, values: np.ndarray) -> float:

@@ -106,7 +106,7 @@ class KvPool:
         self.free_blocks, self.used_blocks = capacity_blocks, 0
         self.choose = VICTIMS.get(victim)
         self.decode_steps = 0
-        self.running: list[tuple[Req, int]] = []  # (request, epoch when it joined), lazily pruned
+        self.running: dict[Req, None] = {}  # the running requests, in the order they joined
         self.n_running = self.n_unreserved = 0
         self.running_by_phase = [0] * block_size
         self.unreserved_by_phase = [0] * block_size
@@ -174,7 +174,7 @@ class KvPool:
         r.finish_step = finish = step + r.max_new_tokens - r.generated
         r.advanced_step = -1
         epoch = r.epoch
-        self.running.append((r, epoch))
+        self.running[r] = None
         self.n_running += 1
         phase = kv_base % block
         self.running_by_phase[phase] += 1
@@ -221,9 +221,12 @@ class KvPool:
             self.unclipped_finish_sum -= r.finish_step
         r.epoch += 1  # invalidates its heap entries
         r.state = PREFILL  # not running; the caller sets the final state
-        self._release(r, kv)
-        if len(self.running) > 4 * self.n_running + 1024:  # prune the entries of those that left
-            self.running_reqs()
+        del self.running[r]
+        blocks = -(-kv // block)  # self._release(r, kv), inline
+        reserved = r.reserved_blocks
+        self.free_blocks += blocks if blocks >= reserved else reserved
+        self.used_blocks -= blocks
+        r.reserved_blocks = 0
         return kv
 
     def release_prefill(self, r: Req) -> int:
@@ -234,9 +237,8 @@ class KvPool:
         return kv
 
     def running_reqs(self) -> list[Req]:
-        """The running requests in the order they joined (prunes the stale entries)."""
-        self.running = [(r, e) for r, e in self.running if r.epoch == e and r.state == RUNNING]
-        return [r for r, _ in self.running]
+        """The running requests in the order they joined."""
+        return list(self.running)
 
     def headroom_tokens(self) -> int:
         """``sum(min(max_new - generated, 4096))`` over the running requests."""

@@ -57,13 +57,17 @@ from cpkv.serving.adder import AdderBudgets, adder_step
 from cpkv.serving.arrivals import Arrivals, arrival_order
 from cpkv.serving.block_policies import block_step
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.decode_stretch import decode_form_of, decode_stretch, linear_costs
+from cpkv.serving.decode_stretch import (
+    admit_lone_arrival,
+    decode_form_of,
+    decode_stretch,
+    linear_costs,
+)
 from cpkv.serving.hits import PrefixHits
 from cpkv.serving.iteration_log import FLUSH_BYTES, FULL, SEGMENT, Integrals, IterationLog
 from cpkv.serving.kv_pool import FINISHED, PREFILL, REJECTED, WAITING, KvPool, Req
-from cpkv.serving.lone_arrival import admit_lone_arrival
 from cpkv.serving.workload import ServingRequest
-from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_div
+from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
     from cpkv.serving.policy_options import PolicyOptions
@@ -175,7 +179,7 @@ class Sim:
         self.decode_form = None if self.linear_costs is not None else decode_form_of(s.cost)
         self.decode_forms: dict[int, tuple] = {}  # by running requests
         self._load_threshold = max(1, s.adder.load_back_threshold)
-        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.lone_arrival
+        self.lone_fast = self.policy == "prefill_adder"  # see cpkv.serving.decode_stretch
         # trace events (cpkv.serving.trace_events): every iteration a full one, reported
         self.trace = trace
         if trace is not None:
@@ -248,12 +252,13 @@ class Sim:
                         continue  # decode-only iterations ran up to the next arrival
             elif (
                 self.lone_fast
-                and len(waiting) == 1
+                and (len(waiting) == 1 or extra is None)
                 and self.chunked is None
                 and pool.events is None
-                and admit_lone_arrival(self)
             ):
-                continue  # the commonest admission, in straight-line code
+                self.until_us = until_us if extra is None else extra.until(until_us)
+                if admit_lone_arrival(self):
+                    continue  # the commonest admission (and what follows), in straight-line code
             self._iteration()
 
     def close(self) -> SimResult:
@@ -278,7 +283,7 @@ class Sim:
         while arrivals.next_us <= now:
             r = arrivals.pop()
             prompt, max_new = r.prompt_tokens, r.max_new_tokens
-            never = ceil_div(prompt + max_new, block) > capacity or (
+            never = -(-(prompt + max_new) // block) > capacity or (  # ceil_div, inline
                 tokens is not None and prompt + min(max_new, CLIP_MAX_NEW_TOKENS) + block >= tokens
             )
             if never:
@@ -304,9 +309,18 @@ class Sim:
     def finish_decoded(self, finishing: list[Req], now: float) -> None:
         """Running requests that generated their last token in the iteration that ended at
         ``now`` leave and finish (in the order given)."""
-        pool, hits = self.pool, self.hits
+        leave = self.pool.leave
+        if self.cache is None and self.extra is None:  # _done's work is the sink's alone
+            done = self.sink.done
+            for r in finishing:
+                leave(r)
+                r.state = FINISHED
+                r.finished_us = now
+                done(r)
+            return
+        hits = self.hits
         for r in finishing:
-            pool.leave(r)
+            leave(r)
             r.state = FINISHED
             r.finished_us = now
             hits.insert(r)
@@ -369,7 +383,7 @@ class Sim:
         self.now = now = start + duration
         # the iteration's state: after its allocations, before finishes
         samples = self.samples
-        samples.records += SEGMENT.pack(  # samples.full(...), inline
+        samples.records += SEGMENT.pack(  # a FULL segment
             FULL, 1, start, pool.n_running, len(self.waiting), duration, 0, pool.used_blocks,
             pool.free_blocks, samples.jumped, self.prefill_tokens, decoded, decode_context,
             self.prefill_context, self.prefill_attention_pairs, self.loaded,

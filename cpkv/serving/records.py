@@ -57,7 +57,7 @@ REASONS: list[str | None] = [
 STATUSES = ("rejected", "finished", "timed_out", "cancelled")
 """The terminal states, by code (``finished`` = 1, ``rejected`` = 0 as before)."""
 _STATUS_CODE = {REJECTED: 0, FINISHED: 1, TIMED_OUT: 2, CANCELLED: 3}
-BATCH = 8192
+BATCH = 4096
 """Records processed at a time."""
 
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json's own, in C

@@ -12,6 +12,11 @@ later after idle time), so neither do buckets nor stops. A bucket's iterations a
 found by binary search; only its last few, those whose stop passes the edge (again a binary
 search), spill into later buckets, and their later pieces come before the later buckets'
 own iterations, as in the loop. Sums are sequential (``np.cumsum``), never pairwise.
+
+:class:`TimelineBuckets` serves runs that kept their samples (:func:`timeline_points`); a
+run that spilled them sums its buckets with the time breakdown's in one pass over the file
+(:class:`SpilledTimeline`, :mod:`cpkv.serving.bucket_sums`, the same numbers), a long run's
+by two processes at once in its helper process.
 """
 
 from __future__ import annotations
@@ -47,15 +52,7 @@ class TimelineBuckets:
         width, last, bucket = self.width, self.last, self.bucket
         stop = t0 + dt
         first, final = bucket(float(t0[0])), bucket(float(t0[-1]))
-        bounds = [0]
-        for k in range(first + 1, final + 1):  # the first iteration of bucket k
-            i = max(bounds[-1], int(np.searchsorted(t0, k * width)))
-            while i > bounds[-1] and bucket(float(t0[i - 1])) >= k:
-                i -= 1
-            while i < n and bucket(float(t0[i])) < k:
-                i += 1
-            bounds.append(i)
-        bounds.append(n)
+        bounds = bucket_starts(t0, first, final, bucket, width)
         series = (used, held, running, waiting)
         for k in range(first, final + 1):
             a, b = bounds[k - first], bounds[k - first + 1]
@@ -107,18 +104,43 @@ class TimelineBuckets:
         self._take_pending(self.last)
         if not self.seen:
             return []
-        width, scale = self.width, 100.0 / capacity_blocks
-        return [
-            {
-                "t_s": round(k * width / 1e6, 6),
-                "kv_used_mean_pct": round(float(a[0]) / width * scale, 4),
-                "kv_used_peak_pct": round(self.peak[k] * scale, 4),
-                "kv_held_mean_pct": round(float(a[1]) / width * scale, 4),
-                "running_mean": round(float(a[2]) / width, 4),
-                "waiting_mean": round(float(a[3]) / width, 4),
-            }
-            for k, a in enumerate(self.sums)
-        ]
+        return kv_rows(self.sums, self.peak, self.width, capacity_blocks)
+
+
+def kv_rows(
+    sums: Any, peak: list[float | int], width: float, capacity_blocks: int
+) -> list[dict[str, float]]:
+    """The timeline's KV points from the ``(points, 4)`` sums (used, held, running, waiting,
+    each x time) and the peaks (used blocks) per bucket of ``width`` µs."""
+    scale = 100.0 / capacity_blocks
+    return [
+        {
+            "t_s": round(k * width / 1e6, 6),
+            "kv_used_mean_pct": round(float(a[0]) / width * scale, 4),
+            "kv_used_peak_pct": round(peak[k] * scale, 4),
+            "kv_held_mean_pct": round(float(a[1]) / width * scale, 4),
+            "running_mean": round(float(a[2]) / width, 4),
+            "waiting_mean": round(float(a[3]) / width, 4),
+        }
+        for k, a in enumerate(sums)
+    ]
+
+
+def bucket_starts(t0: Any, first: int, final: int, bucket: Any, width: float) -> list[int]:
+    """Where the buckets ``first..final`` begin in ``t0`` (start times in order, ``first`` the
+    bucket of the first, ``final`` of the last; ``bucket`` maps a start to its bucket), and
+    ``len(t0)`` after them: a binary search per edge, moved to agree with ``bucket``."""
+    n = len(t0)
+    bounds = [0]
+    for k in range(first + 1, final + 1):  # the first iteration of bucket k
+        i = max(bounds[-1], int(np.searchsorted(t0, k * width)))
+        while i > bounds[-1] and bucket(float(t0[i - 1])) >= k:
+            i -= 1
+        while i < n and bucket(float(t0[i])) < k:
+            i += 1
+        bounds.append(i)
+    bounds.append(n)
+    return bounds
 
 
 def bucket_pieces(
@@ -151,28 +173,43 @@ def timeline_points(
     return buckets.rows(capacity_blocks)
 
 
+class SpilledTimeline:
+    """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
+    the summary's ``time`` of a run whose :class:`~cpkv.serving.iteration_log.IterationLog`
+    spilled its samples: its breakdown was summed over the run as it went; the buckets are
+    summed by :meth:`result` (:mod:`cpkv.serving.bucket_sums`; with ``fork``, a long run's
+    are summed by two processes: a forked one starts now, so other work done before
+    :meth:`result` overlaps it; create this before starting threads)."""
+
+    def __init__(
+        self, samples: Any, end: float, capacity_blocks: int, points: int, fork: bool = False
+    ) -> None:
+        from cpkv.serving.bucket_sums import SpilledBucketSums
+
+        self.samples, self.end, self.capacity, self.points = samples, end, capacity_blocks, points
+        spill = samples.spill
+        self.sums = None
+        if end > 0 and spill is not None and spill.iterations:
+            self.sums = SpilledBucketSums(spill, end, points, fork)
+
+    def result(self) -> tuple[list[dict[str, float | None]], dict[str, float | None]]:
+        """The points and the ``time``."""
+        from cpkv.serving.cost.report import breakdown_row, summed_time
+
+        peak = self.samples.cost.peak_flops_per_us
+        time = summed_time(self.samples.time_totals.sums, self.end, peak)
+        if self.sums is None:
+            return [], time
+        kv, peaks, parts = self.sums.result()
+        width = self.end / self.points
+        rows: list[dict[str, float | None]] = kv_rows(kv, peaks, width, self.capacity)  # type: ignore[assignment]
+        for row, sums in zip(rows, parts, strict=True):
+            row.update(breakdown_row(sums, width, peak))
+        return rows, time
+
+
 def timeline_and_time(
     samples: Any, end: float, capacity_blocks: int, points: int
 ) -> tuple[list[dict[str, float | None]], dict[str, float | None]]:
-    """``timeline.jsonl``'s points (KV utilisation and where the time went, per bucket) and
-    the summary's ``time``, from the samples of an
-    :class:`~cpkv.serving.iteration_log.IterationLog` that kept each iteration's breakdown
-    (its ``cost``: the rows come from each iteration's cost arguments, and their times must
-    be the loop's durations), read once, in order (:class:`~cpkv.serving.cost.report.BreakdownBuckets`)."""
-    from cpkv.serving.cost.report import BreakdownBuckets, breakdown_rows
-
-    kv = TimelineBuckets(end, points) if end > 0 else None
-    parts = BreakdownBuckets(end, points, samples.cost.peak_flops_per_us)
-    for chunk in samples.chunks():
-        if kv is not None:
-            kv.add(*chunk[:6])
-        rows = breakdown_rows(samples.cost, *chunk[6])
-        if not np.array_equal(rows[:, 0], chunk[1]):
-            raise RuntimeError(
-                "internal error: the cost model's breakdown does not give the loop's durations"
-            )
-        parts.add(chunk[0], rows)
-    rows: list[dict[str, float | None]] = [] if kv is None else kv.rows(capacity_blocks)  # type: ignore[assignment]
-    for row, part in zip(rows, parts.rows(), strict=True):
-        row.update(part)
-    return rows, parts.summary()
+    """:class:`SpilledTimeline`'s result, summed in this process."""
+    return SpilledTimeline(samples, end, capacity_blocks, points).result()

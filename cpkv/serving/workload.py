@@ -39,6 +39,7 @@ from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.arrivals import (
     COPY_HASH_STRIDE,
     arrival_order,
+    as_reqs,
     repeated_trace,
     synthetic_arrivals,
 )
@@ -83,7 +84,7 @@ class ServingWorkload:
     cache_block_size: int | None = None
     cache_config: Any = None
     repeat: int = 1
-    draws: Callable[[ArrivalsSpec, int], Iterator[Req]] | None = None
+    draws: Callable[[ArrivalsSpec, int], Iterator[tuple]] | None = None  # arrival rows
     count: int = 0
 
     @property
@@ -105,11 +106,17 @@ class ServingWorkload:
     def arriving(self, arrivals: ArrivalsSpec, seed: int) -> Iterator[Req]:
         """The run's requests in arrival order, each built when it is reached
         (:mod:`cpkv.serving.arrivals`), with the arrival times of :func:`with_arrivals`."""
+        if self.lazy:
+            return as_reqs(self.arrival_rows(arrivals, seed))
+        return arrival_order(with_arrivals(self.requests, arrivals, seed))
+
+    def arrival_rows(self, arrivals: ArrivalsSpec, seed: int) -> Iterator[tuple]:
+        """A lazy workload's requests in arrival order as arrival rows
+        (:func:`~cpkv.serving.arrivals.as_reqs`): what :meth:`arriving` builds its Reqs
+        from."""
         if self.draws is not None:
             return self.draws(arrivals, seed)
-        if self.repeat > 1:
-            return repeated_trace(self.requests, self.repeat, arrivals, seed)
-        return arrival_order(with_arrivals(self.requests, arrivals, seed))
+        return repeated_trace(self.requests, self.repeat, arrivals, seed)
 
 
 def load_serving_workload(spec: Any, default_max_new_tokens: int, seed: int = 0) -> ServingWorkload:

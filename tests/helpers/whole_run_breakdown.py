@@ -6,7 +6,8 @@ iteration (run it with :func:`cpkv.serving.loop.simulate`, which keeps every sam
 the frozen reference loop), and it keeps each iteration's breakdown (8 doubles) in iteration
 order, the order of the loop's timeline samples; the returned time is the model's own, float
 for float. :func:`bucket_breakdown` and :func:`time_summary` then give the ``timeline.jsonl``
-parts and the summary's ``time`` from those records.
+parts and the summary's ``time`` from those records, by the plain loops that define them
+(:func:`loop_breakdown`), independent of the run's numpy passes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from array import array
 from typing import Any
 
 from cpkv.serving.cost.base import IterationCost
-from cpkv.serving.cost.report import FIELDS, BreakdownBuckets, summed_time
+from cpkv.serving.cost.report import FIELDS, breakdown_row, summed_time
 
 
 class CostRecorder:
@@ -58,28 +59,53 @@ class CostRecorder:
 def bucket_breakdown(
     starts_us: Any, recorder: CostRecorder, end_us: float, points: int
 ) -> list[dict[str, float | None]]:
-    """Per timeline bucket: time in each part (ms), busy and MFU percentages (see the module
-    docstring); ``starts_us`` are the iterations' start times, in the recorder's order."""
-    import numpy as np
-
+    """Per timeline bucket: time in each part (ms), busy and MFU percentages
+    (:func:`~cpkv.serving.cost.report.breakdown_row`); ``starts_us`` are the iterations'
+    start times, in the recorder's order."""
     n = recorder.iterations
     if end_us <= 0 or n == 0:
         return []
     if len(starts_us) != n:
         raise ValueError(f"{len(starts_us)} timeline samples for {n} recorded iterations")
-    buckets = BreakdownBuckets(end_us, points, recorder.model.peak_flops_per_us)
-    buckets.add(starts_us, np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS))
-    return buckets.rows()
+    records = recorder.records.tolist()
+    rows = [records[i : i + FIELDS] for i in range(0, len(records), FIELDS)]
+    sums = loop_breakdown([float(t) for t in starts_us], rows, end_us, points)
+    width, peak = end_us / points, recorder.model.peak_flops_per_us
+    return [breakdown_row(a, width, peak) for a in sums]
+
+
+def loop_breakdown(
+    starts: list[float], rows: list[list[float]], end_us: float, points: int
+) -> list[list[float]]:
+    """The per-bucket sums written as the plain loop they are: each iteration that stops
+    inside its first bucket (or starts in the last) adds its row to that bucket, in order;
+    afterwards each one that crosses an edge adds its pieces, split by time, in order."""
+    width = end_us / points
+    acc = [[0.0] * FIELDS for _ in range(points)]
+    crossing = []
+    for t, row in zip(starts, rows, strict=True):
+        k = min(int(t / width), points - 1)
+        stop = t + row[0]
+        if k == points - 1 or stop <= (k + 1) * width:
+            acc[k] = [a + v for a, v in zip(acc[k], row, strict=True)]
+        else:
+            crossing.append((k, t, row))
+    for k, t, row in crossing:
+        stop = t + row[0]
+        while True:
+            edge = (k + 1) * width if k < points - 1 else stop
+            share = (min(stop, edge) - t) / row[0]
+            acc[k] = [a + v * share for a, v in zip(acc[k], row, strict=True)]
+            if stop <= edge or k == points - 1:
+                break
+            t, k = edge, k + 1
+    return acc
 
 
 def time_summary(recorder: CostRecorder, end_us: float) -> dict[str, float | None]:
-    """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
-    import numpy as np
-
-    n = recorder.iterations
-    totals = (
-        np.frombuffer(recorder.records, dtype=float).reshape(n, FIELDS).sum(axis=0)
-        if n
-        else np.zeros(FIELDS)
-    )
+    """The run's time, summed over the iterations one by one, in order (module docstring)."""
+    totals = [0.0] * FIELDS
+    records = recorder.records
+    for i in range(0, len(records), FIELDS):
+        totals = [a + v for a, v in zip(totals, records[i : i + FIELDS], strict=True)]
     return summed_time(totals, end_us, recorder.model.peak_flops_per_us)

@@ -169,7 +169,7 @@ def test_the_lone_pass_decides_as_the_pass(case) -> None:
 
     free, mixed, headroom, running, budgets, candidate = case
     full = adder_pass(free, mixed, headroom, running, budgets, None, iter([candidate]))
-    lone = lone_pass(free, mixed, headroom, running, budgets, candidate)
+    lone = lone_pass(free, mixed, headroom, running, budgets.lone_limits, *candidate)
     whole = len(full.admitted) == 1 and not full.admitted[0][2]
     if lone is None:
         assert not whole

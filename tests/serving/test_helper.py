@@ -70,11 +70,9 @@ def test_an_error_while_drawing_arrivals_is_one_runtime_error() -> None:
 
 @needs_fork
 def test_a_parent_that_stops_early_ends_the_arrival_child() -> None:
-    from cpkv.serving.kv_pool import Req
-
-    def arrivals():
+    def arrivals():  # arrival rows (cpkv.serving.arrivals.as_reqs)
         for i in range(10**9):  # endless: the child blocks on a full pipe
-            yield Req.new(i, f"r{i}", float(i), 10, 1, 0, 0, None)
+            yield i, f"r{i}", float(i), 10, 1, 0, 0, None
 
     producer = Producer(arrivals())
     pid = producer.pid

@@ -3,10 +3,11 @@
 recorded by :class:`~tests.helpers.whole_run_breakdown.CostRecorder` in a kept
 :func:`~cpkv.serving.loop.simulate` and broken down at once by
 :func:`~tests.helpers.whole_run_breakdown.bucket_breakdown` / ``time_summary``. The runner instead
-logs each full iteration's cost arguments, expands decode stretches with the model's
-vectorised ``breakdowns``, spills the rows and buckets them a chunk at a time; the numbers
+logs each full iteration's cost arguments, breaks the expanded iterations down with the
+model's vectorised ``breakdowns`` as the run goes (summing the ``time`` then), spills the
+columns and sums the buckets at the end, in one pass or in two halves at once; the numbers
 must be the same, byte for byte, for both cost kinds, in one process and with the forked
-helper process."""
+helper process, summed in one pass or split."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import pytest
 
 from cpkv.core.config import load_config
 from cpkv.runs.runner import run_experiment
+from cpkv.serving import bucket_sums
 from cpkv.serving import helper as helper_module
 from cpkv.serving.cost.model import CostModel
+from cpkv.serving.cost.report import breakdown_columns
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.loop import simulate
 from cpkv.serving.metrics import timeline
@@ -73,11 +76,22 @@ def _compare(tmp_path: Path, overrides: list[str]) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["roofline", "linear"])
-@pytest.mark.parametrize("helped", [False, True])
-def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, kind, helped):
+@pytest.mark.parametrize(("helped", "split"), [(False, False), (True, False), (True, True)])
+def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, kind, helped, split):
     if helped and not hasattr(__import__("os"), "fork"):
         pytest.skip("no fork here")
     monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 0 if helped else 10**9)
+    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0 if split else 10**12)
+    cut = tmp_path / "cuts"  # (written in the helper process)
+    original_cuts = bucket_sums._range_cuts
+
+    def range_cuts(*args):
+        cuts = original_cuts(*args)
+        with cut.open("a") as f:
+            f.write(f"{cuts}\n")
+        return cuts
+
+    monkeypatch.setattr(bucket_sums, "_range_cuts", range_cuts)
     forks = []
     original = helper_module.Helper.__init__
 
@@ -88,6 +102,12 @@ def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, ki
     monkeypatch.setattr(helper_module.Helper, "__init__", counted)
     doc = _compare(tmp_path, [f"admit.cost.kind={kind}"])
     assert len(forks) == helped  # the output work ran in the forked helper, or here
+    # the buckets were summed by two processes (the helper and one it forked), or one
+    chosen = cut.read_text().splitlines() if cut.exists() else []
+    assert len(chosen) == helped
+    if helped:
+        cuts = json.loads(chosen[0])
+        assert (cuts == []) != split and all(0 < k < 37 for k in cuts)
     time = doc["summary"]["time"]
     assert time["busy_s"] > 0 and (time["mfu_pct"] is None) == (kind == "linear")
 
@@ -130,10 +150,41 @@ def test_breakdowns_are_breakdown_row_by_row(name) -> None:
     pairs = prefill * before + prefill * (prefill + 1) // 2
     loaded = rng.integers(0, 5000, n) * (rng.random(n) < 0.3)
     args = (prefill, decode, decode_ctx, prefill_ctx, pairs, loaded)
-    rows = model.breakdowns(*args)
+    columns = model.breakdowns(*args)
+    assert len(columns) == 8
+    assert all(isinstance(c, float) or c.shape == (n,) for c in columns)
+    rows = np.column_stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns])
     scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
-    assert rows.shape == (n, 8)
     assert rows.tolist() == [list(r) for r in scalar]
+    # the columns as the run takes them: arrays of its own, floats where every row agrees
+    taken = breakdown_columns(model, *args)
+    assert [c.tolist() if isinstance(c, np.ndarray) else [c] * n for c in taken] == [
+        list(c) for c in zip(*scalar, strict=True)
+    ]
+    arrays = [c for c in taken if isinstance(c, np.ndarray)]
+    assert len({id(c) for c in arrays}) == len(arrays)
+    assert all(c.flags.writeable and c.flags.c_contiguous for c in arrays)
+
+
+def test_a_model_without_breakdowns_is_broken_down_row_by_row() -> None:
+    """A model offering only ``breakdown`` (and a wrapper delegating attributes, whose
+    inner model's ``breakdowns`` must not be taken): its rows, one by one."""
+
+    class Plain:
+        def breakdown(self, *args):
+            return (float(sum(args)), 1.0, 0.0, 2.0, 0.0, 0.0, 0.5, float(args[0]))
+
+        def __getattr__(self, name):
+            return getattr(MODELS["linear"], name)
+
+    args = [np.array([1, 2, 3]), np.array([0, 5, 0]), np.zeros(3, np.int64)] + [
+        np.zeros(3, np.int64)
+    ] * 3
+    columns = breakdown_columns(Plain(), *args)
+    assert [list(c) for c in columns] == [
+        [1.0, 7.0, 3.0], [1.0] * 3, [0.0] * 3, [2.0] * 3, [0.0] * 3, [0.0] * 3, [0.5] * 3,
+        [1.0, 2.0, 3.0],
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n.startswith("roofline")])
@@ -153,61 +204,6 @@ def test_the_decode_form_is_batch_us(name) -> None:
         assert ((head + scale * (slope * context)) + tail) + last == model.batch_us(
             0, running, context, 0, 0, 0
         )
-
-
-def _loop_breakdown(starts, rows, end_us, points):
-    """The per-bucket sums written as the plain loop they are (independent of cpkv's numpy
-    version): each iteration that stops inside its first bucket (or starts in the last)
-    adds its row to that bucket, in order; afterwards each one that crosses an edge adds
-    its pieces, split by time, in order."""
-    width = end_us / points
-    acc = [[0.0] * 8 for _ in range(points)]
-    crossing = []
-    for t, row in zip(starts, rows, strict=True):
-        k = min(int(t / width), points - 1)
-        stop = t + row[0]
-        if k == points - 1 or stop <= (k + 1) * width:
-            acc[k] = [a + v for a, v in zip(acc[k], row, strict=True)]
-        else:
-            crossing.append((k, t, row))
-    for k, t, row in crossing:
-        stop = t + row[0]
-        while True:
-            edge = (k + 1) * width if k < points - 1 else stop
-            share = (min(stop, edge) - t) / row[0]
-            acc[k] = [a + v * share for a, v in zip(acc[k], row, strict=True)]
-            if stop <= edge or k == points - 1:
-                break
-            t, k = edge, k + 1
-    return acc
-
-
-@pytest.mark.parametrize("chunk", [7, 1000, 10**9])
-def test_the_chunked_buckets_are_the_plain_loop(chunk) -> None:
-    """Random iterations (back to back, with idle gaps, some longer than a bucket), fed in
-    chunks of ``chunk``: the same sums as the loop, exactly."""
-    from cpkv.serving.cost.report import BreakdownBuckets
-
-    rng = np.random.default_rng(5)
-    n, points = 3000, 13
-    duration = rng.exponential(1.0, n) * np.where(rng.random(n) < 0.01, 40.0, 1.0)
-    gap = np.where(rng.random(n) < 0.05, rng.exponential(5.0, n), 0.0)
-    starts, t = [], 0.0
-    for d, g in zip(duration.tolist(), gap.tolist(), strict=True):
-        t += g
-        starts.append(t)
-        t += d
-    rows = np.column_stack([duration, rng.random((n, 7)) * duration[:, None]])
-    buckets = BreakdownBuckets(t, points, 1e6)
-    for a in range(0, n, chunk):
-        buckets.add(np.array(starts[a : a + chunk]), rows[a : a + chunk])
-    expected = _loop_breakdown(starts, rows.tolist(), t, points)
-    assert buckets.sums().tolist() == expected
-    assert buckets.rows()[3]["gemm_ms"] == round(expected[3][1] / 1000.0, 4)
-    totals = [0.0] * 8
-    for row in rows.tolist():
-        totals = [a + v for a, v in zip(totals, row, strict=True)]
-    assert buckets.totals.tolist() == totals
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -245,3 +241,23 @@ def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
 
     assert decode_form_of(MODELS["roofline"]) is not None
     assert decode_form_of(Wrapper(MODELS["roofline"])) is None
+
+
+def test_the_dense_parts_remembered_across_batches_are_the_same(monkeypatch) -> None:
+    """The roofline model remembers the dense parts of the token counts it has seen (and
+    starts over past ``DENSE_MEMO``): batch after batch, the scalar breakdown's numbers."""
+    from cpkv.serving.cost import roofline
+
+    monkeypatch.setattr(roofline, "DENSE_MEMO", 40)
+    model = CostSpec(model="llama-3-8b", gpu="h100-sxm").build()
+    rng = np.random.default_rng(9)
+    for batch in range(6):
+        n = 400
+        prefill = rng.integers(0, 30, n) * (rng.random(n) < 0.3)
+        decode = rng.integers(0, 25 + 10 * batch, n)  # later batches: some counts not seen
+        args = (prefill, decode, decode * 100, prefill, prefill, np.zeros(n, np.int64))
+        columns = model.breakdowns(*args)
+        rows = np.column_stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns])
+        scalar = [model.breakdown(*(int(v) for v in one)) for one in zip(*args, strict=True)]
+        assert rows.tolist() == [list(r) for r in scalar], batch
+        assert len(model._dense_known[0]) <= 40 + n

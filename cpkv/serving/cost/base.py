@@ -18,9 +18,10 @@ it named by :data:`PARTS` (microseconds each) and the model FLOPs of the iterati
 the model does not know them). ``time_us`` equals ``batch_us`` float for float.
 
 Optional, for speed (the serving loop checks what it uses against ``batch_us`` and
-``breakdown``): ``breakdowns`` (the six arguments as integer numpy arrays, an ``(n, 8)``
-array of the rows ``breakdown`` gives, float for float: the timeline of a streamed run is
-computed from the iterations' logged arguments with it) and ``decode_form(running)`` (the
+``breakdown``): ``breakdowns`` (the six arguments as integer numpy arrays of ``n``
+iterations, the eight columns of the rows ``breakdown`` gives, float for float, each a
+float array of ``n`` or one float when the same in every iteration: a streamed run breaks
+its iterations down from their logged arguments with it) and ``decode_form(running)`` (the
 terms a decode-only iteration's time is computed from in a tight loop:
 :func:`cpkv.serving.decode_stretch.decode_form_of`).
 

@@ -153,30 +153,23 @@ class CostModel:
         prefill_context_tokens: Any,
         prefill_attention_pairs: Any,
         loaded_tokens: Any,
-    ) -> Any:
-        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
-        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
-        elements, float for float (the same operations in the same order, element-wise)."""
-        import numpy as np
-
+    ) -> list[Any]:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
+        columns out (:mod:`cpkv.serving.cost.base`: a float array each, or a float for a
+        column equal in every iteration) whose ``i``-th elements are ``breakdown`` of the
+        arrays' ``i``-th elements, float for float (the same operations in the same order,
+        element-wise)."""
         fixed, pre, dec, ctx, load = self.coefficients()
-        context = decode_context_tokens + prefill_context_tokens
-        out = np.empty((len(prefill_tokens), 8))
-        out[:, 0] = (
-            fixed
-            + pre * prefill_tokens
-            + dec * decode_requests
-            + ctx * context
-            + (load * loaded_tokens)
-        )
-        out[:, 1] = pre * prefill_tokens + dec * decode_requests
-        out[:, 2] = 0.0
-        out[:, 3] = ctx * context
-        out[:, 4] = 0.0
-        out[:, 5] = load * loaded_tokens
-        out[:, 6] = fixed
-        out[:, 7] = 0.0
-        return out
+        prefill = pre * prefill_tokens
+        decode = dec * decode_requests
+        attention = ctx * (decode_context_tokens + prefill_context_tokens)
+        load_us = load * loaded_tokens
+        time_us = fixed + prefill
+        time_us += decode
+        time_us += attention
+        time_us += load_us
+        prefill += decode  # the GEMM part
+        return [time_us, prefill, 0.0, attention, 0.0, load_us, fixed, 0.0]
 
     def describe(self) -> dict[str, float | int | str | None]:
         """The kind and the coefficients as a plain dict (for summaries, notes, fit-cost)."""

@@ -1,15 +1,19 @@
 """Where a serving run's time went: per timeline bucket and summed (``timeline.jsonl``, summary).
 
 Each iteration's :meth:`~cpkv.serving.cost.base.IterationCost.breakdown` (time, the parts,
-model FLOPs: 8 doubles, :data:`FIELDS`) is computed from its cost arguments when the run's
-spilled samples are read back (:func:`breakdown_rows`), a chunk at a time, and summed by
-:class:`BreakdownBuckets` in iteration order.
+model FLOPs: 8 doubles, :data:`FIELDS`) is computed while the run goes on, a batch of
+iterations at a time, from their cost arguments (:func:`breakdown_columns`: column by column,
+a column equal in every iteration of the batch as one float); :class:`TimeTotals` sums them
+over the run, in iteration order (the summary's ``time`` needs nothing else), and the
+columns are spilled with the samples for the per-bucket sums, which wait for the makespan
+(:mod:`cpkv.serving.bucket_sums`).
 
 Per bucket of the timeline (``admit.serving.timeline_points`` equal spans of [0, makespan];
-an iteration that spans a bucket edge is split by time, each part in proportion):
-``<part>_ms`` (time in each of :data:`~cpkv.serving.cost.base.PARTS`), ``busy_pct`` (iteration
-time / bucket span) and ``mfu_pct`` (model FLOPs / (bucket span x peak FLOP/s of all GPUs);
-null without FLOPs). Summed (the summary's ``time``, :func:`summed_time`): ``busy_s``,
+an iteration that spans a bucket edge is split by time, each part in proportion, its pieces
+added after the bucket's whole iterations: :func:`add_crossing`): ``<part>_ms`` (time in each
+of :data:`~cpkv.serving.cost.base.PARTS`), ``busy_pct`` (iteration time / bucket span) and
+``mfu_pct`` (model FLOPs / (bucket span x peak FLOP/s of all GPUs); null without FLOPs)
+(:func:`breakdown_row`). Summed (the summary's ``time``, :func:`summed_time`): ``busy_s``,
 ``busy_pct`` (of the makespan), ``<part>_s`` and ``<part>_pct`` (of the busy time),
 ``model_tflop``, ``mfu_pct`` (over the makespan) and ``mfu_busy_pct`` (over the busy time).
 """
@@ -25,122 +29,91 @@ from cpkv.serving.cost.roofline import mfu_pct
 FIELDS = 8  # time, the six parts, FLOPs
 
 
-class BreakdownBuckets:
-    """The breakdown of one run whose makespan is ``end_us``, fed its iterations in order, a
-    chunk at a time (:meth:`add`), float for float the numbers of the loop over all of them
-    over a whole run's rows is: per bucket, the iterations that stop inside their first
-    bucket (or start in the last) add their whole rows one by one in iteration order, then those that cross an edge add their pieces, in iteration
-    order (a bucket edge is crossed by at most one iteration: there are fewer of them than
-    buckets, and they are kept until :meth:`rows`). The sums over the run (:meth:`summary`)
-    are sequential in iteration order too (as ``sum(axis=0)`` of the rows)."""
+class TimeTotals:
+    """The breakdown summed over every iteration of a run, in iteration order, float for
+    float ``sum()`` of each column over the whole run's rows: fed the columns of each batch
+    (:func:`breakdown_columns`) as the run goes."""
 
-    def __init__(self, end_us: float, points: int, peak_flops_per_us: float | None) -> None:
+    def __init__(self) -> None:
         import numpy as np
 
-        self.end_us, self.points, self.peak = end_us, points, peak_flops_per_us
-        self.width = end_us / points if end_us > 0 else 0.0
-        self.acc = np.zeros((points, FIELDS))
-        self.totals = np.zeros(FIELDS)
-        self.crossing: list[tuple[int, float, Any]] = []  # (first bucket, start, row)
-        self.iterations = 0
+        self.sums = np.zeros(FIELDS)
 
-    def add(self, starts_us: Any, rows: Any) -> None:
-        """The next iterations: their start times and their ``(n, 8)`` breakdown rows."""
+    def add(self, columns: list[Any], n: int) -> None:
+        """The next ``n`` iterations' columns (arrays, or one float for all ``n``). Summed in
+        place: the arrays are this call's to overwrite."""
         import numpy as np
 
-        n = len(rows)
-        if not n:
-            return
-        self.iterations += n
-        if not rows.flags.writeable:
-            rows = rows.copy()
-        head = rows[0].copy()  # the sums start from the totals so far: in the first row
-        rows[0] = self.totals + head
-        self.totals = _row_sum(rows)
-        rows[0] = head
-        if self.end_us <= 0:
-            return
-        points, width = self.points, self.width
-        start = np.asarray(starts_us, dtype=float)
-        first = np.minimum((start / width).astype(np.int64), points - 1)
-        stop = start + rows[:, 0]
-        edge = np.where(first < points - 1, (first + 1) * width, np.inf)
-        whole = stop <= edge
-        # bucket by bucket (the start times never decrease: each bucket's rows are a run),
-        # its whole rows: the run itself when none crosses an edge (the commonest case, no
-        # copy), else the whole ones picked out
-        cuts = (np.flatnonzero(first[1:] != first[:-1]) + 1).tolist()
-        acc = self.acc
-        for a, b in zip([0, *cuts], [*cuts, n], strict=True):
-            weights = rows[a:b] if whole[a:b].all() else rows[a:b][whole[a:b]]
-            if not len(weights):
-                continue
-            k = int(first[a])
-            head = weights[0].copy()
-            weights[0] = acc[k] + head
-            acc[k] = _row_sum(weights)
-            weights[0] = head  # (``rows`` is ours, but its crossing rows are kept below)
-        for i in np.flatnonzero(~whole).tolist():
-            self.crossing.append((int(first[i]), float(start[i]), rows[i].copy()))
-
-    def rows(self) -> list[dict[str, float | None]]:
-        """Per timeline bucket: time in each part (ms), busy and MFU percentages (see the
-        module docstring); none when no iteration ran or the makespan is 0."""
-        if self.end_us <= 0 or not self.iterations:
-            return []
-        width = self.width
-        out = []
-        for a in self.sums():
-            row: dict[str, float | None] = {
-                f"{p}_ms": round(float(a[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
-            }
-            row["busy_pct"] = round(100.0 * float(a[0]) / width, 4)
-            mfu = mfu_pct(float(a[7]), width / 1e6, self.peak)
-            row["mfu_pct"] = None if mfu is None else round(mfu, 4)
-            out.append(row)
-        return out
-
-    def sums(self) -> Any:
-        """The ``(points, 8)`` sums per bucket, the iterations that cross an edge included."""
-        acc, points, width = self.acc.copy(), self.points, self.width
-        for k, t, rec in self.crossing:  # split by time
-            dt = float(rec[0])
-            stop = t + dt
-            while True:
-                bucket_edge = (k + 1) * width if k < points - 1 else stop
-                part = min(stop, bucket_edge) - t
-                acc[k] += rec * (part / dt)
-                if stop <= bucket_edge or k == points - 1:
-                    break
-                t, k = bucket_edge, k + 1
-        return acc
-
-    def summary(self) -> dict[str, float | None]:
-        """The run's time, summed: busy, each part, model FLOPs and MFU (module docstring)."""
-        return summed_time(self.totals, self.end_us, self.peak)
+        sums = self.sums
+        for j, column in enumerate(columns):
+            if isinstance(column, float):
+                if column == 0.0:  # adding 0.0 changes no sum (never -0.0: it starts at +0.0)
+                    continue
+                column = np.full(n, column)
+            if n:
+                column[0] += sums[j]  # (a + x0) + x1 + ...: the sum from ``a``, one by one
+                sums[j] = np.cumsum(column, out=column)[-1]
 
 
-def _sequential_rows() -> bool:
-    """Whether ``sum(axis=0)`` of a C-ordered ``(n, 8)`` array adds its rows one by one, in
-    order (numpy reduces over the outer axis that way; only a reduction along a contiguous
-    axis is pairwise), tried on values whose sum depends on the order."""
+def breakdown_columns(model: Any, *arguments: Any) -> list[Any]:
+    """The breakdowns of ``n`` iterations given as six integer arrays (the arguments of
+    ``batch_us``), as :data:`FIELDS` columns, each a float64 array of ``n`` this caller may
+    overwrite or a float (the same in every iteration): the model's own vectorised
+    ``breakdowns`` when its class has one, else its ``breakdown`` iteration by iteration."""
     import numpy as np
 
-    probe = np.tile(np.array([[1.0], [1e-16], [-1.0], [1e-16]] * 64), (1, FIELDS))
-    probe[::5] *= 3.0
-    return bool(np.array_equal(probe.sum(axis=0), np.cumsum(probe, axis=0)[-1]))
+    many = getattr(type(model), "breakdowns", None)  # (not a wrapped model's, by __getattr__)
+    if many is not None:
+        columns = many(model, *arguments)
+    else:
+        rows = [model.breakdown(*(int(v) for v in args)) for args in zip(*arguments, strict=True)]
+        table = np.array(rows, dtype=float).reshape(-1, FIELDS)
+        columns = [table[:, j] for j in range(FIELDS)]
+    out: list[Any] = []
+    seen: set[int] = set()
+    for column in columns:
+        if np.ndim(column) == 0:  # a float (or any number) for every iteration
+            out.append(float(column))
+            continue
+        if id(column) in seen or not column.flags.c_contiguous or not column.flags.writeable:
+            column = np.array(column, dtype=float)  # one array per column, contiguous, ours
+        elif column.dtype != np.float64:
+            column = column.astype(float)
+        seen.add(id(column))
+        out.append(column)
+    return out
 
 
-def _row_sum(rows: Any) -> Any:
-    """The sum of the rows of ``rows``, added one by one in order."""
+def add_crossing(
+    sums: Any, crossing: list[tuple[int, float, Any]], width: float, points: int
+) -> None:
+    """Add to the ``(points, 8)`` per-bucket ``sums`` of the whole iterations those that cross
+    a bucket edge, ``(first bucket, start, row)`` in iteration order, split by time."""
     import numpy as np
 
-    if _SEQUENTIAL_ROWS[0] is None:
-        _SEQUENTIAL_ROWS[0] = _sequential_rows()
-    return rows.sum(axis=0) if _SEQUENTIAL_ROWS[0] else np.cumsum(rows, axis=0)[-1]
+    for k, t, rec in crossing:
+        rec = np.asarray(rec, dtype=float)
+        dt = float(rec[0])
+        stop = t + dt
+        while True:
+            bucket_edge = (k + 1) * width if k < points - 1 else stop
+            part = min(stop, bucket_edge) - t
+            sums[k] += rec * (part / dt)
+            if stop <= bucket_edge or k == points - 1:
+                break
+            t, k = bucket_edge, k + 1
 
 
-_SEQUENTIAL_ROWS: list[bool | None] = [None]
+def breakdown_row(sums: Any, width: float, peak: float | None) -> dict[str, float | None]:
+    """One timeline bucket's time in each part (ms), busy and MFU percentages (module
+    docstring), from its 8 sums."""
+    row: dict[str, float | None] = {
+        f"{p}_ms": round(float(sums[1 + j]) / 1000.0, 4) for j, p in enumerate(PARTS)
+    }
+    row["busy_pct"] = round(100.0 * float(sums[0]) / width, 4)
+    mfu = mfu_pct(float(sums[7]), width / 1e6, peak)
+    row["mfu_pct"] = None if mfu is None else round(mfu, 4)
+    return row
 
 
 def summed_time(totals: Any, end_us: float, peak: float | None) -> dict[str, float | None]:
@@ -161,19 +134,6 @@ def summed_time(totals: Any, end_us: float, peak: float | None) -> dict[str, flo
         mfu = mfu_pct(flops, seconds, peak)
         out[key] = None if mfu is None else round(mfu, 4)
     return out
-
-
-def breakdown_rows(model: Any, *arguments: Any) -> Any:
-    """``(n, 8)`` breakdown rows of ``n`` iterations given as six integer arrays (the
-    arguments of ``batch_us``): the model's own ``breakdowns`` when it has one, else its
-    ``breakdown`` iteration by iteration."""
-    import numpy as np
-
-    many = getattr(model, "breakdowns", None)
-    if many is not None:
-        return many(*arguments)
-    rows = [model.breakdown(*(int(v) for v in args)) for args in zip(*arguments, strict=True)]
-    return np.array(rows, dtype=float).reshape(-1, FIELDS)
 
 
 def time_note(time: dict[str, Any]) -> str:

@@ -110,6 +110,7 @@ class RooflineCost:
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
         "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
+        "_dense_known", "_layer_gemm_memo", "_head_memo",
     )  # fmt: skip
 
     def __init__(
@@ -167,6 +168,11 @@ class RooflineCost:
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
         self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
+        # the GEMMs of every layer by token count, the LM head by its token count: a pair
+        # missing from _dense_memo is mostly made of counts seen before
+        self._layer_gemm_memo: dict[int, float] = {}
+        self._head_memo: dict[int, float] = {}
+        self._dense_known: tuple[Any, Any] | None = None  # _dense_many's: keys, (m, 3) parts
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
@@ -199,7 +205,17 @@ class RooflineCost:
             return parts
         if tokens > 0:
             layers = self._layers
-            gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
+            layer_gemms = self._layer_gemm_memo.get(tokens)
+            if layer_gemms is None:
+                if len(self._layer_gemm_memo) >= DENSE_MEMO:
+                    self._layer_gemm_memo.clear()
+                layer_gemms = self._layer_gemm_memo[tokens] = layers * self.gemm_us(tokens)
+            head = self._head_memo.get(head_tokens)
+            if head is None:
+                if len(self._head_memo) >= DENSE_MEMO:
+                    self._head_memo.clear()
+                head = self._head_memo[head_tokens] = self._head_us(head_tokens)
+            gemm = layer_gemms + head
             elementwise = layers * (self._elem_fixed + self._elem_token * tokens)
             comm = 0.0
             if self._ar_fixed or self._ar_token:
@@ -266,43 +282,39 @@ class RooflineCost:
         prefill_context_tokens: Any,
         prefill_attention_pairs: Any,
         loaded_tokens: Any,
-    ) -> Any:
-        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, an
-        ``(n, 8)`` float array out whose row ``i`` is ``breakdown`` of the arrays' ``i``-th
-        elements, float for float: the GEMM, elementwise and all-reduce parts once per
-        distinct ``(tokens, head tokens)``, the rest element-wise with the same operations
-        in the same order."""
+    ) -> list[Any]:
+        """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
+        columns out (a float array each, or a float for a column equal in every iteration:
+        the overhead, and the all-reduce without tensor parallelism), float for float: the
+        GEMM, elementwise and all-reduce parts once per distinct ``(tokens, head tokens)``,
+        the rest element-wise with the same operations in the same order."""
         import numpy as np
 
-        n = len(prefill_tokens)
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
         gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
+        if not (self._ar_fixed or self._ar_token):
+            comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
         decode_flops_us = pair_us * decode_context_tokens
         decode_kv_us = kv_us * decode_context_tokens
-        attention = self._layers * (
-            np.where(prefill_flops_us > prefill_kv_us, prefill_flops_us, prefill_kv_us)
-            + np.where(decode_flops_us > decode_kv_us, decode_flops_us, decode_kv_us)
-        )
+        np.maximum(prefill_flops_us, prefill_kv_us, out=prefill_flops_us)  # (no NaN here)
+        np.maximum(decode_flops_us, decode_kv_us, out=decode_flops_us)
+        prefill_flops_us += decode_flops_us
+        attention = self._layers * prefill_flops_us
         load = self._load_token_us * loaded_tokens
-        out = np.empty((n, 8))
-        out[:, 0] = gemm + elementwise + attention + comm + load + self._overhead
-        out[:, 1] = gemm
-        out[:, 2] = elementwise
-        out[:, 3] = attention
-        out[:, 4] = comm
-        out[:, 5] = load
-        out[:, 6] = self._overhead
-        flops = (
-            self._flops_token * tokens
-            + self._flops_head * head_tokens
-            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
-        )
-        out[:, 7] = np.where(tokens != 0, flops, 0.0)
-        return out
+        time_us = gemm + elementwise
+        time_us += attention
+        time_us += comm
+        time_us += load
+        time_us += self._overhead
+        flops = self._flops_token * tokens
+        flops += self._flops_head * head_tokens
+        flops += self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        flops[tokens == 0] = 0.0
+        return [time_us, gemm, elementwise, attention, comm, load, self._overhead, flops]
 
     def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
         """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
@@ -317,15 +329,42 @@ class RooflineCost:
             pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
             dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
             return dense[:, 0], dense[:, 1], dense[:, 2]
-        key = (tokens.astype(np.int64) << 32) | head_tokens.astype(np.int64)
+        key = np.left_shift(np.asarray(tokens, dtype=np.int64), 32)
+        key |= np.asarray(head_tokens, dtype=np.int64)
         heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
         keys, where = np.unique(key[heads], return_inverse=True)
-        dense = np.array(
-            [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], dtype=float
-        ).reshape(-1, 3)
+        dense = self._dense_of(keys)
         lengths = np.diff(np.append(heads, n))
-        rows = np.repeat(where.reshape(-1), lengths)
-        return dense[rows, 0], dense[rows, 1], dense[rows, 2]
+        where = where.reshape(-1)
+        return tuple(np.repeat(dense[where, j], lengths) for j in range(3))
+
+    def _dense_of(self, keys: Any) -> Any:
+        """:meth:`_dense` of each packed ``tokens << 32 | head tokens`` of ``keys`` (sorted,
+        distinct), as a ``(len(keys), 3)`` array: those seen before (up to
+        :data:`DENSE_MEMO`) looked up, the others computed and remembered."""
+        import numpy as np
+
+        known, parts = getattr(self, "_dense_known", None) or (
+            np.zeros(0, np.int64),
+            np.zeros((0, 3)),
+        )
+        at = np.searchsorted(known, keys)
+        found = at < len(known)
+        found[found] = known[at[found]] == keys[found]
+        if not found.all():
+            new = keys[~found]
+            computed = np.array(
+                [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in new.tolist()],
+                dtype=float,
+            ).reshape(-1, 3)
+            if len(known) + len(new) > DENSE_MEMO:  # start over with these
+                known, parts = keys[found], parts[at[found]]
+            known = np.concatenate([known, new])
+            order = np.argsort(known, kind="stable")
+            known, parts = known[order], np.concatenate([parts, computed])[order]
+            self._dense_known = (known, parts)
+            at = np.searchsorted(known, keys)
+        return parts[at]
 
     def batch_us(
         self,
@@ -339,9 +378,10 @@ class RooflineCost:
         """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
         number of :meth:`breakdown`, by the same operations in the same order (without the
         FLOPs, which the time does not need)."""
-        gemm, elementwise, comm = self._dense(
-            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
-        )
+        tokens = prefill_tokens + decode_requests
+        head_tokens = decode_requests + (1 if prefill_tokens else 0)
+        parts = self._dense_memo.get((tokens, head_tokens))  # self._dense, its memo inline
+        gemm, elementwise, comm = self._dense(tokens, head_tokens) if parts is None else parts
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
