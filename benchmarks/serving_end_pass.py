@@ -24,10 +24,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from serving_scale import AZURE, AZURE_REQUESTS, SYNTHETIC, tree_rss_kb
+from serving_scale import AZURE, AZURE_REQUESTS, SYNTHETIC, measured
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "68055e7"  # the commit before the end pass moved into the run
@@ -74,20 +73,9 @@ OUTPUTS = ("requests.jsonl", "timeline.jsonl", "results.json")
 def run(code: Path, wrapper: Path, args: list[str], out: Path) -> dict[str, float]:
     """One run of the tree ``code`` into ``out``: end pass and wall seconds, peak tree RSS
     (kB), spill bytes and iterations."""
-    env = {**os.environ, "PYTHONPATH": str(code), "CPKV_PLOTS": "0"}
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-P", str(wrapper), "admit", *args, "--no-plots", "-o", str(out)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss_kb(proc.pid))
-        time.sleep(0.01)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read() if proc.stderr else ""
-    if proc.returncode:
-        raise SystemExit(f"cpkv admit {' '.join(args)} failed ({code}):\n{err[-2000:]}")
+    env = {**os.environ, "CPKV_PLOTS": "0"}
+    command = [str(wrapper), "admit", *args, "--no-plots", "-o", str(out)]
+    wall, peak, err = measured(code, command, env)
     found: dict[str, float] = {"wall": wall, "rss_kb": peak}
     for line in err.splitlines():
         if line.startswith("END_PASS "):

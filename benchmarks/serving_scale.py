@@ -82,26 +82,33 @@ def tree_rss_kb(pid: int) -> int:
     return total
 
 
+def measured(code: Path, command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    """Run ``python -P <command>`` on the tree ``code`` from the repository root: (wall
+    seconds, peak tree RSS in kB, its stderr); exit with the error when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-P", *command], cwd=ROOT, env={**env, "PYTHONPATH": str(code)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss_kb(proc.pid))
+        time.sleep(0.01)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read() if proc.stderr else ""
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(command)} failed ({code}):\n{err[-2000:]}")
+    return wall, peak, err
+
+
 def run(code: Path, args: list[str], plots: bool, keep: Path | None = None) -> tuple[float, int]:
     """One ``cpkv admit`` run of the tree ``code``: (wall seconds, peak tree RSS in kB); the
     run directory is copied to ``keep`` when given."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = dict(os.environ)
     if not plots:
         env["CPKV_PLOTS"] = "0"
     with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "cpkv", "admit", *args, "-o", out],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_rss_kb(proc.pid))
-            time.sleep(0.01)
-        wall = time.perf_counter() - start
-        err = proc.stderr.read() if proc.stderr else ""
-        if proc.returncode:
-            raise SystemExit(f"cpkv admit {' '.join(args)} failed ({code}):\n{err[-2000:]}")
+        wall, peak, _ = measured(code, ["-m", "cpkv", "admit", *args, "-o", out], env)
         if keep is not None:
             (run_dir,) = [p.parent for p in Path(out).glob("*/*/results.json")]
             shutil.copytree(run_dir, keep)

@@ -351,49 +351,12 @@ def _steady(sim: Any, admit_first: bool) -> int:
             else:
                 for r, _, _, _ in plan:
                     r.first_token_us = now
-            if finishing:
-                if plain:
-                    for f in finishing:  # see the finishes below
-                        advanced = f.advanced_step == step
-                        kv = f.kv_base + step + advanced
-                        f.generated = f.max_new_tokens - f.finish_step + step + advanced
-                        phase = f.kv_base % block
-                        at = block - 1 - phase
-                        n_running -= 1
-                        running_by_phase[phase] -= 1
-                        running_by_step[at] -= 1
-                        running_by_step[at + block] -= 1
-                        if not f.reserved_blocks:
-                            unreserved_by_phase[phase] -= 1
-                            unreserved_by_step[at] -= 1
-                            unreserved_by_step[at + block] -= 1
-                            n_unreserved -= 1
-                        context_base_sum -= f.context_base
-                        if f.finish_step - step > CLIP:
-                            n_clipped -= 1
-                        else:
-                            n_unclipped -= 1
-                            unclipped_finish_sum -= f.finish_step
-                        f.epoch += 1
-                        del running_set[f]
-                        blocks = -(-kv // block)
-                        reserved = f.reserved_blocks
-                        free += blocks if blocks >= reserved else reserved
-                        used -= blocks
-                        f.reserved_blocks = 0
-                        f.state = FINISHED
-                        f.finished_us = now
-                        done(f)
-                else:
-                    sim.now = now
-                    _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
-                                n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
-                    sim.finish_decoded(finishing, now)
-                    n_running, n_unreserved = pool.n_running, pool.n_unreserved
-                    free, used = pool.free_blocks, pool.used_blocks
-                    context_base_sum = pool.context_base_sum
-                    n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
-                    unclipped_finish_sum = pool.unclipped_finish_sum
+            if finishing:  # (rare: requests whose last token came in this decode step)
+                (n_running, n_unreserved, free, used, step, context_base_sum, n_clipped,
+                 n_unclipped, unclipped_finish_sum) = _finish_generally(
+                    sim, finishing, now, n_running, n_unreserved, free, used, step,
+                    context_base_sum, n_clipped, n_unclipped, unclipped_finish_sum,
+                )  # fmt: skip
             horizon = arrivals.next_us
             if until < horizon:
                 horizon = until
@@ -557,15 +520,11 @@ def _steady(sim: Any, admit_first: bool) -> int:
                             f.finished_us = now
                             done(f)
                     else:
-                        sim.now = now
-                        _write_back(pool, n_running, n_unreserved, free, used, step, context_base_sum,
-                                    n_clipped, n_unclipped, unclipped_finish_sum)  # fmt: skip
-                        sim.finish_decoded(finishing, now)
-                        n_running, n_unreserved = pool.n_running, pool.n_unreserved
-                        free, used = pool.free_blocks, pool.used_blocks
-                        context_base_sum = pool.context_base_sum
-                        n_clipped, n_unclipped = pool.n_clipped, pool.n_unclipped
-                        unclipped_finish_sum = pool.unclipped_finish_sum
+                        (n_running, n_unreserved, free, used, step, context_base_sum, n_clipped,
+                         n_unclipped, unclipped_finish_sum) = _finish_generally(
+                            sim, finishing, now, n_running, n_unreserved, free, used, step,
+                            context_base_sum, n_clipped, n_unclipped, unclipped_finish_sum,
+                        )  # fmt: skip
                     if now < horizon:
                         continue
             if now < horizon:
@@ -628,6 +587,21 @@ def _plan(
         for r, found, (extend, loaded, _) in zip(waiting, hits, admitted, strict=True)
     ]
     return plan, res.stop
+
+
+def _finish_generally(
+    sim: Any, finishing: list[Any], now: float, *aggregates: int
+) -> tuple[int, ...]:
+    """``sim.finish_decoded`` (a prefix cache to fill, a policy to tell) between the pool's
+    aggregates written back from :func:`_steady`'s variables and read again for them."""
+    sim.now = now
+    pool = sim.pool
+    _write_back(pool, *aggregates)
+    sim.finish_decoded(finishing, now)
+    return (
+        pool.n_running, pool.n_unreserved, pool.free_blocks, pool.used_blocks, pool.decode_steps,
+        pool.context_base_sum, pool.n_clipped, pool.n_unclipped, pool.unclipped_finish_sum,
+    )  # fmt: skip
 
 
 def _write_back(
