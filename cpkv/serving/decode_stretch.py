@@ -196,6 +196,7 @@ def _steady(sim: Any, admit_first: bool) -> int:
 
     admit = admit_first
     while True:
+        finishing = None  # requests that generated their last token in the iterations just run
         if admit:  # -- the iteration that admits the queue, whole ------------------------------
             admit = False
             queued = len(waiting)
@@ -351,17 +352,11 @@ def _steady(sim: Any, admit_first: bool) -> int:
             else:
                 for r, _, _, _ in plan:
                     r.first_token_us = now
-            if finishing:  # (rare: requests whose last token came in this decode step)
-                (n_running, n_unreserved, free, used, step, context_base_sum, n_clipped,
-                 n_unclipped, unclipped_finish_sum) = _finish_generally(
-                    sim, finishing, now, n_running, n_unreserved, free, used, step,
-                    context_base_sum, n_clipped, n_unclipped, unclipped_finish_sum,
-                )  # fmt: skip
             horizon = arrivals.next_us
             if until < horizon:
                 horizon = until
         # -- a decode-only stretch up to the next event ---------------------------------------
-        if now < horizon:
+        elif now < horizon:
             while heap:
                 top = heap[0]
                 r = top[3]
@@ -487,48 +482,49 @@ def _steady(sim: Any, admit_first: bool) -> int:
                         _, _, epoch, r = pop(heap)
                         if r.epoch == epoch and r.state == RUNNING:
                             finishing.append(r)
-                    if plain:
-                        for f in finishing:  # KvPool.leave and Sim.finish_decoded, inline
-                            advanced = f.advanced_step == step
-                            kv = f.kv_base + step + advanced
-                            f.generated = f.max_new_tokens - f.finish_step + step + advanced
-                            phase = f.kv_base % block
-                            at = block - 1 - phase
-                            n_running -= 1
-                            running_by_phase[phase] -= 1
-                            running_by_step[at] -= 1
-                            running_by_step[at + block] -= 1
-                            if not f.reserved_blocks:
-                                unreserved_by_phase[phase] -= 1
-                                unreserved_by_step[at] -= 1
-                                unreserved_by_step[at + block] -= 1
-                                n_unreserved -= 1
-                            context_base_sum -= f.context_base
-                            if f.finish_step - step > CLIP:
-                                n_clipped -= 1
-                            else:
-                                n_unclipped -= 1
-                                unclipped_finish_sum -= f.finish_step
-                            f.epoch += 1
-                            del running_set[f]
-                            blocks = -(-kv // block)
-                            reserved = f.reserved_blocks
-                            free += blocks if blocks >= reserved else reserved
-                            used -= blocks
-                            f.reserved_blocks = 0
-                            f.state = FINISHED
-                            f.finished_us = now
-                            done(f)
-                    else:
-                        (n_running, n_unreserved, free, used, step, context_base_sum, n_clipped,
-                         n_unclipped, unclipped_finish_sum) = _finish_generally(
-                            sim, finishing, now, n_running, n_unreserved, free, used, step,
-                            context_base_sum, n_clipped, n_unclipped, unclipped_finish_sum,
-                        )  # fmt: skip
-                    if now < horizon:
-                        continue
-            if now < horizon:
+            if finishing is None and now < horizon:
                 break  # a step whose growth does not fit
+        if finishing:  # -- requests that generated their last token leave ---------------------
+            if plain:
+                for f in finishing:  # KvPool.leave and Sim.finish_decoded, inline
+                    advanced = f.advanced_step == step
+                    kv = f.kv_base + step + advanced
+                    f.generated = f.max_new_tokens - f.finish_step + step + advanced
+                    phase = f.kv_base % block
+                    at = block - 1 - phase
+                    n_running -= 1
+                    running_by_phase[phase] -= 1
+                    running_by_step[at] -= 1
+                    running_by_step[at + block] -= 1
+                    if not f.reserved_blocks:
+                        unreserved_by_phase[phase] -= 1
+                        unreserved_by_step[at] -= 1
+                        unreserved_by_step[at + block] -= 1
+                        n_unreserved -= 1
+                    context_base_sum -= f.context_base
+                    if f.finish_step - step > CLIP:
+                        n_clipped -= 1
+                    else:
+                        n_unclipped -= 1
+                        unclipped_finish_sum -= f.finish_step
+                    f.epoch += 1
+                    del running_set[f]
+                    blocks = -(-kv // block)
+                    reserved = f.reserved_blocks
+                    free += blocks if blocks >= reserved else reserved
+                    used -= blocks
+                    f.reserved_blocks = 0
+                    f.state = FINISHED
+                    f.finished_us = now
+                    done(f)
+            else:
+                (n_running, n_unreserved, free, used, step, context_base_sum, n_clipped,
+                 n_unclipped, unclipped_finish_sum) = _finish_generally(
+                    sim, finishing, now, n_running, n_unreserved, free, used, step,
+                    context_base_sum, n_clipped, n_unclipped, unclipped_finish_sum,
+                )  # fmt: skip
+        if finishing is not None and now < horizon:
+            continue  # (after an admission or a finish: the next stretch)
         # the horizon: an arrival (let it in), or the time the loop advances to
         if not lone or arrivals.next_us > now or now >= until:
             break
