@@ -110,7 +110,7 @@ class RooflineCost:
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
         "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
-        "_dense_known", "_layer_gemm_memo", "_head_memo",
+        "_dense_known",
     )  # fmt: skip
 
     def __init__(
@@ -168,10 +168,6 @@ class RooflineCost:
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
         self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
-        # the GEMMs of every layer by token count, the LM head by its token count: a pair
-        # missing from _dense_memo is mostly made of counts seen before
-        self._layer_gemm_memo: dict[int, float] = {}
-        self._head_memo: dict[int, float] = {}
         self._dense_known: tuple[Any, Any] | None = None  # _dense_many's: keys, (m, 3) parts
 
     # -- the per-iteration parts ---------------------------------------------------------------
@@ -205,17 +201,7 @@ class RooflineCost:
             return parts
         if tokens > 0:
             layers = self._layers
-            layer_gemms = self._layer_gemm_memo.get(tokens)
-            if layer_gemms is None:
-                if len(self._layer_gemm_memo) >= DENSE_MEMO:
-                    self._layer_gemm_memo.clear()
-                layer_gemms = self._layer_gemm_memo[tokens] = layers * self.gemm_us(tokens)
-            head = self._head_memo.get(head_tokens)
-            if head is None:
-                if len(self._head_memo) >= DENSE_MEMO:
-                    self._head_memo.clear()
-                head = self._head_memo[head_tokens] = self._head_us(head_tokens)
-            gemm = layer_gemms + head
+            gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
             elementwise = layers * (self._elem_fixed + self._elem_token * tokens)
             comm = 0.0
             if self._ar_fixed or self._ar_token:
@@ -378,10 +364,9 @@ class RooflineCost:
         """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
         number of :meth:`breakdown`, by the same operations in the same order (without the
         FLOPs, which the time does not need)."""
-        tokens = prefill_tokens + decode_requests
-        head_tokens = decode_requests + (1 if prefill_tokens else 0)
-        parts = self._dense_memo.get((tokens, head_tokens))  # self._dense, its memo inline
-        gemm, elementwise, comm = self._dense(tokens, head_tokens) if parts is None else parts
+        gemm, elementwise, comm = self._dense(
+            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+        )
         pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
         prefill_flops_us = pair_us * prefill_attention_pairs
         prefill_kv_us = kv_us * prefill_context_tokens
