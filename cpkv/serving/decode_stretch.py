@@ -148,10 +148,10 @@ def admit_lone_arrival(sim: Any) -> bool:
 
 
 def _steady(sim: Any, admit_first: bool) -> int:
-    """Lone admissions, decode stretches and the finishes inside them, on the pool's
-    aggregates held in local variables (written back when it returns, and before anything
-    else reads them); ``admit_first``: admit ``sim.waiting[0]`` first. Returns the
-    iterations run (0: nothing changed)."""
+    """Admissions of a short queue taken whole, decode stretches and the finishes inside
+    them, on the pool's aggregates held in local variables (written back when it returns,
+    and before anything else reads them); ``admit_first``: admit ``sim.waiting`` first.
+    Returns the iterations run (0: nothing changed)."""
     pool = sim.pool
     now, horizon = sim.now, sim.horizon_us
     if not admit_first and not now < horizon:
