@@ -1,5 +1,5 @@
 """The serving loop's steady state in straight-line code: decode-only stretches, the requests
-that finish inside them, and lone arrivals admitted whole.
+that finish inside them, and new arrivals admitted whole.
 
 **Decode-only stretches.** When nothing waits, nothing is being prefilled and requests are
 running, the next iterations only decode until something happens: a request arrives (the
@@ -28,18 +28,19 @@ else:
   IterationLog` segment per stretch with a constant running set) and the counters are
   brought up to date once per stretch.
 
-**Lone arrivals** (``prefill_adder``). When one request waits, never admitted before,
-nothing is being chunked, and the iteration is the simple kind, it is run here too:
-the decode step's growth fits, no running request's remainder drops below 4,096 tokens
-at this step, SGLang's pass (:func:`~cpkv.serving.adder.lone_pass`: what
-:func:`~cpkv.serving.adder.adder_pass` decides for one candidate, on the state the step
-would leave) admits the request without cutting it, and its first token needs no
-preemption. Then the iteration is applied: the decode step, the ratio's decay, the
-admission and prefill, the first token, the duration, the timeline sample, the end
-(first-token stamp, requests that generated their last token), and the stretch after it
-goes on. An arrival at the horizon is let in (:meth:`~cpkv.serving.loop.Sim._arrive`) and
-admitted the same way when it is alone; anything else returns to the loop's general
-iteration (:meth:`~cpkv.serving.loop.Sim._iteration`).
+**New arrivals** (``prefill_adder``). When one request waits (or, without policy options,
+up to :data:`QUEUE_AT_ONCE`), none admitted before, nothing is being chunked, and the
+iteration is the simple kind, it is run here too: the decode step's growth fits, no running
+request's remainder drops below 4,096 tokens at this step, SGLang's pass (for one request
+:func:`~cpkv.serving.adder.lone_pass`: what :func:`~cpkv.serving.adder.adder_pass` decides
+for one candidate; for several ``adder_pass`` itself, on the state the step would leave)
+admits every request without cutting it, and no first token needs a preemption. Then the
+iteration is applied: the decode step, the ratio's decay, the admissions and prefill, the
+first tokens, the duration, the timeline sample, the end (first-token stamps, requests
+that generated their last token), and the stretch after it goes on. An arrival at the
+horizon is let in (:meth:`~cpkv.serving.loop.Sim._arrive`) and admitted the same way;
+anything else returns to the loop's general iteration
+(:meth:`~cpkv.serving.loop.Sim._iteration`).
 
 One call (:func:`_steady`) runs such events back to back with the pool's aggregates in
 local variables, written back when it returns (and before anything else reads them).
