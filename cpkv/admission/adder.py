@@ -85,7 +85,7 @@ class PrefillAdderModel(AdmissionState):
         (``-(-x // page) * page``) only where it runs once per candidate: a call there costs
         about 5 % of the pass on the admission benchmark.
 
-        The serving loop's pass (:func:`cpkv.serving.adder.adder_pass`) applies the same
+        The serving engine's pass (:func:`cpkv.serving.schedulers.adder_pass.adder_pass`) applies the same
         rules but cannot share this loop: it has no evictable cache (waiting prefixes, LRU
         eviction on load-back), starts from a mixed batch's decode offsets, pulls candidates
         lazily from the live prefix cache and records no per-tick events; both are hot loops

@@ -56,7 +56,7 @@ def cp_limit_broken(
     The totals are those the batch would have with the candidate in it: its request count
     and its page-aligned extend and cached sums. Checked in this order (cpkv's rule): batch
     count, extend sum, cached sum. ``None`` is no limit. The PrefillAdder model
-    (:mod:`cpkv.admission.adder`) and the serving loop's pass (:mod:`cpkv.serving.adder`)
+    (:mod:`cpkv.admission.adder`) and the serving engine's pass (:mod:`cpkv.serving.schedulers.adder_pass`)
     both name the stopping budget with this function.
     """
     if max_requests is not None and batch_requests > max_requests:

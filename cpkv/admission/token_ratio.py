@@ -23,7 +23,7 @@ A decode step whose batch is empty (all finished) neither decays nor resets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from cpkv.core.errors import ConfigError
@@ -64,9 +64,23 @@ class NewTokenRatio:
         floor = min(init * min_factor, 1.0)
         return cls(init, floor, (init - floor) / decay_steps, init, retract_decode_steps)
 
-    def decayed(self) -> NewTokenRatio:
-        """After a decode step without retraction: one decay step toward ``min_ratio``."""
-        return replace(self, current=max(self.current - self.decay_per_step, self.min_ratio))
+    def decayed(self, steps: int = 1) -> NewTokenRatio:
+        """After ``steps`` decode steps without retraction: a decay step each toward
+        ``min_ratio``."""
+        current = self.current
+        for current in self.decay_path(steps):  # noqa: B007 - the last value is the one
+            if current <= self.min_ratio:
+                break  # (it stays there)
+        return self if current == self.current else replace(self, current=current)
+
+    def decay_path(self, steps: int) -> Iterator[float]:
+        """``current`` after each of the next ``steps`` decay steps (one by one, as
+        :meth:`decayed` takes them; constant once at ``min_ratio``)."""
+        current, floor, decay = self.current, self.min_ratio, self.decay_per_step
+        for _ in range(steps):
+            if current > floor:
+                current = max(current - decay, floor)
+            yield current
 
     def reset(self) -> NewTokenRatio:
         """When the scheduler is fully idle: back to ``init_ratio``."""

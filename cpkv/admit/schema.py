@@ -25,7 +25,7 @@ from cpkv.workload.sources import WorkloadSpec
 
 MODES = ("passes", "serving")
 """``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
-``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.loop`)."""
+``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.engine.engine`)."""
 SCHEDULE_POLICY_MODES: tuple[str, ...] = ("serving",)
 """The modes whose loop applies the ``admit.schedule_policy`` keys (the waiting-queue order and
 priority preemption of :mod:`cpkv.admission.schedule_policy`, and cpkv's ``deadline``);

@@ -6,7 +6,7 @@ blocks, newest on ties), ``least_progress`` (fewest generated tokens, then longe
 then newest: the order of SGLang's ``retract_decode``).
 
 The optimistic policy (:mod:`cpkv.policies.growth`) and the serving loop's KV pool
-(:mod:`cpkv.serving.kv_pool`) choose with these; :class:`cpkv.policies.blocks.KvBlocks`
+(:mod:`cpkv.serving.model.kv_pool`) choose with these; :class:`cpkv.policies.blocks.KvBlocks`
 validates the name against the registry.
 """
 
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cpkv.core.registry import Registry
 
-if TYPE_CHECKING:
-    from cpkv.policies.blocks import BlockRequest
+
+class Prompted(Protocol):
+    """What a victim order reads of a request: its prompt length."""
+
+    prompt_tokens: int
 
 
 @dataclass(eq=False)
@@ -27,7 +30,7 @@ class Holder:
     """An admitted request's live state during growth (internal, mutable)."""
 
     order: int
-    request: BlockRequest
+    request: Prompted
     length_tokens: int
     blocks: int
 

@@ -1,6 +1,6 @@
 """``cpkv admit`` with ``admit.mode: serving``: read, fit, simulate, write.
 
-``results.json`` holds one :class:`~cpkv.serving.metrics.ServingRow` (the headline
+``results.json`` holds one :class:`~cpkv.serving.record.metrics.ServingRow` (the headline
 metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric);
 ``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation and where the
 time went (:mod:`cpkv.serving.cost.report`) over time; ``plots/`` the KV timeline and the
@@ -15,30 +15,28 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.kinds import RunContext
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.fit import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
-from cpkv.serving.graph_padding import PaddedDecodeCost
-from cpkv.serving.helper import Helper, Producer, helper_wanted
-from cpkv.serving.iteration_log import IterationLog
-from cpkv.serving.loop import Sim, SimSettings
-from cpkv.serving.metrics import TABLE_COLUMNS, RequestStats, row_of
-from cpkv.serving.policy_options import options_from
-from cpkv.serving.timeline import timeline_and_time
-from cpkv.serving.workload import load_serving_workload
+from cpkv.serving.engine.engine import Engine
+from cpkv.serving.engine.settings import EngineSettings, settings_from
+from cpkv.serving.input.workload import load_serving_workload
+from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.serving.record.metrics import TABLE_COLUMNS, log_report, row_of
+from cpkv.serving.record.requests import RequestStats
+
+__all__ = ["prepare_serving", "settings_from"]
 
 
 @contextlib.contextmanager
 def few_collections() -> Iterator[None]:
-    """Python's cyclic garbage collector, rarely, while the loop runs: the objects that exist
-    when it starts (modules, the workload, the run's setup) are frozen out of collections,
-    and a collection of the youngest objects waits for 20,000 new ones instead of 700 (the
-    loop makes a request object per request and almost no cycles: collections were time
-    spent finding nothing). Restored after."""
+    """Python's cyclic garbage collector, rarely, while the engine runs: the objects that
+    exist when it starts (modules, the workload, the run's setup) are frozen out of
+    collections, and a collection of the youngest objects waits for 20,000 new ones instead
+    of 700 (the engine makes a request object per request and almost no cycles: collections
+    were time spent finding nothing). Restored after."""
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(20_000, *thresholds[1:])
@@ -47,51 +45,6 @@ def few_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
-
-def settings_from(block: Any, cost: Any, seed: int = 0, cancellations: bool = False) -> SimSettings:
-    """The loop's settings from the ``admit`` block (``cost``: possibly fitted; ``seed``: the
-    experiment's, for ``schedule_policy: random``; ``cancellations``: requests carry
-    ``cancel_ms``)."""
-    kv, cp = block.kv, block.cp
-    # issue 13: None when every policy key is a default and nothing is cancelled
-    extra = options_from(block, seed, cancellations)
-    if extra is not None and extra.cuda_graph_buckets:
-        cost = PaddedDecodeCost(cost, extra.cuda_graph_buckets)
-    limits = (
-        (cp.max_batch_requests, cp.max_total_extend_tokens, cp.max_total_cached_tokens)
-        if cp.active
-        else (None, None, None)
-    )
-    adder = AdderBudgets(
-        kv.block_size,
-        block.max_prefill_tokens,
-        block.chunk_tokens,
-        block.max_running_requests,
-        block.prefill_max_requests,
-        block.load_back_threshold,
-        *limits,
-    )
-    ratio = NewTokenRatio.from_settings(
-        init_ratio=block.new_token_ratio,
-        min_factor=block.serving.ratio_min_factor,
-        decay_steps=block.serving.ratio_decay_steps,
-    )
-    return SimSettings(
-        policy=block.policy,
-        block_size=kv.block_size,
-        capacity_blocks=kv.capacity_blocks,
-        scan=kv.scan or "first_fit",
-        victim=kv.victim,
-        on_preempt=block.serving.on_preempt,
-        budget_tokens=block.iteration.budget_tokens,
-        chunk_tokens=block.iteration.chunk_tokens,
-        adder=adder,
-        ratio=ratio,
-        cost=cost,
-        stall_iterations=block.serving.stall_iterations,
-        extra=extra,
-    )
 
 
 def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
@@ -109,62 +62,54 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     def execute(ctx: RunContext) -> RunOutput:
         if block.cluster.instances > 1 or block.serving.trace_events:
             return _execute_cluster(ctx, block, settings, workload, cfg.seed, fit)
-        count = workload.size
-        ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
-        cap, points = settings.capacity_blocks, block.serving.timeline_points
-        lines = ctx.stream("requests.jsonl")  # written as requests end
-        stats = RequestStats(block.slo, lines.write)
-        samples = IterationLog(
-            cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
-        )
-        helped = helper_wanted(count, lines)
-        producer = None
-        if helped and workload.lazy:  # drawn on the other core, built here
-            producer = Producer(workload.arrival_rows(block.arrivals, cfg.seed))
-        arriving = workload.arriving(block.arrivals, cfg.seed) if producer is None else None
-        sim = Sim(
-            settings, workload.new_cache(), sink=stats, samples=samples,
-            arrivals=arriving if producer is None else iter(producer),
-        )  # fmt: skip
-        others = [] if producer is None else [producer.inbox]
-        helper = Helper(stats, samples, lines, others) if helped else None
-        try:
-            with few_collections():
-                res = sim.run()
-            stats.close()
-            if helper is not None:  # the output work ran on the other core
-                done = helper.finish(res.end_us, cap, points)
-                summary, integrals = done["summary"], done["integrals"]
-                timeline, time = done["timeline"], done["time"]
-            else:
-                summary, integrals = stats.summary(), res.integrals
-                timeline, time = timeline_and_time(samples, res.end_us, cap, points)
-        except BaseException:
-            if helper is not None:
-                helper.abort()
-            raise
-        finally:
-            if producer is not None:
-                producer.close()
-            samples.discard()
-        ctx.report(1, 1, "done")
-        row = row_of(summary, integrals, res.end_us, cap)
-        policy = None
-        if settings.extra is not None or block.serving.policy_metrics:  # issue 13
-            from cpkv.serving.policy_metrics import policy_row, policy_summary
-
-            policy = policy_summary(block, settings, sim, res, summary)
-            row = policy_row(row, policy)
-        return _output(
-            block, settings, fit, count, lines, row, timeline, time,
-            _summary(block, settings, res, summary, fit), res.counters, policy,
-        )  # fmt: skip
+        return _execute_one(ctx, block, settings, workload, cfg.seed, fit)
 
     return execute
 
 
+def _execute_one(
+    ctx: RunContext, block: Any, settings: EngineSettings, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """One instance: the engine, its requests' lines as they end, its iterations summed at
+    the end."""
+    count = workload.size
+    ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
+    cap, points = settings.capacity_blocks, block.serving.timeline_points
+    lines = ctx.stream("requests.jsonl")  # written as requests end
+    stats = RequestStats(block.slo, lines.write)
+    samples = IterationLog(
+        cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
+    )
+    engine = Engine(
+        settings, workload.new_cache(), sink=stats, samples=samples,
+        arrivals=workload.arriving(block.arrivals, seed),
+    )  # fmt: skip
+    try:
+        with few_collections():
+            res = engine.run()
+        stats.close()
+        integrals, timeline, time = log_report(samples, res.end_us, cap, points)
+    finally:
+        samples.discard()
+    ctx.report(1, 1, "done")
+    summary = stats.summary()
+    row = row_of(summary, integrals, res.end_us, cap)
+    policy = None
+    if settings.options is not None or block.serving.policy_metrics:
+        from cpkv.serving.record.policy_metrics import policy_counts, policy_row, policy_summary
+
+        quantiles = [engine.scheduler.estimator.value()] if block.policy == "profiled" else None
+        counts = policy_counts(engine)
+        policy = policy_summary(block, settings, counts, res.counters, summary, quantiles)
+        row = policy_row(row, policy)
+    return _output(
+        block, settings, fit, count, lines, row, timeline, time,
+        _summary(block, settings, res, summary, fit), res.counters, policy,
+    )  # fmt: skip
+
+
 def _execute_cluster(
-    ctx: RunContext, block: Any, settings: SimSettings, workload: Any, seed: int, fit: Any
+    ctx: RunContext, block: Any, settings: EngineSettings, workload: Any, seed: int, fit: Any
 ) -> RunOutput:
     """Instances behind a router, or one with trace events (:mod:`cpkv.serving.cluster.serve`)."""
     from cpkv.serving.cluster.serve import cluster_note, instances_lines, serve_cluster
@@ -191,7 +136,7 @@ def _execute_cluster(
 
 def _output(
     block: Any,
-    settings: SimSettings,
+    settings: EngineSettings,
     fit: Any,
     count: int,
     lines: Any,
@@ -246,7 +191,7 @@ def _headline(row: Any) -> dict[str, float]:
     }
 
 
-def _summary(block: Any, s: SimSettings, res: Any, stats: Any, fit: Any) -> dict[str, Any]:
+def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> dict[str, Any]:
     c = res.counters
     out = {
         "mode": "serving",
@@ -275,7 +220,7 @@ def _summary(block: Any, s: SimSettings, res: Any, stats: Any, fit: Any) -> dict
     return out
 
 
-def _notes(block: Any, s: SimSettings, fit: Any, time: dict[str, Any]) -> list[str]:
+def _notes(block: Any, s: EngineSettings, fit: Any, time: dict[str, Any]) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",

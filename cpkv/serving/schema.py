@@ -64,7 +64,7 @@ class ServingSpec:
     * ``queue_timeout_ms``: a request that has waited this long in the queue (since it last
       entered it) leaves it, terminal state ``timed_out`` (null: never);
     * ``check_invariants``: assert seed 004's invariants after every iteration
-      (:mod:`cpkv.serving.invariants`; slow: every iteration takes the full path);
+      (:mod:`cpkv.serving.engine.invariants`; slow: every iteration runs in full);
     * ``cuda_graph_buckets``: batch sizes of the captured decode CUDA graphs; a decode-only
       iteration is padded to the next one and pays the padding's decode time (empty: none);
     * ``policy_metrics``: add the admission-policy metrics (timeouts, cancellations, swap
@@ -76,7 +76,7 @@ class ServingSpec:
     * ``ratio_min_factor``, ``ratio_decay_steps``: SGLang's adaptive ``new_token_ratio``
       (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``);
     * ``trace_events``: write ``trace.json``, the run's timeline in the Chrome trace-event
-      format (:mod:`cpkv.serving.trace_events`; Perfetto, chrome://tracing).
+      format (:mod:`cpkv.serving.record.trace_events`; Perfetto, chrome://tracing).
     """
 
     on_preempt: Literal["requeue", "swap", "abort"] = "requeue"

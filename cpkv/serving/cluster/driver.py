@@ -1,9 +1,9 @@
 """The cluster driver: ``admit.cluster.instances`` serving instances behind a router.
 
-Each instance is one :class:`~cpkv.serving.loop.Sim` with its own KV pool, L1 prefix cache and
-L2 (or one L2 shared by all, :func:`shared_l2_caches`), fed by :meth:`~cpkv.serving.loop.Sim.
+Each instance is one :class:`~cpkv.serving.engine.engine.Engine` with its own KV pool, L1 prefix cache and
+L2 (or one L2 shared by all, :func:`shared_l2_caches`), fed by :meth:`~cpkv.serving.engine.engine.Engine.
 deliver`. The driver reads the run's requests in arrival order; for each it first advances
-every instance to the arrival time (:meth:`~cpkv.serving.loop.Sim.advance`: every iteration
+every instance to the arrival time (:meth:`~cpkv.serving.engine.engine.Engine.advance`: every iteration
 that starts before it), then asks the router (:mod:`cpkv.serving.cluster.routers`) where the
 request goes, from what a real router knows at that moment, and delivers it there. A
 request delivered at ``t`` joins its instance's queue at the first iteration that starts at
@@ -16,13 +16,13 @@ arrival time ``t``:
 * outstanding requests: routed there and not ended by ``t`` (sgl-router counts the requests it
   forwarded and has not seen answered). An instance's last iteration may end after ``t``; a
   request it finishes then is still outstanding at ``t``;
-* of those, ``queued``: delivered and not yet in the loop, or waiting in its queue (a
+* of those, ``queued``: delivered and not yet in the engine, or waiting in its queue (a
   preempted request waiting again counts); the rest are ``running``;
 * tokens (``least_tokens`` only, the others never read them): each outstanding request's
   prompt plus the tokens it generated so far, split the same way.
 
 Per instance the driver keeps the requests' latencies and goodput
-(:class:`~cpkv.serving.records.RequestStats` over the requests it served), their L1 and L2
+(:class:`~cpkv.serving.record.requests.RequestStats` over the requests it served), their L1 and L2
 hit tokens, and the time its iterations took (its *work*); in total, the requests of all
 instances in input order (``requests.jsonl``, each line with its ``instance`` when there is
 more than one). The load imbalance is max / mean of the instances' work.
@@ -42,8 +42,8 @@ from cpkv.serving.cluster.routers import (
     make_router,
     unique_blocks,
 )
-from cpkv.serving.kv_pool import FINISHED, PENDING, RUNNING, WAITING, Req
-from cpkv.serving.records import RequestStats
+from cpkv.serving.model.request import FINISHED, PENDING, RUNNING, WAITING, Req
+from cpkv.serving.record.requests import RequestStats
 
 INF = float("inf")
 NEEDS_TOKENS = frozenset({"least_tokens"})
@@ -70,7 +70,7 @@ class _Renumbered:
 
 @dataclass
 class InstanceTally:
-    """One instance's requests as they end (the sink its :class:`Sim` reports to)."""
+    """One instance's requests as they end (the sink its engine reports to)."""
 
     instance: int
     total: RequestStats
@@ -131,7 +131,7 @@ class Cluster:
         self.needs_tokens = router_name in NEEDS_TOKENS
         self.needs_prefix = router_name in NEEDS_PREFIX
         self.block_tokens = block_tokens
-        self.pending: list[deque[Req]] = [deque() for _ in range(n)]  # delivered, not in the loop
+        self.pending: list[deque[Req]] = [deque() for _ in range(n)]  # delivered, not in the engine
         self.instance_of: list[int] = []
         self.now_us = -INF
 

@@ -1,7 +1,7 @@
 """A serving run of several instances behind a router (``admit.cluster``), or of one with
 trace events: the instances, their outputs, per instance and in total.
 
-In total: the summary row over every request (:class:`~cpkv.serving.metrics.ServingRow`; the
+In total: the summary row over every request (:class:`~cpkv.serving.record.metrics.ServingRow`; the
 KV percentages over the instances' pools together, the peak the highest instance's),
 ``requests.jsonl`` in input order with each line's ``instance`` (when there are several),
 ``timeline.jsonl`` with one series per instance (each point with its ``instance``; one
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
-from cpkv.serving.iteration_log import Integrals, IterationLog
-from cpkv.serving.loop import Sim
-from cpkv.serving.metrics import RequestStats, ServingRow, row_of
-from cpkv.serving.timeline import timeline_and_time
-from cpkv.serving.trace_events import TraceEvents
+from cpkv.serving.engine.engine import Engine
+from cpkv.serving.record.iteration_log import Integrals, IterationLog
+from cpkv.serving.record.metrics import ServingRow, log_report, row_of
+from cpkv.serving.record.requests import RequestStats
+from cpkv.serving.record.trace_events import TraceEvents
 
 INSTANCE_COLUMNS = (
     "routed", "finished", "slo_attainment_pct", "goodput_requests_per_s", "ttft_p50_ms",
@@ -47,7 +47,7 @@ class ClusterOutcome:
     instance_rows: list[dict[str, Any]]
     trace: str | None
     time: dict[str, Any]  # the summary's time (where the time went), all instances together
-    policy: dict[str, Any] | None  # the summary's policy_space (issue 13), all instances together
+    policy: dict[str, Any] | None  # the summary's policy_space, all instances together
 
 
 def serve_cluster(
@@ -74,7 +74,7 @@ def serve_cluster(
         )
         tallies.append(tally)
         logs.append(log)
-        sims.append(Sim(settings, caches[k], sink=tally, samples=log, trace=hooks))
+        sims.append(Engine(settings, caches[k], sink=tally, samples=log, trace=hooks))
     block_tokens = workload.cache_block_size or settings.block_size
     cluster = Cluster(sims, tallies, spec.router, spec.router_settings(), seed, block_tokens)
     if n > 1:
@@ -84,10 +84,11 @@ def serve_cluster(
         total.close()
         end = run.end_us
         timeline: list[dict[str, Any]] = []
-        times = []
+        times, integrals = [], []
         for k, log in enumerate(logs):
-            points_k, time_k = timeline_and_time(log, end, cap, points)
+            integrals_k, points_k, time_k = log_report(log, end, cap, points)
             times.append(time_k)
+            integrals.append(integrals_k)
             if n > 1:
                 points_k = [{"instance": k, **p} for p in points_k]
             timeline += points_k
@@ -95,18 +96,18 @@ def serve_cluster(
         for log in logs:
             log.discard()
     rows = []
-    for tally, res in zip(tallies, run.results, strict=True):
+    for tally, part in zip(tallies, integrals, strict=True):
         tally.own.close()
-        rows.append(row_of(tally.own.summary(), res.integrals, end, cap))
-    row = row_of(total.summary(), _added([res.integrals for res in run.results]), end, cap * n)
+        rows.append(row_of(tally.own.summary(), part, end, cap))
+    row = row_of(total.summary(), _added(integrals), end, cap * n)
     if n > 1:  # the peak: the highest instance's (a sum of peaks is no peak of the sum)
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
     counters = _added_counters([res.counters for res in run.results])
     policy = None
-    if settings.extra is not None or block.serving.policy_metrics:  # issue 13's columns
-        from cpkv.serving.policy_metrics import policy_row
+    if settings.options is not None or block.serving.policy_metrics:
+        from cpkv.serving.record.policy_metrics import policy_row
 
-        policy = _policy_summary(block, settings, sims, run.results, counters, total.summary())
+        policy = _policy_summary(block, settings, sims, counters, total.summary())
         row = policy_row(row, policy)
     instance_rows = []
     busy_us = [t["busy_s"] * 1e6 for t in times]
@@ -143,40 +144,17 @@ def serve_cluster(
 
 
 def _policy_summary(
-    block: Any,
-    settings: Any,
-    sims: list[Any],
-    results: list[Any],
-    counters: dict[str, Any],
-    summary: Any,
+    block: Any, settings: Any, engines: list[Any], counters: dict[str, Any], summary: Any
 ) -> dict[str, Any]:
-    """The summary's ``policy_space`` of all instances (one: its own): the policy machinery's
-    counts added up; a ``profiled`` run's final quantile per instance."""
-    from types import SimpleNamespace
+    """The summary's ``policy_space`` of all instances: the policy machinery's counts added
+    up; a ``profiled`` run's final quantile per instance (one: its own)."""
+    from cpkv.serving.record.policy_metrics import merged_counts, policy_counts, policy_summary
 
-    from cpkv.serving.lifecycle import PolicyCounts
-    from cpkv.serving.policy_metrics import policy_counts, policy_summary
-
-    if len(sims) == 1:
-        return policy_summary(block, settings, sims[0], results[0], summary)
-    merged = PolicyCounts()
-    for sim in sims:
-        counts = policy_counts(sim)
-        for name, value in vars(counts).items():
-            if isinstance(value, dict):
-                into = getattr(merged, name)
-                for key, count in value.items():
-                    into[key] = into.get(key, 0) + count
-            else:
-                setattr(merged, name, getattr(merged, name) + value)
-    first = sims[0].extra
-    whole = SimpleNamespace(
-        extra=SimpleNamespace(counts=merged, estimator=getattr(first, "estimator", None))
-    )
-    policy = policy_summary(block, settings, whole, SimpleNamespace(counters=counters), summary)
-    if "profiled" in policy:
-        policy["profiled"]["final_quantile_tokens"] = [s.extra.estimator.value() for s in sims]
-    return policy
+    counts = merged_counts([policy_counts(e) for e in engines])
+    quantiles = None
+    if block.policy == "profiled":
+        quantiles = [e.scheduler.estimator.value() for e in engines]
+    return policy_summary(block, settings, counts, counters, summary, quantiles)
 
 
 def _added_time(times: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ being the trace's span plus its mean gap between arrivals (``(last - first) * n 
 for ``n`` requests: the repeated trace keeps the trace's mean rate), with block hashes
 ``h + c * 2**52`` (a copy shares prefix blocks within itself as the trace does, never with
 another copy). Copies are built as the loop reaches them
-(:func:`cpkv.serving.arrivals.repeated_trace`).
+(:func:`cpkv.serving.input.arrivals.repeated_trace`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cpkv.core.errors import ConfigError, InputError
-from cpkv.serving.arrivals import (
+from cpkv.serving.input.arrivals import (
     COPY_HASH_STRIDE,
     arrival_order,
     as_reqs,
@@ -48,7 +48,7 @@ from cpkv.trace.prefix_cache import TieredPrefixCache
 from cpkv.trace.prefix_model import NO_PREFIX_FORMATS
 
 if TYPE_CHECKING:
-    from cpkv.serving.kv_pool import Req
+    from cpkv.serving.model.request import Req
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class ServingRequest:
     l1_cached_tokens: int = 0
     l2_cached_tokens: int = 0
     hash_ids: tuple[int, ...] | None = None
-    # issue 13 (cpkv.serving.lifecycle): priority, TTFT deadline and cancel time (after arrival)
+    # the admission-policy options read these: priority, TTFT deadline, cancel time (after arrival)
     priority: int | None = None
     deadline_ms: float | None = None
     cancel_ms: float | None = None
@@ -105,14 +105,14 @@ class ServingWorkload:
 
     def arriving(self, arrivals: ArrivalsSpec, seed: int) -> Iterator[Req]:
         """The run's requests in arrival order, each built when it is reached
-        (:mod:`cpkv.serving.arrivals`), with the arrival times of :func:`with_arrivals`."""
+        (:mod:`cpkv.serving.input.arrivals`), with the arrival times of :func:`with_arrivals`."""
         if self.lazy:
             return as_reqs(self.arrival_rows(arrivals, seed))
         return arrival_order(with_arrivals(self.requests, arrivals, seed))
 
     def arrival_rows(self, arrivals: ArrivalsSpec, seed: int) -> Iterator[tuple]:
         """A lazy workload's requests in arrival order as arrival rows
-        (:func:`~cpkv.serving.arrivals.as_reqs`): what :meth:`arriving` builds its Reqs
+        (:func:`~cpkv.serving.input.arrivals.as_reqs`): what :meth:`arriving` builds its Reqs
         from."""
         if self.draws is not None:
             return self.draws(arrivals, seed)

@@ -20,10 +20,9 @@ The file is one JSON object, ``{"traceEvents": [...], "displayTimeUnit": "ms"}``
   output, status, reason), holding a nested ``queued`` slice from its arrival to its first
   admission, and an instant (``ph: n``) ``first token``.
 
-The loop calls :meth:`InstanceTrace.iteration` once per full iteration (a run with trace
-events takes no decode-stretch or lone-admission shortcut: every iteration is a full one, with
-the same results) and the run's request sink calls :meth:`InstanceTrace.request` when a
-request ends.
+The engine calls :meth:`InstanceTrace.iteration` once per iteration (a run with trace events
+runs every iteration in full, with the same results: no closed-form stretches) and the run's
+request sink calls :meth:`InstanceTrace.request` when a request ends.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT
+from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 STATUS = {
@@ -81,28 +80,32 @@ class InstanceTrace:
         self.requests_seen: tuple[int, int] | None = None  # the counters last written
         self.kv_seen: int | None = None
 
-    def iteration(self, sim: Any, start: float, duration: float, decoded: int, firsts: int) -> None:
-        """An iteration of ``sim`` from ``start`` for ``duration`` µs, before its end is
-        applied (its preemptions are still in ``sim.pool.preempted``)."""
-        pool, pid, add = sim.pool, self.pid, self.events.append
-        prefill = sim.prefill_tokens
+    def iteration(
+        self, engine: Any, start: float, duration: float, decoded: int, firsts: int,
+        completed: int,
+    ) -> None:  # fmt: skip
+        """An iteration of ``engine`` from ``start`` for ``duration`` µs (``completed``: the
+        prompts it completed), before its end is applied (its preemptions are still in
+        ``engine.pool.preempted``)."""
+        pool, pid, add = engine.pool, self.pid, self.events.append
+        prefill = engine.prefill_tokens
         name = (
             ("prefill+decode" if decoded else "prefill")
             if prefill
             else ("decode" if decoded else "idle")
         )
-        in_prefill = len(sim.completed) + len(sim.prefilling) + (sim.chunked is not None)
+        in_prefill = completed + len(engine.prefilling)
         ts = _us(start)
-        l1 = sim.counters["l1_hit_tokens"]
+        l1 = engine.counters["l1_hit_tokens"]
         l1_hit, self.l1_seen = l1 - self.l1_seen, l1
-        running, waiting, used = pool.n_running, len(sim.waiting), pool.used_blocks
+        running, waiting, used = pool.n_running, len(engine.waiting), pool.used_blocks
         # the JSON objects written directly (numbers only; what json.dumps writes, faster)
         add(
             f'{{"ph":"X","name":"{name}","cat":"iteration","pid":{pid},"tid":0,"ts":{ts!r},'
-            f'"dur":{_us(duration)!r},"args":{{"iteration":{sim.iterations},'
+            f'"dur":{_us(duration)!r},"args":{{"iteration":{engine.iterations},'
             f'"prefill_tokens":{prefill},"decode_tokens":{decoded},'
-            f'"batch_requests":{decoded + in_prefill},"admitted":{sim.admitted},'
-            f'"first_tokens":{firsts},"loaded_tokens":{sim.loaded},"l1_hit_tokens":{l1_hit},'
+            f'"batch_requests":{decoded + in_prefill},"admitted":{engine.admitted},'
+            f'"first_tokens":{firsts},"loaded_tokens":{engine.loaded},"l1_hit_tokens":{l1_hit},'
             f'"running":{running},"waiting":{waiting},"kv_used_blocks":{used}}}}}'
         )
         if (running, waiting) != self.requests_seen:

@@ -1,14 +1,14 @@
-"""What a serving run reports for seed 004's admission-policy space (issue 13, section 3).
+"""What a serving run reports for the admission-policy space.
 
-Seed 004 asks every policy to report, side by side: admission rate, queue time, rejects,
+Every policy reports, side by side: admission rate, queue time, rejects,
 timeouts, cancellations and preemptions by reason, recompute and swap bytes, KV utilisation
 (mean, peak), TTFT/TPOT/E2E percentiles, SLO attainment and goodput, and the longest wait.
-:class:`~cpkv.serving.metrics.ServingRow` has most of them; :class:`PolicyRow` adds the rest
+:class:`~cpkv.serving.record.metrics.ServingRow` has most of them; :class:`PolicyRow` adds the rest
 as columns (so that sweeps, ``cpkv diff`` and ``cpkv plot`` compare them), and
 :func:`policy_summary` the breakdowns (``results.json`` summary ``policy_space``).
 
 A run reports them when a policy key is not a default, or with ``admit.serving.
-policy_metrics: true``; other runs keep their outputs as they were, byte for byte.
+policy_metrics: true``.
 
 * ``swap_bytes``: KV bytes copied to host and back (``swap_out + swap_in`` tokens x
   ``admit.cost``'s bytes per token); ``recompute_bytes``: the KV that preemptions discarded;
@@ -25,9 +25,8 @@ from typing import Any
 
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import metric
-from cpkv.serving.graph_padding import PaddedDecodeCost
-from cpkv.serving.lifecycle import PolicyCounts
-from cpkv.serving.metrics import ServingRow
+from cpkv.serving.cost.graph_padding import PaddedDecodeCost
+from cpkv.serving.record.metrics import ServingRow
 
 
 @dataclass(frozen=True)
@@ -45,9 +44,35 @@ class PolicyRow(ServingRow):
     reservation_exceeded: int = metric(unit="requests")
 
 
-def policy_counts(sim: Any) -> PolicyCounts:
-    extra = getattr(sim, "extra", None)
-    return PolicyCounts() if extra is None else extra.counts
+def policy_counts(engine: Any) -> dict[str, Any]:
+    """What the engine's request lifecycle and its scheduler counted, by name."""
+    lifecycle = engine.lifecycle
+    counts: dict[str, Any] = {
+        "timed_out": 0, "cancelled": {}, "priority_preemptions": 0, "swap_out_tokens": 0,
+        "swap_in_tokens": 0, "invariant_checks": 0,
+    }  # fmt: skip
+    if lifecycle is not None:
+        counts.update(vars(lifecycle.counts))
+    if engine.invariants is not None:
+        counts["invariant_checks"] = engine.invariants.checks
+    scheduler = engine.scheduler
+    counts["profiled_finished"] = getattr(scheduler, "finished", 0)
+    counts["reservation_exceeded"] = getattr(scheduler, "reservation_exceeded", 0)
+    return counts
+
+
+def merged_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several engines' :func:`policy_counts`, added up."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part.items():
+            if isinstance(value, dict):
+                into = out.setdefault(name, {})
+                for key, count in value.items():
+                    into[key] = into.get(key, 0) + count
+            else:
+                out[name] = out.get(name, 0) + value
+    return out
 
 
 def _padding(settings: Any) -> PaddedDecodeCost | None:
@@ -57,11 +82,15 @@ def _padding(settings: Any) -> PaddedDecodeCost | None:
     return cost
 
 
-def policy_summary(block: Any, settings: Any, sim: Any, res: Any, stats: Any) -> dict[str, Any]:
-    """The summary's ``policy_space`` block (module docstring)."""
-    counts = policy_counts(sim)
+def policy_summary(
+    block: Any, settings: Any, counts: dict[str, Any], counters: dict[str, Any], stats: Any,
+    quantiles: list[int | None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The summary's ``policy_space`` block (module docstring) from the engines'
+    :func:`policy_counts` (added up), counters and request summary; ``quantiles``: a
+    ``profiled`` run's final quantile per engine (one: a number, several: a list)."""
     per_token = settings.cost.kv_bytes_per_token
-    preemptions = dict(sorted(res.counters["preemptions"].items()))
+    preemptions = dict(sorted(counters["preemptions"].items()))
     padding = _padding(settings)
     out: dict[str, Any] = {
         "schedule_policy": block.schedule_policy,
@@ -73,25 +102,25 @@ def policy_summary(block: Any, settings: Any, sim: Any, res: Any, stats: Any) ->
             "timed_out": stats.timed_out,
             "cancelled": stats.cancelled,
         },
-        "cancelled_by_where": dict(sorted(counts.cancelled.items())),
+        "cancelled_by_where": dict(sorted(counts["cancelled"].items())),
         "preemptions_by_reason": preemptions,
         "recompute_bytes": stats.recomputed * per_token,
-        "swap_out_tokens": counts.swap_out_tokens,
-        "swap_in_tokens": counts.swap_in_tokens,
-        "swap_bytes": (counts.swap_out_tokens + counts.swap_in_tokens) * per_token,
+        "swap_out_tokens": counts["swap_out_tokens"],
+        "swap_in_tokens": counts["swap_in_tokens"],
+        "swap_bytes": (counts["swap_out_tokens"] + counts["swap_in_tokens"]) * per_token,
         "longest_wait_ms": stats.longest_wait_ms,
         "safety_margin_blocks": block.kv.safety_margin_blocks,
-        "invariant_checks": counts.invariant_checks,
+        "invariant_checks": counts["invariant_checks"],
     }
     if block.schedule_policy == "deadline":
         out["deadline"] = to_dict(block.deadline)
     if block.policy == "profiled":
-        est = sim.extra.estimator
+        quantile = quantiles[0] if quantiles and len(quantiles) == 1 else quantiles
         out["profiled"] = {
             **to_dict(block.profiled),
-            "finished": counts.profiled_finished,
-            "reservation_exceeded": counts.reservation_exceeded,
-            "final_quantile_tokens": est.value(),
+            "finished": counts["profiled_finished"],
+            "reservation_exceeded": counts["reservation_exceeded"],
+            "final_quantile_tokens": quantile,
         }
     if padding is not None:
         out["cuda_graph"] = {

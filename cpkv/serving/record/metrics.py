@@ -16,15 +16,13 @@ generates it):
 * recomputed tokens = KV tokens that preemptions discarded (to be computed again);
   ``recompute_bytes`` in the summary = those x ``admit.cost.kv_bytes_per_token``.
 
-Every number is exact, whatever the run's length, and computed as it always was: requests
-are counted as they end (:class:`RequestStats`), their ``requests.jsonl`` lines are written
+Every number is exact, whatever the run's length: requests are counted as they end (:class:`RequestStats`), their ``requests.jsonl`` lines are written
 as they end (in input order: a line waits only for the earlier requests still running),
 and each latency series is kept whole but compact (8 bytes per request: one ``array('d')``
 per series), so percentiles and means come from all the values, sorted, the mean being
-their sum in ascending order as before. The KV integrals come from the iteration log
-(:mod:`cpkv.serving.iteration_log`), the timeline from its samples read back once the
-makespan is known (:func:`timeline_points`); sums are sequential, in the order the
-iterations ran, as ``sum()`` and ``+=`` add them.
+their sum in ascending order. The KV integrals come from the iteration log
+(:mod:`cpkv.serving.record.iteration_log`), the timeline from its samples read back once
+the makespan is known (:mod:`cpkv.serving.record.timeline`).
 
 Percentiles: every one this module reports (queue, TTFT, TPOT, E2E at p50 / p90 / p95 / p99)
 and every mean is exact, none is estimated: the four latency series are the only per-request
@@ -36,25 +34,17 @@ order statistics of the same sorted values, :mod:`cpkv.plots.serving`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from cpkv.runs.results import metric, outcome
-from cpkv.serving.iteration_log import Integrals
-from cpkv.serving.kv_pool import FINISHED, Req
-from cpkv.serving.loop import SimResult
-from cpkv.serving.records import SERIES, RequestStats, RequestSummary
+from cpkv.serving.model.request import FINISHED, Req
+from cpkv.serving.record.iteration_log import Integrals
+from cpkv.serving.record.requests import PERCENTILES, RequestStats, RequestSummary, percentile
 from cpkv.serving.schema import SloSpec
-from cpkv.serving.timeline import timeline_points
 
-PERCENTILES = (50, 90, 95, 99)
-__all__ = [
-    "SERIES",
-    "RequestStats",
-    "RequestSummary",
-    "timeline_points",
-]  # re-exported: the run and the tests read them here
+__all__ = ["PERCENTILES", "percentile"]  # (the latency statistics' own, read here too)
 
 
 def _ms(**kw: Any) -> Any:
@@ -111,17 +101,6 @@ TABLE_COLUMNS = (
 summaries and ``cpkv ls`` show the first ones)."""
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0..100) by linear interpolation; None when empty."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = q / 100.0 * (n - 1)
-    lo = int(rank)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
-
-
 def latencies(r: Req) -> dict[str, float | None]:
     """``queue``, ``ttft``, ``tpot``, ``e2e`` of one request, in ms (None when undefined)."""
 
@@ -136,7 +115,7 @@ def latencies(r: Req) -> dict[str, float | None]:
 
 
 def stats_of(requests: Iterable[Req], slo: SloSpec, write: Any = None) -> RequestStats:
-    """:class:`~cpkv.serving.records.RequestStats` of requests kept whole (input order)."""
+    """:class:`~cpkv.serving.record.requests.RequestStats` of requests kept whole (input order)."""
     stats = RequestStats(slo, write)
     for r in requests:
         stats.done(r)
@@ -144,8 +123,9 @@ def stats_of(requests: Iterable[Req], slo: SloSpec, write: Any = None) -> Reques
     return stats
 
 
-def summary_row(res: SimResult, slo: SloSpec, capacity_blocks: int) -> ServingRow:
-    """The :class:`ServingRow` of a run that kept its requests (:func:`~cpkv.serving.loop.simulate`)."""
+def summary_row(res: Any, slo: SloSpec, capacity_blocks: int) -> ServingRow:
+    """The :class:`ServingRow` of a run that kept its requests
+    (:func:`~cpkv.serving.engine.simulate.simulate`)."""
     assert res.requests is not None, "summary_row needs the requests: use row_of for a stream"
     summary = stats_of(res.requests, slo).summary()
     return row_of(summary, res.integrals, res.end_us, capacity_blocks)
@@ -186,7 +166,7 @@ def row_of(
     )
 
 
-def request_lines(res: SimResult) -> str:
+def request_lines(res: Any) -> str:
     """``requests.jsonl`` of a run that kept its requests: one JSON object per request, in
     input order."""
     assert res.requests is not None
@@ -195,8 +175,22 @@ def request_lines(res: SimResult) -> str:
     return "".join(parts)
 
 
-def timeline(res: SimResult, capacity_blocks: int, points: int) -> list[dict[str, float]]:
-    """KV utilisation over time in ``points`` equal buckets of [0, makespan]."""
-    if res.samples is None:
+def timeline(res: Any, capacity_blocks: int, points: int) -> list[dict[str, Any]]:
+    """The timeline of a run that kept its samples: ``points`` equal buckets of [0, makespan]."""
+    if res.samples is None or res.end_us <= 0:
         return []
-    return timeline_points(res.samples.chunks(), res.end_us, capacity_blocks, points)
+    sums = res.samples.summary(res.end_us, points).timeline
+    return sums.rows(capacity_blocks, res.samples.cost.peak_flops_per_us)
+
+
+def log_report(
+    log: Any, end_us: float, capacity_blocks: int, points: int
+) -> tuple[Integrals, list[dict[str, Any]], dict[str, Any]]:
+    """What a run's iteration log reports over a makespan of ``end_us``: its integrals, its
+    ``timeline.jsonl`` points and the summary's ``time`` (where the time went)."""
+    from cpkv.serving.cost.report import summed_time
+
+    summary = log.summary(end_us, points)
+    peak = log.cost.peak_flops_per_us
+    rows = [] if summary.timeline is None else summary.timeline.rows(capacity_blocks, peak)
+    return summary.integrals, rows, summed_time(summary.time_totals.sums, end_us, peak)

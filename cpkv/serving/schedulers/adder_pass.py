@@ -1,8 +1,8 @@
-"""One SGLang PrefillAdder pass inside the serving loop (policy ``prefill_adder``).
+"""SGLang's PrefillAdder pass as the serving engine runs it (policy ``prefill_adder``).
 
 The arithmetic is that of :class:`cpkv.admission.adder.PrefillAdderModel` (sglang 0.5.23
 ``add_chunked_req`` / ``add_one_req`` and the scan loop; a differential test checks that
-both agree), with the serving loop's memory view:
+both agree), with the serving engine's memory view:
 
 * ``avail`` is the pool's free tokens; there is no evictable cache in the pool (the L1
   prefix cache is its own partition), so the memory check reads
@@ -57,15 +57,6 @@ class AdderBudgets:
     def load_threshold(self) -> int:
         """The smallest host hit that is loaded back (at least 1 token)."""
         return max(1, self.load_back_threshold)
-
-    @cached_property
-    def lone_limits(self) -> tuple[int, int, int | None, int | None, int | None, int]:
-        """What :func:`lone_pass` reads: page, max_prefill_tokens, chunk_tokens,
-        max_running_requests, prefill_max_requests, load_threshold."""
-        return (
-            self.page, self.max_prefill_tokens, self.chunk_tokens, self.max_running_requests,
-            self.prefill_max_requests, self.load_threshold,
-        )  # fmt: skip
 
 
 class Candidate(NamedTuple):
@@ -227,134 +218,3 @@ def adder_pass(
         elif rem_chunk is not None and rem_chunk <= 0:
             stop = "rem_chunk_tokens"
     return PassResult(chunk_tokens, chunk_done, admitted, stop)
-
-
-def lone_pass(
-    free_tokens: int,
-    mixed_tokens: int,
-    headroom: float,
-    running: int,
-    limits: tuple[int, int, int | None, int | None, int | None, int],
-    fill: int,
-    device: int,
-    host: int,
-    max_new_left: int,
-    max_new_asked: int,
-) -> tuple[int, int, str | None] | None:
-    """:func:`adder_pass` for a queue of one candidate (its fill, device prefix, host hit,
-    max_new left and as asked: a :class:`Candidate`'s fields) and no chunked request, when
-    the candidate is admitted whole: ``(extend, loaded, stop)``; None when it is not
-    (stopped, or cut into a chunk: the caller runs :func:`adder_pass`). ``limits``:
-    :attr:`AdderBudgets.lone_limits`. The same arithmetic, in the same order, for that one
-    case (a test checks both agree on random passes)."""
-    page, max_prefill, chunk, max_running, prefill_max, load_threshold = limits
-    total_offset = mixed_tokens + headroom
-    rem_input = max_prefill - mixed_tokens
-    rem_chunk = None if chunk is None else chunk - mixed_tokens
-    room = free_tokens
-    if room - total_offset > 0 and room - mixed_tokens > 0:  # budget_state() at the top
-        if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
-            return None
-    if max_running is not None and max_running - running <= 0:
-        return None
-    if prefill_max is not None and prefill_max <= 0:
-        return None
-    if not fill - device + max_new_left + page < room - total_offset:
-        return None
-    loaded = 0 if 0 < host < load_threshold else host  # a declined hit is not loaded
-    extend = fill - device - loaded
-    extend_paged = -(-extend // page) * page
-    if rem_chunk is not None and extend_paged > rem_chunk:
-        return None  # cut (with the hit or without it: without it needs more)
-    room -= loaded
-    total_offset += extend_paged + page + max_new_asked
-    current_offset = mixed_tokens + extend_paged + page
-    rem_input -= extend_paged
-    if room - total_offset <= 0:  # budget_state() after the admission
-        stop: str | None = "rem_total_tokens"
-    elif room - current_offset <= 0:
-        stop = "cur_rem_tokens"
-    elif rem_input <= 0:
-        stop = "rem_input_tokens"
-    elif rem_chunk is not None and rem_chunk - extend_paged <= 0:
-        stop = "rem_chunk_tokens"
-    else:
-        stop = None
-    return extend, loaded, stop
-
-
-def adder_step(sim: Any, decoded: int) -> None:
-    """Admission and prefill of one iteration for policy ``prefill_adder`` (on a
-    :class:`~cpkv.serving.loop.Sim`): one pass, then its decisions applied."""
-    pool, chunked = sim.pool, sim.chunked
-    chunk = None
-    if chunked is not None:
-        max_new = min(chunked.max_new_tokens, CLIP_MAX_NEW_TOKENS)
-        chunk = (chunked.fill_tokens - chunked.filled_tokens, max_new, chunked.filled_tokens)
-    headroom = (  # pool.headroom_tokens(), inline
-        pool.unclipped_finish_sum
-        - pool.n_unclipped * pool.decode_steps
-        + CLIP_MAX_NEW_TOKENS * pool.n_clipped
-    ) * sim.ratio.current
-    waiting = sim.waiting
-    hits: list[tuple[int, int]] = []  # the hits the pass looked up, to admit with
-    res = adder_pass(
-        pool.free_blocks * sim.block_size,
-        decoded,
-        headroom,
-        pool.n_running,
-        sim.settings.adder,
-        chunk,
-        _candidates(sim, hits) if waiting else iter(()),
-    )
-    completed = sim.completed
-    if res.chunk_tokens:
-        extend = res.chunk_tokens
-        sim.prefill_tokens += extend
-        sim.prefill_context += chunked.filled_tokens + extend
-        sim.prefill_attention_pairs += extend * chunked.filled_tokens + extend * (extend + 1) // 2
-        chunked.filled_tokens += extend
-        chunked.prefilled += extend
-        if res.chunk_done:
-            completed.append(chunked)
-            sim.chunked = None
-    admitted = res.admitted
-    if admitted:
-        admit = sim.admit
-        prefill_tokens = prefill_context = pairs = 0
-        for k, (extend, _loaded, cut) in enumerate(admitted):
-            r = waiting[k]
-            device, host = hits[k]
-            admit(r, device, host, None)
-            filled = r.filled_tokens
-            prefill_tokens += extend
-            prefill_context += filled + extend
-            pairs += extend * filled + extend * (extend + 1) // 2
-            r.filled_tokens = filled + extend
-            r.prefilled += extend
-            if cut:
-                sim.chunked = r
-            else:
-                completed.append(r)
-        sim.prefill_tokens += prefill_tokens
-        sim.prefill_context += prefill_context
-        sim.prefill_attention_pairs += pairs
-        del waiting[: len(admitted)]
-    if res.stop is not None:
-        sim.stop_counts[res.stop] = sim.stop_counts.get(res.stop, 0) + 1
-
-
-def _candidates(sim: Any, hits: list[tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int]]:
-    hit = sim.hit
-    for r in sim.waiting:
-        device, host = found = hit(r)
-        hits.append(found)
-        max_new = r.max_new_tokens
-        left = max_new - r.generated
-        yield (
-            r.fill_tokens,
-            device,
-            host,
-            left if left < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS,
-            max_new if max_new < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS,
-        )

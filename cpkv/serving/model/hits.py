@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.kv_pool import Req
+from cpkv.serving.model.request import Req
 from cpkv.workload.request import floor_page
 
 

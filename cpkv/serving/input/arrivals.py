@@ -2,8 +2,8 @@
 
 A run's requests are given in *input order* (the order of the file, the grid, the draws);
 they arrive in *arrival order*: by arrival time (``admit.arrivals``), ties in input order.
-A request becomes a :class:`~cpkv.serving.kv_pool.Req` (the loop's mutable state) only
-when the loop reaches its arrival, and is dropped when it ends, so that a run of a million
+A request becomes a :class:`~cpkv.serving.model.request.Req` (the engine's mutable state)
+only when the engine reaches its arrival, and is dropped when it ends, so that a run of a million
 requests never holds a million of them:
 
 * a ``synthetic`` workload is drawn as it is read, request by request, with the same draws
@@ -14,7 +14,7 @@ requests never holds a million of them:
 * every other source is read whole (a file, a grid) and only its arrival order is computed
   up front.
 
-Arrival times (:func:`arrival_times`) are those of :func:`cpkv.serving.workload.with_arrivals`,
+Arrival times (:func:`arrival_times`) are those of :func:`cpkv.serving.input.workload.with_arrivals`,
 number for number: ``poisson`` draws ``random.Random(seed).expovariate(rate_rps)`` in input
 order, ``trace`` divides each request's own time by ``speedup``, ``zero`` is 0.
 """
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from cpkv.core.errors import ConfigError
-from cpkv.serving.kv_pool import Req
+from cpkv.serving.model.request import Req
 
 INF = float("inf")
 COPY_HASH_STRIDE = 1 << 52
@@ -88,7 +88,7 @@ def arrival_order(requests: Sequence[Any]) -> Iterator[Req]:
     """``requests`` (input order, each with ``arrival_ms``) as Reqs in arrival order."""
     arrival_us = [r.arrival_ms * 1000.0 for r in requests]
     for i in sorted(range(len(requests)), key=lambda i: (arrival_us[i], i)):
-        yield Req(i, requests[i], arrival_us[i])
+        yield Req.of(i, requests[i], arrival_us[i])
 
 
 def arrival_times(count: int | None, arrivals: Any, seed: int) -> Iterator[float] | None:
@@ -120,7 +120,7 @@ def _poisson(count: int | None, rate_rps: float, seed: int) -> Iterator[float]:
 def as_reqs(rows: Iterable[tuple]) -> Iterator[Req]:
     """Arrival rows (``Req.new``'s arguments: index, rid, arrival (µs), prompt, max_new, L1
     and L2 hits, hashes) as Reqs. The lazy sources below give rows, so that a process that
-    only draws them (:class:`~cpkv.serving.helper.Producer`) never builds a Req."""
+    only draws them never builds a Req."""
     new = Req.new
     for i, rid, us, prompt, max_new, l1, l2, hashes in rows:
         yield new(i, rid, us, prompt, max_new, l1, l2, hashes)

@@ -1,0 +1,434 @@
+"""The serving engine: one instance's iterations, from arrival to recorded event.
+
+Each iteration (one forward pass), at simulated time ``now``:
+
+1. requests that arrived by ``now`` join the waiting queue (one that could never fit the
+   pool even alone is rejected, reason ``exceeds_kv_capacity``: the scheduler's
+   :meth:`~cpkv.serving.schedulers.base.Scheduler.never_fits`); due cancellations and
+   timeouts end their requests (:mod:`cpkv.serving.engine.lifecycle`);
+2. decode first: every running request generates one token, taking a KV block when its
+   length crosses a block boundary; growth that does not fit preempts
+   (:mod:`cpkv.serving.model.kv_pool`); SGLang's ``new_token_ratio`` takes one decay step
+   (or is reset by the preemption);
+3. the scheduler (:mod:`cpkv.serving.schedulers`) orders the queue, names requests to
+   preempt for waiting ones, and plans the prefill side: the engine applies the
+   :class:`~cpkv.serving.schedulers.plan.Plan` row by row: an admitted request takes blocks
+   for its prompt minus its L1 hit, loads its L2 hit back (when at least
+   ``load_back_threshold`` tokens) and computes its chunk;
+4. a request whose prompt is complete generates its first token (a block may be needed);
+5. the iteration takes the cost model's ``batch_us`` (:mod:`cpkv.serving.cost`); at its
+   end the tokens are stamped, requests that generated ``max_new_tokens`` tokens finish,
+   free their blocks and (trace workloads) insert their prompt blocks into the tiered
+   cache, and preempted requests go back to the queue (or are aborted). The iteration goes
+   to the run's :class:`~cpkv.serving.record.iteration_log.IterationLog`, each ended
+   request to its sink.
+
+When nothing runs and nothing waits, time jumps to the next arrival (SGLang's ratio
+resets). Between events the engine asks the scheduler nothing: when it says the coming
+iterations are quiet (:meth:`~cpkv.serving.schedulers.base.Scheduler.quiet`), they run in
+closed form (:mod:`cpkv.serving.engine.stretch`) up to the next event.
+
+One :class:`Engine` is one serving instance that an outer driver (instances behind a
+router) can advance in time order: :meth:`Engine.deliver` hands it a request that has
+arrived, :meth:`Engine.advance` runs every iteration that starts before a given time,
+:meth:`Engine.close` ends the run. A request delivered at ``t`` joins the queue at the first
+iteration that starts at or after ``t``, exactly as in a run that reads its own arrivals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpkv.core.errors import CpkvError
+from cpkv.serving.engine.lifecycle import Lifecycle
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.stretch import run_stretch
+from cpkv.serving.input.arrivals import Arrivals
+from cpkv.serving.model.hits import PrefixHits
+from cpkv.serving.model.kv_pool import KvPool
+from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, WAITING, Req
+from cpkv.serving.record.iteration_log import Integrals
+from cpkv.serving.schedulers.base import make_scheduler
+from cpkv.serving.schedulers.plan import Plan
+
+COUNTERS = (
+    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
+)  # fmt: skip
+INF = float("inf")
+
+
+class SimulationStalled(CpkvError):
+    """The engine stopped making progress (the message names the cause)."""
+
+
+@dataclass
+class EngineResult:
+    """One run: its end, iterations, counters, its iteration log; when kept (:func:`simulate
+    <cpkv.serving.engine.simulate.simulate>`), the requests (input order), the
+    per-iteration samples and their integrals too."""
+
+    requests: list[Req] | None
+    end_us: float
+    iterations: int
+    timeline: tuple[list, ...] | None
+    counters: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[int, str, str, int]] | None = None  # (iteration, rid, what, used blocks)
+    log: list[tuple[int, int, int, int]] | None = None  # (iteration, decode, prefill, firsts)
+    integrals: Integrals = field(default_factory=Integrals)
+    samples: Any = None
+
+
+class Engine:
+    """One serving instance (see the module docstring); ``sink`` takes each ended request,
+    ``samples`` each iteration; ``events`` records every growth and preemption event and a
+    per-iteration log (every iteration then runs in full); ``trace`` takes each iteration
+    for the Chrome trace (likewise)."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        cache: Any = None,
+        events: bool = False,
+        *,
+        sink: Any,
+        samples: Any,
+        arrivals: Iterable[Req] | None = None,
+        trace: Any = None,
+    ) -> None:
+        s = settings
+        self.settings, self.cache, self.sink, self.samples, self.trace = s, cache, sink, samples, trace
+        self.arrivals = Arrivals(arrivals)
+        self.pool = KvPool(s.block_size, s.capacity_blocks, s.victim)
+        self.log: list[tuple[int, int, int, int]] | None = [] if events else None
+        if events:
+            self.pool.events = []
+        self.scheduler = make_scheduler(s)
+        self.waiting: list[Req] = []
+        self.prefilling: list[Req] = []  # admitted, prompt not complete (admission order)
+        self.ratio = s.ratio
+        self.now, self.iterations, self.stamp, self.stalled = 0.0, 0, 0, 0
+        self.hits = PrefixHits(cache, s.block_size)
+        self.hit = self.hits.hit
+        self.load_threshold = max(1, s.adder.load_back_threshold)
+        self.stop_counts: dict[str, int] = {}
+        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+        self.counters["preemptions"] = {}
+        self.counters["rejects"] = {}
+        self.prefill_tokens = self.prefill_context = self.prefill_attention_pairs = 0
+        self.loaded = self.admitted = 0
+        self.lifecycle = self.invariants = None
+        self._policy_parts(s)
+        self.fast = not events and trace is None and self.invariants is None
+
+    def _policy_parts(self, s: EngineSettings) -> None:
+        opts = s.options
+        if opts is None:
+            return
+        self.lifecycle = lifecycle = Lifecycle(self, opts)
+        self.pool.free_blocks -= opts.safety_margin_blocks
+        if opts.swap:
+            plain = self.hits.hit
+            self.hit = lambda r: lifecycle.hit(r, plain)
+        if opts.check_invariants:
+            from cpkv.serving.engine.invariants import Invariants
+
+            self.invariants = Invariants(self, opts)
+
+    # -- driving it ------------------------------------------------------------------------
+    def deliver(self, r: Req) -> None:
+        """``r`` arrived (at ``r.arrival_us``, not before the requests delivered so far); it
+        joins the queue at the first iteration that starts at or after its arrival."""
+        self.arrivals.deliver(r)
+
+    def run(self) -> EngineResult:
+        """The whole run (the arrivals given at construction), then :meth:`close`."""
+        self.advance(INF)
+        return self.close()
+
+    def advance(self, until_us: float) -> None:
+        """Run every iteration that starts before ``until_us`` (an idle instance whose next
+        arrival is not before ``until_us`` stops at once)."""
+        pool, arrivals, lifecycle = self.pool, self.arrivals, self.lifecycle
+        while self.now < until_us:
+            if arrivals.next_us <= self.now:
+                self._arrive()
+            if lifecycle is not None:
+                lifecycle.before_iteration()
+            busy = pool.n_running or self.prefilling
+            if not (busy or self.waiting):
+                upcoming = arrivals.next_us
+                if upcoming >= until_us:
+                    return
+                self.now = max(self.now, upcoming)
+                self.ratio = self.ratio.reset()
+                continue
+            if busy and self.fast:
+                horizon = min(arrivals.next_us, until_us)
+                if lifecycle is not None:
+                    horizon = min(horizon, lifecycle.horizon())
+                if run_stretch(self, horizon):
+                    continue
+            self._iteration()
+
+    def close(self) -> EngineResult:
+        """End the run: its counters, its integrals (and what :func:`simulate` keeps)."""
+        pool, counters = self.pool, self.counters
+        counters["admission_stops"] = dict(sorted(self.stop_counts.items()))
+        counters["final_used_blocks"] = pool.used_blocks
+        counters["final_free_blocks"] = pool.free_blocks
+        counters["final_new_token_ratio"] = self.ratio.current
+        self.samples.close(self.now)
+        requests = getattr(self.sink, "in_input_order", None)
+        return EngineResult(
+            requests() if requests is not None else None, self.now, self.iterations,
+            self.samples.kept, counters, pool.events, self.log, samples=self.samples,
+        )  # fmt: skip
+
+    # -- requests coming and going -----------------------------------------------------------
+    def _arrive(self) -> None:
+        arrivals, now, never = self.arrivals, self.now, self.scheduler.never_fits
+        while arrivals.next_us <= now:
+            r = arrivals.pop()
+            if never(r):
+                self._reject(r, "exceeds_kv_capacity")
+                continue
+            r.state, r.fill_tokens = WAITING, r.prompt_tokens
+            self.waiting.append(r)
+            if self.lifecycle is not None:
+                self.lifecycle.arrived(r)
+
+    def _reject(self, r: Req, reason: str) -> None:
+        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
+        rejects = self.counters["rejects"]
+        rejects[reason] = rejects.get(reason, 0) + 1
+        self.ended(r)
+
+    def ended(self, r: Req) -> None:
+        """``r`` reached a terminal state: it is forgotten and goes to the sink."""
+        self.hits.forget(r)
+        self.scheduler.done(r)
+        if self.invariants is not None:
+            self.invariants.finished(r)
+        self.sink.done(r)
+
+    def finish(self, r: Req, now: float) -> None:
+        """``r`` generated its last token in the iteration that ended at ``now``."""
+        r.state = FINISHED
+        r.finished_us = now
+        self.hits.insert(r)
+        self.ended(r)
+
+    def _admit(self, r: Req, device: int, host: int, reserve: int | None) -> None:
+        """``r`` leaves the queue: blocks for its prompt minus its ``device`` prefix, load-back
+        of its ``host`` hit (when at least ``load_back_threshold`` tokens)."""
+        if self.cache is not None:
+            self.hits.touch(r)
+        loaded = host if host >= self.load_threshold else 0
+        r.state, r.device_prefix, r.host_hit = PREFILL, device, loaded
+        r.filled_tokens = device + loaded
+        self.stamp = r.stamp = self.stamp + 1
+        self.pool.take(r, r.fill_tokens - device, reserve)
+        if r.admitted_us is None:
+            r.admitted_us = self.now
+            r.l1_hit, r.l2_hit = device, loaded
+        self.loaded += loaded
+        self.counters["l1_hit_tokens"] += device
+        self.admitted += 1
+        if self.invariants is not None:
+            self.invariants.admitting(r)
+        if self.lifecycle is not None:
+            self.lifecycle.admitted(r, loaded)
+
+    # -- one iteration -----------------------------------------------------------------------
+    def _iteration(self) -> None:
+        pool = self.pool
+        if pool.events is not None:
+            pool.event_iteration = self.iterations
+        idle = not (pool.n_running or self.prefilling)
+        self.prefill_tokens = self.prefill_context = self.prefill_attention_pairs = 0
+        self.loaded = self.admitted = 0
+        decoded, decode_context, finishing = pool.decode() if pool.n_running else (0, 0, [])
+        if decoded or pool.preempted:
+            self._update_ratio()
+        completed = self._apply(self._plan(decoded))
+        firsts = self._first_tokens(completed, finishing)
+        if self.lifecycle is not None:
+            self.lifecycle.before_duration()
+        duration = self.settings.cost.batch_us(
+            self.prefill_tokens, decoded, decode_context, self.prefill_context,
+            self.prefill_attention_pairs, self.loaded,
+        )  # fmt: skip
+        start = self.now
+        self.now = now = start + duration
+        self.samples.iteration(
+            start, duration, pool.n_running, len(self.waiting), pool.used_blocks,
+            pool.free_blocks, self.prefill_tokens, decoded, decode_context, self.prefill_context,
+            self.prefill_attention_pairs, self.loaded,
+        )  # fmt: skip
+        if self.trace is not None:
+            self.trace.iteration(self, start, duration, decoded, len(firsts), len(completed))
+        preempted = bool(pool.preempted)
+        self._end(now, decoded, firsts, finishing)
+        if self.log is not None:
+            self.log.append((self.iterations, decoded, self.prefill_tokens, len(firsts)))
+        self.iterations += 1
+        if decoded or firsts:
+            self.stalled = 0
+        elif preempted or not (self.prefill_tokens or self.admitted):
+            self.stalled += 1
+        self._check_progress(idle)
+        if self.invariants is not None:
+            self.invariants.check(decoded)
+
+    def _plan(self, decoded: int) -> Plan:
+        """The scheduler's order, preemptions and plan for this iteration."""
+        scheduler = self.scheduler
+        scheduler.order(self)
+        for victims in scheduler.preemptions(self, decoded):
+            for victim in victims:
+                self.lifecycle.preempted(victim, self.pool.leave(victim))
+        plan = scheduler.plan(self, decoded)
+        for stop in plan.stops:
+            self.stop_counts[stop] = self.stop_counts.get(stop, 0) + 1
+        return plan
+
+    def _apply(self, plan: Plan) -> list[Req]:
+        """The plan's prefill rows, in order; the requests whose prompt they completed."""
+        completed, prefilling, admitted = [], [], []
+        prefill_tokens = prefill_context = pairs = 0
+        for row in plan.prefills:
+            r, extend = row.request, row.tokens
+            if row.admit is not None:
+                admit = row.admit
+                self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
+                admitted.append(r)
+            filled = r.filled_tokens
+            prefill_tokens += extend
+            prefill_context += filled + extend
+            pairs += extend * filled + extend * (extend + 1) // 2
+            r.filled_tokens = filled = filled + extend
+            r.prefilled += extend
+            (completed if filled >= r.fill_tokens else prefilling).append(r)
+        self.prefill_tokens += prefill_tokens
+        self.prefill_context += prefill_context
+        self.prefill_attention_pairs += pairs
+        self.prefilling = prefilling
+        if admitted:
+            self._leave_queue(admitted)
+        return completed
+
+    def _leave_queue(self, admitted: list[Req]) -> None:
+        waiting, n = self.waiting, len(admitted)
+        if all(a is w for a, w in zip(admitted, waiting[:n], strict=False)):
+            del waiting[:n]
+        else:
+            taken = set(map(id, admitted))
+            waiting[:] = [r for r in waiting if id(r) not in taken]
+
+    def _first_tokens(self, completed: list[Req], finishing: list[Req]) -> list[Req]:
+        """The completed prompts' first tokens (a request asking for none finishes without);
+        the requests that generated one."""
+        pool, firsts = self.pool, []
+        for k, r in enumerate(completed):
+            if r.state != PREFILL:
+                continue  # preempted by an earlier first token of this iteration
+            if r.generated >= r.max_new_tokens:  # max_new_tokens 0: done without a token
+                r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
+                finishing.append(r)
+                continue
+            if pool.grow_first_token(r, completed[k + 1 :] if pool.free_blocks < 1 else ()):
+                firsts.append(r)
+                pool.join(r, r.kv_tokens)
+                if r.generated >= r.max_new_tokens:
+                    finishing.append(r)
+        return firsts
+
+    def _end(self, now: float, decoded: int, firsts: list[Req], finishing: list[Req]) -> None:
+        pool, counters = self.pool, self.counters
+        counters["decode_tokens"] += decoded
+        counters["first_tokens"] += len(firsts)
+        counters["prefill_tokens"] += self.prefill_tokens
+        counters["loaded_tokens"] += self.loaded
+        counters["admissions"] += self.admitted
+        for r in firsts:  # the token was emitted, even when a later grower preempted r
+            if r.first_token_us is None:  # (then r keeps it and recomputes prompt + token later)
+                r.first_token_us = now
+        for r in finishing:
+            if r.state == WAITING:
+                continue  # preempted after its last token
+            if r.state != FINISHED:
+                pool.leave(r)
+            else:  # max_new_tokens 0: finished without a token, never running
+                pool.release_prefill(r)
+            self.finish(r, now)
+        if pool.preempted:
+            self._requeue(pool.preempted)
+            pool.preempted = []
+
+    def _requeue(self, preempted: list[tuple[Req, str]]) -> None:
+        """Growth victims go back to the queue (or are aborted)."""
+        counts = self.counters["preemptions"]
+        for r, phase in preempted:
+            key = f"kv_growth_{phase}"
+            counts[key] = counts.get(key, 0) + 1
+            if self.settings.on_preempt == "abort":
+                self._reject(r, "preempted")
+                continue
+            r.fill_tokens = r.prompt_tokens + r.generated
+            r.filled_tokens = r.device_prefix = r.host_hit = r.kv_tokens = 0
+            self.waiting.append(r)
+            if self.lifecycle is not None:
+                self.lifecycle.requeued(r)
+
+    def _update_ratio(self) -> None:
+        """SGLang's adaptive ratio after a decode step: reset by a retraction (the requests
+        kept, with the tokens they had before the step), else one decay step."""
+        pool, ratio = self.pool, self.ratio
+        if pool.preempted:
+            kept = [(pool.gen_now(r) - 1, r.max_new_tokens) for r in pool.running_reqs()]
+            self.ratio = ratio.retracted(kept)
+        elif ratio.current > ratio.min_ratio:
+            self.ratio = ratio.decayed()
+
+    # -- what the coming iterations see ------------------------------------------------------
+    def lookahead(self, limit: int):
+        """For each of the next iterations (at most ``limit``) while only decode steps happen
+        in them: ``(free blocks, decode tokens, running headroom tokens, new_token_ratio)``
+        as the scheduler will see them, after that iteration's decode step; it stops before
+        a step whose growth does not fit, or after which a running request's remainder
+        crosses 4096 (the headroom's clip)."""
+        pool = self.pool
+        running = pool.n_running
+        if not running:
+            return
+        steps = pool.fitting_steps(limit)
+        clip = pool.next_clip_step()
+        if clip is not None:
+            steps = min(steps, clip - pool.decode_steps)
+        free = pool.free_blocks
+        for j, ratio in enumerate(self.ratio.decay_path(steps), 1):
+            yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), ratio
+
+    def _check_progress(self, idle: bool) -> None:
+        if idle and not self.admitted and self.waiting:
+            r = self.waiting[0]
+            s = self.settings
+            raise SimulationStalled(
+                f"admit.mode=serving: no progress at t={self.now / 1000:.3f} ms (iteration "
+                f"{self.iterations}): request {r.rid} (prompt {r.fill_tokens}, max_new "
+                f"{r.max_new_tokens}) cannot be admitted even into an idle KV pool of "
+                f"{s.capacity_blocks} blocks x {s.block_size} tokens by policy {s.policy}; "
+                f"{len(self.waiting)} requests waiting"
+            )
+        if self.stalled >= self.settings.stall_iterations:
+            s = self.settings
+            raise SimulationStalled(
+                f"admit.mode=serving: {self.stalled} iterations without a generated token "
+                f"preempted or did nothing (a recompute livelock; t={self.now / 1000:.3f} ms; "
+                f"{len(self.waiting)} waiting, {self.pool.n_running} running, "
+                f"{self.pool.free_blocks} of {s.capacity_blocks} blocks free; policy "
+                f"{s.policy}, victim order {s.victim}): try another admit.kv.victim, policy "
+                f"conservative or more KV (admit.serving.stall_iterations sets the limit)"
+            )

@@ -1,0 +1,118 @@
+"""Iterations in closed form: a stretch between events.
+
+When the scheduler says the coming iterations are quiet
+(:class:`~cpkv.serving.schedulers.plan.Quiet`: they admit nothing, preempt nothing and give
+each prefilling request a fixed chunk), the engine's state evolves deterministically until
+the next event, and :func:`run_stretch` takes all those iterations at once:
+
+* the events that end a stretch: the next arrival, the time an outer driver advances the
+  engine to, a cancellation or timeout falling due (``horizon``: no iteration that starts
+  at or after it runs here); a running request's last token (the stretch ends with that
+  iteration, whose finishes the engine applies); a decode step whose growth does not fit
+  (it may preempt: the engine's full iteration takes it); the iteration that would
+  complete a prompt (its first token: likewise); the end of the scheduler's quiet steps;
+* per iteration: every running request decodes one token (the pool's aggregates advance,
+  :meth:`~cpkv.serving.model.kv_pool.KvPool.advance`), every prefilling request computes
+  its chunk, SGLang's ratio takes its decay step, the scheduler's stop reason is counted;
+* the iterations' durations are the cost model's for arguments that grow by a constant step
+  (:mod:`cpkv.serving.cost.stretch`): their sum, and how many start before the horizon,
+  come in closed form; the stretch goes to the iteration log as one segment.
+
+The decisions are those of the full iterations it replaces: the same requests admitted,
+chunked, preempted and finished in the same iterations; the clock is their durations'
+sum, which may differ from adding them one by one in the last bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpkv.serving.cost.stretch import stretch_durations
+from cpkv.serving.schedulers.plan import FOREVER
+
+
+def run_stretch(engine: Any, horizon: float) -> int:
+    """Run the quiet iterations from ``engine.now`` up to the next event (module docstring);
+    how many ran (0: none, the engine runs a full iteration)."""
+    pool = engine.pool
+    now = engine.now
+    if not now < horizon:
+        return 0
+    running, step = pool.n_running, pool.decode_steps
+    finish = pool.next_finish_step() if running else None
+    limit = FOREVER if finish is None else finish - step
+    if running:
+        limit = pool.fitting_steps(limit)
+        if limit <= 0:
+            return 0
+    quiet = engine.scheduler.quiet(engine, limit)
+    if quiet.steps <= 0:
+        return 0
+    limit = min(limit, quiet.steps)
+    shape = _prefill_shape(engine.prefilling, quiet.chunks, limit)
+    if shape is None:
+        return 0
+    limit, prefill, prefill_context, pairs, pairs_step = shape
+    if limit <= 0 or not (running or prefill):
+        return 0
+    decode_context = pool.context_base_sum + running * step
+    cost = engine.settings.cost
+    durations = stretch_durations(
+        cost, prefill, running, decode_context, prefill_context, pairs, prefill, pairs_step
+    )
+    k = durations.steps_within(horizon - now, limit)
+    end = now + durations.total(k)
+    grow, need = pool.growth(k) if running else ([0], None)
+    engine.samples.stretch(
+        now, k, end, running, len(engine.waiting), pool.used_blocks, pool.free_blocks,
+        prefill, decode_context, prefill_context, pairs, pairs_step, grow, need,
+    )  # fmt: skip
+    ran = getattr(cost, "stretch_ran", None)
+    if ran is not None:
+        ran(prefill, running, decode_context, k, durations)
+    _advance(engine, quiet, k, running, prefill)
+    engine.now = end
+    if finish is not None and step + k == finish:
+        for r in pool.finishing():
+            pool.leave(r)
+            engine.finish(r, end)
+    return k
+
+
+def _prefill_shape(prefilling: list[Any], chunks: tuple[int, ...], limit: int):
+    """``(limit, prefill tokens, prefill context, attention pairs, pairs' step)`` of the
+    first iteration of the stretch, ``limit`` lowered to end it before the iteration that
+    completes a prompt; None when the chunks do not match the prefilling requests."""
+    if len(chunks) != len(prefilling):
+        return None
+    prefill = context = pairs = pairs_step = 0
+    for r, chunk in zip(prefilling, chunks, strict=True):
+        if not chunk:
+            continue
+        filled = r.filled_tokens
+        before_last = (r.fill_tokens - filled - 1) // chunk  # full chunks before the last
+        if before_last < limit:
+            limit = before_last
+        prefill += chunk
+        context += filled + chunk
+        pairs += chunk * filled + chunk * (chunk + 1) // 2
+        pairs_step += chunk * chunk
+    return limit, prefill, context, pairs, pairs_step
+
+
+def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int) -> None:
+    """The state after ``k`` quiet iterations (but the clock and the finishes)."""
+    if running:
+        engine.pool.advance(k)
+        engine.ratio = engine.ratio.decayed(k)
+        engine.stalled = 0
+    for r, chunk in zip(engine.prefilling, quiet.chunks, strict=True):
+        if chunk:
+            r.filled_tokens += chunk * k
+            r.prefilled += chunk * k
+    counters = engine.counters
+    counters["decode_tokens"] += running * k
+    counters["prefill_tokens"] += prefill * k
+    if quiet.stop is not None:
+        engine.stop_counts[quiet.stop] = engine.stop_counts.get(quiet.stop, 0) + k
+    engine.iterations += k

@@ -1,0 +1,8 @@
+"""What a serving run reports: ``requests`` (each ended request's record, the latency
+statistics) and ``lines`` (their ``requests.jsonl`` lines), ``iteration_log`` (the
+iterations as segments, summed once the run has ended) and ``timeline`` (its
+``timeline.jsonl`` buckets), ``metrics`` (the summary row), ``policy_metrics`` (the
+admission-policy columns and summary), ``trace_events`` (``trace.json``).
+
+May import: ``cpkv.core``, ``cpkv.runs``, and ``cpkv.serving``'s ``model`` and ``cost``.
+"""

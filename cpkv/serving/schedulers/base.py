@@ -1,0 +1,142 @@
+"""The scheduler seam: what every scheduler offers the engine, and the registry of them.
+
+Each iteration the engine (:class:`~cpkv.serving.engine.engine.Engine`) runs the decode
+step of the running set, then asks its scheduler, in this order:
+
+1. :meth:`Scheduler.order` — sort the waiting queue (the queue's order is the scheduler's to
+   keep: a later sort starts from it);
+2. :meth:`Scheduler.preemptions` — running requests to preempt for waiting ones, a group at a
+   time (the engine preempts each group before the next is asked for);
+3. :meth:`Scheduler.plan` — the iteration's :class:`~cpkv.serving.schedulers.plan.Plan`:
+   the requests admitted with their prefix hits, the prefill chunks, what stopped
+   admission.
+
+Between events the engine does not ask: :meth:`Scheduler.quiet` says for how many of the
+next iterations the plan is known (admit nothing, the same chunks), and the engine runs them
+in closed form (:mod:`cpkv.serving.engine.stretch`). A scheduler that cannot tell returns
+:data:`~cpkv.serving.schedulers.plan.NOT_QUIET` and is asked every iteration.
+
+:data:`SCHEDULERS` maps ``admit.policy`` to the scheduler class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from cpkv.core.registry import Registry
+from cpkv.serving.model.request import Req
+from cpkv.serving.schedulers.options import PolicyOptions, PriorityPreemption, QueueOrder
+from cpkv.serving.schedulers.plan import NOT_QUIET, Plan, Quiet
+
+
+class Scheduler:
+    """The base every scheduler extends: the never-fit rule and the policy options
+    (:mod:`cpkv.serving.schedulers.options`). ``settings`` is the engine's
+    :class:`~cpkv.serving.engine.settings.EngineSettings`."""
+
+    name = "scheduler"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        opts: PolicyOptions | None = settings.options
+        self.options = opts
+        self.margin = 0 if opts is None else opts.safety_margin_blocks
+        self.queue_order = None
+        self.priority = None
+        if opts is not None:
+            if QueueOrder.wanted(opts):
+                self.queue_order = QueueOrder(opts, settings.block_size)
+            if opts.schedule.priority_preemption:
+                self.priority = PriorityPreemption(opts, settings.adder.max_running_requests)
+        self.never_blocks = settings.capacity_blocks - self.margin
+
+    # -- arrivals ------------------------------------------------------------------------
+    def never_fits(self, r: Req) -> bool:
+        """Whether ``r`` could not be admitted even into an empty pool (it is rejected)."""
+        return -(-(r.prompt_tokens + r.max_new_tokens) // self.settings.block_size) > (
+            self.never_blocks
+        )
+
+    # -- each iteration --------------------------------------------------------------------
+    def order(self, engine: Any) -> None:
+        """Sort the waiting queue before admission (the configured order, if any)."""
+        if self.queue_order is not None and len(engine.waiting) > 1:
+            if self.queue_order.sort(engine):
+                self.reordered()
+
+    def reordered(self) -> None:
+        """The queue was reordered in a way the scheduler's memo of it must forget."""
+
+    def preemptions(self, engine: Any, decoded: int) -> Iterator[list[Req]]:
+        """Groups of running requests to preempt for waiting ones (priority scheduling)."""
+        if self.priority is not None and engine.waiting:
+            yield from self.priority.preemptions(engine, decoded, self.chunked_slots(engine))
+
+    def chunked_slots(self, engine: Any) -> int:
+        """Request slots the scheduler's partly prefilled requests take besides the running
+        set, for priority preemption's full-batch test."""
+        return 0
+
+    def plan(self, engine: Any, decoded: int) -> Plan:
+        """The iteration's admissions and prefill rows (``decoded``: tokens the running set
+        decodes in it)."""
+        raise NotImplementedError
+
+    def quiet(self, engine: Any, limit: int) -> Quiet:
+        """How many of the next iterations (at most ``limit``) admit nothing, and how; see
+        :mod:`cpkv.serving.schedulers.plan`."""
+        return NOT_QUIET
+
+    def quiet_options(self, engine: Any) -> bool:
+        """Whether the policy options leave the next iterations' plans to the scheduler
+        alone: no order that may change, no priority preemption while anything waits."""
+        if len(engine.waiting) < 2 or self.queue_order is None:
+            return self.priority is None or not engine.waiting
+        return False
+
+    # -- helpers -----------------------------------------------------------------------------
+    def kv_stop(self, need_tokens: int, free_blocks: int) -> str:
+        """The stop reason of a request whose ``need_tokens`` do not fit ``free_blocks``:
+        ``safety_margin_blocks`` when they would fit without the margin, else ``kv_blocks``."""
+        need = -(-need_tokens // self.settings.block_size)
+        margin = self.margin
+        return "safety_margin_blocks" if margin and need <= free_blocks + margin else "kv_blocks"
+
+    def done(self, r: Req) -> None:
+        """``r`` ended (any terminal state)."""
+
+
+SCHEDULERS: Registry[type[Scheduler]] = Registry("scheduler")
+"""Scheduler classes by ``admit.policy``."""
+
+SCHEDULERS.register(
+    "prefill_adder",
+    "cpkv.serving.schedulers.prefill_adder:PrefillAdderScheduler",
+    help="SGLang's PrefillAdder pass, one per iteration",
+)
+SCHEDULERS.register(
+    "conservative",
+    "cpkv.serving.schedulers.blocks:ConservativeScheduler",
+    help="reserve prompt + max_new blocks at admission",
+)
+SCHEDULERS.register(
+    "optimistic",
+    "cpkv.serving.schedulers.blocks:OptimisticScheduler",
+    help="admit on prompt blocks, preempt on growth",
+)
+SCHEDULERS.register(
+    "iteration",
+    "cpkv.serving.schedulers.iteration:IterationScheduler",
+    help="admit first come, first served when the token budget can start the prompt",
+)
+SCHEDULERS.register(
+    "profiled",
+    "cpkv.serving.schedulers.profiled:ProfiledScheduler",
+    help="admit when prompt + a quantile of finished output lengths fits the reservations",
+)
+
+
+def make_scheduler(settings: Any) -> Scheduler:
+    """The scheduler of ``settings.policy``."""
+    return SCHEDULERS.get(settings.policy)(settings)

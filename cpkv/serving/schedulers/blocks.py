@@ -1,0 +1,176 @@
+"""The block policies as schedulers: ``conservative`` and ``optimistic`` (a scan of the
+queue for requests whose blocks fit), and the part they share with ``iteration`` and
+``profiled`` (:class:`BlockScheduler`: the token budget's prefill rows, the slot limit).
+
+Every iteration, after the running requests decoded:
+
+* ``conservative``: scan the queue (``admit.kv.scan``: ``first_fit``, or ``fcfs_stop``) and
+  admit each request whose reservation ``ceil((prompt - L1 hit + max_new left) /
+  block_size)`` blocks is free; it grows inside its reservation and is never preempted by
+  growth;
+* ``optimistic``: the same scan on the current prompt blocks ``ceil((prompt - L1 hit) /
+  block_size)``; growth that does not fit preempts (``admit.kv.victim``);
+* then the token budget (:class:`~cpkv.serving.schedulers.budget.TokenBudget`) goes to the
+  admitted requests' prompts, oldest admission first.
+
+A scan re-examines the requests it skipped only when blocks were freed or the prefix cache
+changed since the last scan; otherwise it looks at the newly queued requests alone (the
+skipped ones cannot fit: they need no fewer blocks than before and no more are free). That
+is also why its iterations are quiet between events: while blocks are only taken (decode
+growth) and nothing is queued, the scan examines nothing.
+
+``max_running_requests`` (``admit.max_running_requests`` with a block policy) counts the
+running and the prefilling requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpkv.serving.model.request import Req
+from cpkv.serving.schedulers.base import Scheduler
+from cpkv.serving.schedulers.budget import TokenBudget
+from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
+
+
+class BlockScheduler(Scheduler):
+    """What the block policies share: the token budget over the prefilling requests, the
+    slot limit; :meth:`admissions` is each policy's own."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.budget = TokenBudget(settings)
+        opts = settings.options
+        self.slot_limit = None if opts is None else opts.max_running_requests
+
+    def slots_full(self, engine: Any, prefilling: int) -> bool:
+        """Whether ``max_running_requests`` is reached with ``prefilling`` requests in prefill."""
+        limit = self.slot_limit
+        return limit is not None and engine.pool.n_running + prefilling >= limit
+
+    def admissions(self, engine: Any, stops: list[str]) -> list[tuple[Req, Admit]]:
+        """The requests this iteration's scan admits, in order (before any prefill)."""
+        return []
+
+    def plan(self, engine: Any, decoded: int) -> Plan:
+        stops: list[str] = []
+        admitted = self.admissions(engine, stops)
+        budget = self.budget.prefill_tokens(decoded)
+        chunk = self.budget.chunk
+        prefills = []
+        for r in engine.prefilling:
+            tokens = 0
+            if budget > 0:
+                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
+                budget -= tokens
+            prefills.append(Prefill(r, tokens))
+        for r, admit in admitted:
+            tokens = 0
+            if budget > 0:
+                tokens = chunk(r.fill_tokens - admit.device_prefix - loaded(engine, admit), budget)
+                budget -= tokens
+            prefills.append(Prefill(r, tokens, admit))
+        return Plan(prefills, stops)
+
+    def quiet_chunks(self, engine: Any) -> tuple[tuple[int, ...], int] | None:
+        """The prefill rows of the coming iterations while nothing else changes, and the
+        budget they leave; None when the options may change the plan."""
+        if not self.quiet_options(engine):
+            return None
+        chunks, left = self.budget.chunks(engine.prefilling, self.budget.prefill_tokens(
+            engine.pool.n_running))  # fmt: skip
+        return tuple(chunks), left
+
+
+def loaded(engine: Any, admit: Admit) -> int:
+    """The part of ``admit``'s L2 hit that is loaded back (the rest is computed)."""
+    host = admit.host_hit
+    return host if host >= engine.load_threshold else 0
+
+
+class ScanScheduler(BlockScheduler):
+    """``conservative`` and ``optimistic``: the scan (module docstring)."""
+
+    reserves = False
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.stop_at_first = settings.scan == "fcfs_stop"
+        self.scan_version, self.scan_free, self.scan_seen = -1, -1, 0
+
+    def reordered(self) -> None:
+        self.scan_free = -1  # the next scan examines the whole queue
+
+    def reserve(self, r: Req, device: int) -> int | None:
+        """Tokens ``r``'s blocks reserve: its prompt to fill and, ``conservative``, every
+        token left to generate."""
+        if not self.reserves:
+            return None
+        return r.fill_tokens - device + r.max_new_tokens - r.generated
+
+    def start(self, engine: Any, free_blocks: int) -> int | None:
+        """Where this iteration's scan starts in the queue (None: it examines nothing)."""
+        waiting = engine.waiting
+        full = free_blocks > self.scan_free or engine.hits.version != self.scan_version
+        start = 0 if full else self.scan_seen
+        if start >= len(waiting) or (start and self.stop_at_first):
+            return None
+        return start
+
+    def admissions(self, engine: Any, stops: list[str]) -> list[tuple[Req, Admit]]:
+        pool, waiting, hits = engine.pool, engine.waiting, engine.hits
+        free = pool.free_blocks
+        start = self.start(engine, free)
+        if start is None:
+            return []
+        out: list[tuple[Req, Admit]] = []
+        in_prefill = len(engine.prefilling)
+        upper = hits.l1_upper if self.options is None else None  # (swapped hits: look up)
+        for k in range(start, len(waiting)):
+            r = waiting[k]
+            if self.slots_full(engine, in_prefill + len(out)):
+                stops.append("max_running_requests")
+                break
+            fits = True
+            device = upper(r) if upper is not None else None
+            if device is not None:  # the need with the largest hit it can have: no lookup
+                fits = pool.blocks_for(r.fill_tokens - device, self.reserve(r, device)) <= free
+            if fits:
+                device, host = engine.hit(r)
+                reserve = self.reserve(r, device)
+                need = pool.blocks_for(r.fill_tokens - device, reserve)
+                if need <= free:
+                    free -= need
+                    out.append((r, Admit(device, host, reserve)))
+                    continue
+            reserve = self.reserve(r, device)
+            stops.append(self.kv_stop(r.fill_tokens - device if reserve is None else reserve, free))
+            if self.stop_at_first:
+                break
+        self.scan_seen = len(waiting) - len(out)
+        self.scan_free = free
+        self.scan_version = hits.version
+        return out
+
+    def quiet(self, engine: Any, limit: int) -> Quiet:
+        rows = self.quiet_chunks(engine)
+        if rows is None:
+            return NOT_QUIET
+        if engine.waiting:
+            free_after = engine.pool.free_blocks - engine.pool.needed_blocks(1)
+            if self.start(engine, free_after) is not None:
+                return NOT_QUIET
+        return Quiet(FOREVER, None, rows[0])
+
+
+class ConservativeScheduler(ScanScheduler):
+    """Reserve every block a request may grow to at admission (module docstring)."""
+
+    name = "conservative"
+    reserves = True
+
+
+class OptimisticScheduler(ScanScheduler):
+    """Admit on the prompt's blocks; growth that does not fit preempts (module docstring)."""
+
+    name = "optimistic"

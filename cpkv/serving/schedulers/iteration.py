@@ -1,0 +1,79 @@
+"""The ``iteration`` policy as a scheduler: the token budget is the admission rule.
+
+Every iteration the prefilling requests take their chunks of the budget first (oldest
+admission first, :mod:`cpkv.serving.schedulers.budget`); then, while budget is left, the
+queue's head is admitted (on its current prompt blocks, like ``optimistic``: growth that
+does not fit preempts) when its blocks are free, and starts its prefill with what is left.
+A head whose blocks are not free stops admission (``kv_blocks``); it stays stopped until
+blocks are freed, which only an event does, so the iterations in between are quiet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpkv.serving.schedulers.blocks import BlockScheduler, loaded
+from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
+
+
+class IterationScheduler(BlockScheduler):
+    """Admit first come, first served within the iteration's token budget (module docstring)."""
+
+    name = "iteration"
+
+    def plan(self, engine: Any, decoded: int) -> Plan:
+        budget = self.budget.prefill_tokens(decoded)
+        chunk = self.budget.chunk
+        prefills, stops = [], []
+        in_prefill = 0  # requests still prefilling after this iteration
+        for r in engine.prefilling:
+            tokens = 0
+            if budget > 0:
+                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
+                budget -= tokens
+            in_prefill += r.filled_tokens + tokens < r.fill_tokens
+            prefills.append(Prefill(r, tokens))
+        pool, waiting = engine.pool, engine.waiting
+        free, taken = pool.free_blocks, 0
+        while budget > 0 and taken < len(waiting):
+            r = waiting[taken]
+            if self.slots_full(engine, in_prefill):
+                stops.append("max_running_requests")
+                break
+            device, host = engine.hit(r)
+            need = pool.blocks_for(r.fill_tokens - device, None)
+            if need > free:
+                stops.append(self.kv_stop(r.fill_tokens - device, free))
+                break
+            free -= need
+            taken += 1
+            admit = Admit(device, host)
+            left = r.fill_tokens - device - loaded(engine, admit)
+            tokens = chunk(left, budget)
+            budget -= tokens
+            in_prefill += tokens < left
+            prefills.append(Prefill(r, tokens, admit))
+        if self.options is not None and budget <= 0 and taken < len(waiting):
+            stops.append("token_budget")
+        return Plan(prefills, stops)
+
+    def quiet(self, engine: Any, limit: int) -> Quiet:
+        rows = self.quiet_chunks(engine)
+        if rows is None:
+            return NOT_QUIET
+        chunks, left = rows
+        waiting = engine.waiting
+        if not waiting:
+            return Quiet(FOREVER, None, chunks)
+        if left <= 0:
+            return Quiet(FOREVER, "token_budget" if self.options is not None else None, chunks)
+        if self.slots_full(engine, len(engine.prefilling)):
+            return Quiet(FOREVER, "max_running_requests", chunks)
+        if self.margin:
+            return NOT_QUIET  # (which of the two names a refusal takes changes as blocks go)
+        pool, r = engine.pool, waiting[0]
+        device, _host = engine.hit(r)
+        free_after = pool.free_blocks - pool.needed_blocks(1)
+        if pool.blocks_for(r.fill_tokens - device, None) <= free_after:
+            return NOT_QUIET
+        return Quiet(FOREVER, "kv_blocks", chunks)

@@ -1,0 +1,63 @@
+"""What a scheduler decides for one iteration (:class:`Plan`) and for the iterations after it
+in which nothing it reads changes (:class:`Quiet`).
+
+A plan lists the prefill rows of the iteration in the order the engine applies them: each
+row computes ``tokens`` prompt tokens of its request; a row with an :class:`Admit` first
+takes the request out of the queue (its KV blocks, its L2 load-back). The running requests
+all decode one token in the same iteration (a mixed batch), before the scheduler plans:
+the decode rows are the running set. ``stops`` names what ended admission (one entry per
+request a scan passed over, usually none or one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpkv.serving.model.request import Req
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """A request leaves the queue: its L1 prefix (no pool blocks), its L2 hit as looked up
+    (loaded back when at least ``load_back_threshold`` tokens) and the tokens its blocks
+    reserve (None: only its prompt's)."""
+
+    device_prefix: int
+    host_hit: int
+    reserve_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class Prefill:
+    """One prefill row: ``tokens`` of ``request``'s prompt this iteration (0: admitted, its
+    prefill waits for budget), admitted first when ``admit`` is set."""
+
+    request: Req
+    tokens: int
+    admit: Admit | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    """One iteration's prefill side (module docstring)."""
+
+    prefills: list[Prefill] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """The iterations, the next one included, whose plans the scheduler knows without being
+    asked, as long as nothing but decode steps and these prefill rows happens in them (no
+    arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
+    iteration), each admitting nothing, recording ``stop`` (or nothing) and giving the
+    prefilling requests ``chunks`` tokens each (in the engine's prefilling order)."""
+
+    steps: int
+    stop: str | None = None
+    chunks: tuple[int, ...] = ()
+
+
+NOT_QUIET = Quiet(0)
+FOREVER = 1 << 62
+"""``Quiet.steps`` when only an event can change the scheduler's decision."""
