@@ -93,11 +93,52 @@ def test_imports_follow_the_layering(path: Path):
     assert not bad, "\n".join(bad)
 
 
+SERVING = PACKAGE_ROOT / "serving"
+SERVING_MAY_IMPORT: dict[str, set[str]] = {
+    "schema": set(),
+    "cost": set(),
+    "model": set(),
+    "schedulers": {"model"},
+    "record": {"model", "cost"},
+    "input": {"model", "schema"},
+    "engine": {"model", "schedulers", "cost", "record", "input"},
+    "cluster": {"engine", "model", "record", "input", "cost", "schema"},
+    "run": {"engine", "model", "record", "input", "cost", "schema", "cluster"},
+}  # fmt: skip
+"""Inside ``cpkv/serving``: which of its parts each part may import (the state, then the
+schedulers and the records of it, then the engine that drives them)."""
+SERVING_MODULES = sorted(p for p in SERVING.rglob("*.py") if p.name != "__init__.py")
+
+
+def _serving_part(path: Path) -> str:
+    rel = path.relative_to(SERVING)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+@pytest.mark.parametrize("path", SERVING_MODULES, ids=lambda p: str(p.relative_to(SERVING)))
+def test_serving_parts_follow_their_layering(path: Path):
+    own = _serving_part(path)
+    allowed = SERVING_MAY_IMPORT[own] | {own, "schema"}  # (the config blocks: anyone's)
+    bad = []
+    for line, name in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        parts = name.split(".")
+        if parts[:2] == ["cpkv", "serving"] and len(parts) > 3 and parts[2] not in allowed:
+            bad.append(f"serving/{path.relative_to(SERVING)}:{line} imports {name} ({own} may import: {sorted(allowed)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_serving_folders_stay_small():
+    """No folder of ``cpkv/serving`` holds more than 12 modules."""
+    for folder in [SERVING, *(p for p in SERVING.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 12, f"{folder.relative_to(REPO)} holds {len(modules)} modules"
+
+
 def test_the_checker_sees_a_planted_violation():
     """The rule would catch core importing the CLI, and ignores type-only imports."""
     planted = ast.parse(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from cpkv.serving.loop import Sim\n"
+        "if TYPE_CHECKING:\n    from cpkv.serving.engine.engine import Engine\n"
         "from cpkv.cli import app\n"
     )
     assert [name for _, name in _imports(planted)] == ["typing.TYPE_CHECKING", "cpkv.cli.app"]

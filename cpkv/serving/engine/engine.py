@@ -295,25 +295,27 @@ class Engine:
         return plan
 
     def _apply(self, plan: Plan) -> list[Req]:
-        """The plan's prefill rows, in order; the requests whose prompt they completed."""
-        completed, prefilling, admitted = [], [], []
+        """The plan's admissions, then its prefill rows, in order; the requests whose prompt
+        is complete, in prefill order (the prefilling ones, then those just admitted)."""
+        admitted = []
+        for r, admit in plan.admitted:
+            self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
+            admitted.append(r)
         prefill_tokens = prefill_context = pairs = 0
         for row in plan.prefills:
             r, extend = row.request, row.tokens
-            if row.admit is not None:
-                admit = row.admit
-                self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
-                admitted.append(r)
             filled = r.filled_tokens
             prefill_tokens += extend
             prefill_context += filled + extend
             pairs += extend * filled + extend * (extend + 1) // 2
-            r.filled_tokens = filled = filled + extend
+            r.filled_tokens = filled + extend
             r.prefilled += extend
-            (completed if filled >= r.fill_tokens else prefilling).append(r)
         self.prefill_tokens += prefill_tokens
         self.prefill_context += prefill_context
         self.prefill_attention_pairs += pairs
+        completed, prefilling = [], []
+        for r in (*self.prefilling, *admitted) if admitted else self.prefilling:
+            (completed if r.filled_tokens >= r.fill_tokens else prefilling).append(r)
         self.prefilling = prefilling
         if admitted:
             self._leave_queue(admitted)

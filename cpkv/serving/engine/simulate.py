@@ -26,13 +26,18 @@ class KeepRequests:
 
 
 def simulate(
-    requests: Sequence[Any], settings: EngineSettings, cache: Any = None, events: bool = False
+    requests: Sequence[Any],
+    settings: EngineSettings,
+    cache: Any = None,
+    events: bool = False,
+    stretches: bool = True,
 ) -> EngineResult:
     """Run an engine on ``requests`` (:class:`~cpkv.serving.input.workload.ServingRequest`,
     input order; they arrive at their ``arrival_ms``), keeping every request and every
     iteration's sample in the result; ``cache`` is a cold
     :class:`~cpkv.trace.prefix_cache.TieredPrefixCache` (or None); ``events`` records every
-    growth/preemption event and a per-iteration log (every iteration then runs in full)."""
+    growth/preemption event and a per-iteration log (every iteration then runs in full);
+    ``stretches=False`` runs every iteration in full too (the closed-form stretches' reference)."""
     samples = IterationLog(
         settings.capacity_blocks, settings.block_size, keep=True, cost=settings.cost
     )
@@ -40,6 +45,7 @@ def simulate(
         settings, cache, events, sink=KeepRequests(), samples=samples,
         arrivals=arrival_order(requests),
     )  # fmt: skip
+    engine.fast = engine.fast and stretches
     result = engine.run()
     result.integrals = samples.summary(result.end_us, 1).integrals
     return result

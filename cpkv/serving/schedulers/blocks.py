@@ -59,18 +59,16 @@ class BlockScheduler(Scheduler):
         chunk = self.budget.chunk
         prefills = []
         for r in engine.prefilling:
-            tokens = 0
             if budget > 0:
                 tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
                 budget -= tokens
-            prefills.append(Prefill(r, tokens))
+                prefills.append(Prefill(r, tokens))
         for r, admit in admitted:
-            tokens = 0
             if budget > 0:
                 tokens = chunk(r.fill_tokens - admit.device_prefix - loaded(engine, admit), budget)
                 budget -= tokens
-            prefills.append(Prefill(r, tokens, admit))
-        return Plan(prefills, stops)
+                prefills.append(Prefill(r, tokens))
+        return Plan(admitted, prefills, stops)
 
     def quiet_chunks(self, engine: Any) -> tuple[tuple[int, ...], int] | None:
         """The prefill rows of the coming iterations while nothing else changes, and the

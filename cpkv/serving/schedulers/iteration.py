@@ -24,15 +24,15 @@ class IterationScheduler(BlockScheduler):
     def plan(self, engine: Any, decoded: int) -> Plan:
         budget = self.budget.prefill_tokens(decoded)
         chunk = self.budget.chunk
-        prefills, stops = [], []
+        prefills, admitted, stops = [], [], []
         in_prefill = 0  # requests still prefilling after this iteration
         for r in engine.prefilling:
             tokens = 0
             if budget > 0:
                 tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
                 budget -= tokens
+                prefills.append(Prefill(r, tokens))
             in_prefill += r.filled_tokens + tokens < r.fill_tokens
-            prefills.append(Prefill(r, tokens))
         pool, waiting = engine.pool, engine.waiting
         free, taken = pool.free_blocks, 0
         while budget > 0 and taken < len(waiting):
@@ -52,10 +52,11 @@ class IterationScheduler(BlockScheduler):
             tokens = chunk(left, budget)
             budget -= tokens
             in_prefill += tokens < left
-            prefills.append(Prefill(r, tokens, admit))
+            admitted.append((r, admit))
+            prefills.append(Prefill(r, tokens))
         if self.options is not None and budget <= 0 and taken < len(waiting):
             stops.append("token_budget")
-        return Plan(prefills, stops)
+        return Plan(admitted, prefills, stops)
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
         rows = self.quiet_chunks(engine)

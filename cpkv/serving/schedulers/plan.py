@@ -1,12 +1,14 @@
 """What a scheduler decides for one iteration (:class:`Plan`) and for the iterations after it
 in which nothing it reads changes (:class:`Quiet`).
 
-A plan lists the prefill rows of the iteration in the order the engine applies them: each
-row computes ``tokens`` prompt tokens of its request; a row with an :class:`Admit` first
-takes the request out of the queue (its KV blocks, its L2 load-back). The running requests
-all decode one token in the same iteration (a mixed batch), before the scheduler plans:
-the decode rows are the running set. ``stops`` names what ended admission (one entry per
-request a scan passed over, usually none or one).
+A plan lists the requests the iteration admits, in order (each leaves the queue: its KV
+blocks, its L2 load-back; :class:`Admit`), then its prefill rows in the order the engine
+computes them: each row computes ``tokens`` prompt tokens of a prefilling or just admitted
+request (a prompt with nothing left to compute, all of it cached, has a row of 0 tokens; a
+request the budget does not reach this iteration has none). The running requests all decode
+one token in the same iteration (a mixed batch), before the scheduler plans: the decode rows
+are the running set. ``stops`` names what ended admission (one entry per request a scan
+passed over, usually none or one).
 """
 
 from __future__ import annotations
@@ -29,18 +31,17 @@ class Admit:
 
 @dataclass(slots=True)
 class Prefill:
-    """One prefill row: ``tokens`` of ``request``'s prompt this iteration (0: admitted, its
-    prefill waits for budget), admitted first when ``admit`` is set."""
+    """One prefill row: ``tokens`` of ``request``'s prompt this iteration."""
 
     request: Req
     tokens: int
-    admit: Admit | None = None
 
 
 @dataclass(slots=True)
 class Plan:
     """One iteration's prefill side (module docstring)."""
 
+    admitted: list[tuple[Req, Admit]] = field(default_factory=list)
     prefills: list[Prefill] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
 
@@ -51,7 +52,8 @@ class Quiet:
     asked, as long as nothing but decode steps and these prefill rows happens in them (no
     arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
     iteration), each admitting nothing, recording ``stop`` (or nothing) and giving the
-    prefilling requests ``chunks`` tokens each (in the engine's prefilling order)."""
+    prefilling requests ``chunks`` tokens each (in the engine's prefilling order; 0: no
+    row)."""
 
     steps: int
     stop: str | None = None

@@ -72,12 +72,14 @@ class PrefillAdderScheduler(Scheduler):
             chunk,
             _candidates(engine, waiting, hits) if waiting else iter(()),
         )
-        prefills = [] if chunked is None else [Prefill(chunked, res.chunk_tokens)]
+        prefills = [Prefill(chunked, res.chunk_tokens)] if res.chunk_tokens else []
+        admitted = []
         for k, (extend, _loaded, _cut) in enumerate(res.admitted or ()):
             device, host = hits[k]
-            prefills.append(Prefill(waiting[k], extend, Admit(device, host)))
+            admitted.append((waiting[k], Admit(device, host)))
+            prefills.append(Prefill(waiting[k], extend))
         self.refused = waiting[0] if waiting and not res.admitted else None
-        return Plan(prefills, [] if res.stop is None else [res.stop])
+        return Plan(admitted, prefills, [] if res.stop is None else [res.stop])
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
         if engine.prefilling or not self.quiet_options(engine):
