@@ -1,13 +1,20 @@
 """A serving run's time breakdown computed the simple way, over the whole run, as the
-reference for the streamed computation of :mod:`cpkv.serving.cost.report`.
+reference for the streamed computation of :mod:`cpkv.serving.record.iteration_log` (the
+iterations expanded from the log's segments and broken down with the model's vectorised
+``breakdowns``, summed into :class:`~cpkv.serving.record.timeline.TimelineSums` and
+:class:`~cpkv.serving.cost.report.TimeTotals`).
 
-:class:`CostRecorder` wraps a cost model: the loop calls its ``batch_us`` once per
-iteration (run it with :func:`cpkv.serving.loop.simulate`, which keeps every sample, or with
-the frozen reference loop), and it keeps each iteration's breakdown (8 doubles) in iteration
-order, the order of the loop's timeline samples; the returned time is the model's own, float
-for float. :func:`bucket_breakdown` and :func:`time_summary` then give the ``timeline.jsonl``
-parts and the summary's ``time`` from those records, by the plain loops that define them
-(:func:`loop_breakdown`), independent of the run's numpy passes.
+:class:`CostRecorder` wraps a cost model: an engine that runs every iteration in full calls
+its ``batch_us`` once per iteration (run it with
+:func:`cpkv.serving.engine.simulate.simulate` and ``stretches=False``, which keeps every
+sample: the wrapper offers no ``stretch``, so closed-form stretches would price their
+iterations another way), and it keeps each iteration's breakdown (8 doubles) in iteration
+order, the order of the engine's timeline samples; the returned time is the model's own,
+float for float. Its ``breakdown`` (what the iteration log asks when it expands the samples
+of the run it prices) is the model's, not recorded. :func:`bucket_breakdown` and
+:func:`time_summary` then give the ``timeline.jsonl`` parts and the summary's ``time`` from
+those records, by the plain loops that define them (:func:`loop_breakdown`), independent of
+the run's numpy passes.
 """
 
 from __future__ import annotations
@@ -22,14 +29,20 @@ from cpkv.serving.cost.report import FIELDS, breakdown_row, summed_time
 class CostRecorder:
     """A cost model that remembers each iteration's breakdown (module docstring)."""
 
-    __slots__ = ("model", "kv_bytes_per_token", "records", "_breakdown", "_extend")
+    __slots__ = ("model", "kv_bytes_per_token", "peak_flops_per_us", "records", "_breakdown",
+                 "_extend")  # fmt: skip
 
     def __init__(self, model: IterationCost) -> None:
         self.model = model
         self.kv_bytes_per_token = model.kv_bytes_per_token
+        self.peak_flops_per_us = model.peak_flops_per_us
         self.records = array("d")
         self._breakdown = model.breakdown
         self._extend = self.records.extend
+
+    def breakdown(self, *arguments: int) -> tuple[float, ...]:
+        """The model's breakdown of one iteration (not recorded: the log's read-back)."""
+        return self._breakdown(*arguments)
 
     def batch_us(
         self,

@@ -1,7 +1,7 @@
-"""Seed 004's "common errors" as invariants (cpkv.serving.invariants), checked after every
-iteration on random workloads over the whole policy space; and, for each invariant, a bug
-planted in the loop that the same property then catches (Hypothesis finds a workload on
-which the check fails, naming that invariant)."""
+"""Seed 004's "common errors" as invariants (cpkv.serving.engine.invariants), checked after
+every iteration on random workloads over the whole policy space; and, for each invariant, a
+bug planted in the engine that the same property then catches (Hypothesis finds a workload
+on which the check fails, naming that invariant)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,19 @@ from cpkv.admission.schedule_policy import SchedulePolicyConfig
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.policies.budgets import TokenWeights
 from cpkv.policies.profiled import ProfiledSpec
-from cpkv.serving.adder import AdderBudgets
+from cpkv.serving.cost.graph_padding import PaddedDecodeCost
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.graph_padding import PaddedDecodeCost
-from cpkv.serving.invariants import InvariantViolation
-from cpkv.serving.kv_pool import CANCELLED, FINISHED, REJECTED, TIMED_OUT, KvPool
-from cpkv.serving.lifecycle import Lifecycle
-from cpkv.serving.loop import SimSettings, SimulationStalled, simulate
-from cpkv.serving.policy_options import PolicyOptions
-from cpkv.serving.workload import ServingRequest
+from cpkv.serving.engine.engine import SimulationStalled
+from cpkv.serving.engine.invariants import InvariantViolation
+from cpkv.serving.engine.lifecycle import Lifecycle
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest
+from cpkv.serving.model.kv_pool import KvPool
+from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
+from cpkv.serving.schedulers.budget import TokenBudget
+from cpkv.serving.schedulers.options import PolicyOptions
 from cpkv.trace.prefix_cache import CacheConfig, TieredPrefixCache
 
 TERMINAL = (FINISHED, REJECTED, TIMED_OUT, CANCELLED)
@@ -84,7 +88,7 @@ def runs(draw):
         draw(st.sampled_from([None, 1.0])),
     )
     chunk = draw(st.one_of(st.none(), st.integers(block, 64)))
-    s = SimSettings(
+    s = EngineSettings(
         policy=policy, block_size=block, capacity_blocks=1,
         scan=draw(st.sampled_from(["first_fit", "fcfs_stop"])),
         victim=draw(st.sampled_from(["scan_order", "newest_first", "largest_first", "least_progress"])),
@@ -93,7 +97,7 @@ def runs(draw):
         adder=AdderBudgets(block, draw(st.integers(8, 128)), chunk, max_running, None, draw(st.integers(0, 8))),
         ratio=NewTokenRatio.from_settings(init_ratio=draw(st.sampled_from([0.3, 0.7]))),
         cost=PaddedDecodeCost(cost, buckets) if buckets else cost,
-        stall_iterations=200, extra=opts,
+        stall_iterations=200, options=opts,
     )  # fmt: skip
     use_cache = draw(st.booleans())
     cache_block = draw(st.integers(2, 8))
@@ -157,7 +161,7 @@ def test_invariants_hold_over_the_policy_space(case) -> None:
     c = res.counters
     s = case[0]
     assert c["final_used_blocks"] == 0
-    assert c["final_free_blocks"] == s.capacity_blocks - s.extra.safety_margin_blocks
+    assert c["final_free_blocks"] == s.capacity_blocks - s.options.safety_margin_blocks
 
 
 # -- planted bugs: each invariant catches its error --------------------------------------------
@@ -166,7 +170,7 @@ def test_invariants_hold_over_the_policy_space(case) -> None:
 def _ignore_decodes(
     self, decoded
 ):  # "token budget exceeded: every decode and prefill in one round"
-    return self.sim.budget_tokens
+    return self.budget_tokens
 
 
 def _first_token_without_kv(original):  # the first token's KV slot not counted
@@ -195,8 +199,8 @@ def _requeue_forgets_outputs(original):  # a recompute victim's generated tokens
 
 
 def _timeout_stays_queued(self, r):  # a timed-out request left in the scheduler's queue
-    r.state, r.reject_reason, r.finished_us = TIMED_OUT, "waiting", self.sim.now
-    self.sim._done(r)
+    r.state, r.reject_reason, r.finished_us = TIMED_OUT, "waiting", self.engine.now
+    self.engine.ended(r)
 
 
 def _take_in_characters(original):  # KV counted in characters (~4 a token), not tokens
@@ -207,7 +211,7 @@ def _take_in_characters(original):  # KV counted in characters (~4 a token), not
 
 
 PLANTED = {
-    "token_budget": [(Lifecycle, "prefill_budget", _ignore_decodes)],
+    "token_budget": [(TokenBudget, "prefill_tokens", _ignore_decodes)],
     "first_token": [(KvPool, "grow_first_token", _first_token_without_kv(KvPool.grow_first_token))],
     "blocks": [(KvPool, "_release", _release_keeps_a_block)],
     "recompute": [(Lifecycle, "requeued", _requeue_forgets_outputs(Lifecycle.requeued))],

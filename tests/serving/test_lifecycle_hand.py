@@ -1,9 +1,9 @@
-"""cpkv's own admission policies in the serving loop, on small cases derived by hand
-(``cpkv.serving.lifecycle``): queue timeout, cancellation (waiting, prefilling, running),
-the profiled reservation, swap against recompute, SGLang's priority preemption, the
-deadline order with its aging bound. Every iteration costs 1 ms (``fixed_us: 1000``, all
+"""cpkv's own admission policies in the serving engine, on small cases derived by hand
+(``cpkv.serving.engine.lifecycle``, ``cpkv.serving.schedulers``): queue timeout,
+cancellation (waiting, prefilling, running), the profiled reservation, swap against
+recompute, SGLang's priority preemption, the deadline order with its aging bound. Every iteration costs 1 ms (``fixed_us: 1000``, all
 other coefficients 0) unless a case says otherwise; tokens are stamped at the end of the
-iteration that generates them; the loop notices cancellations and timeouts at iteration
+iteration that generates them; the engine notices cancellations and timeouts at iteration
 boundaries, before that iteration's admissions."""
 
 from __future__ import annotations

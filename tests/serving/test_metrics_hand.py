@@ -1,8 +1,9 @@
 """``cpkv admit`` with ``admit.mode=serving``: every metric of a tiny run against values
 derived here by hand from the rules (not from cpkv's output).
 
-The rules used (docstrings of :mod:`cpkv.serving.loop`, :mod:`cpkv.serving.kv_pool`,
-:mod:`cpkv.serving.block_policies`, :mod:`cpkv.serving.metrics` and seed 004):
+The rules used (docstrings of :mod:`cpkv.serving.engine.engine`,
+:mod:`cpkv.serving.model.kv_pool`, :mod:`cpkv.serving.schedulers.blocks`,
+:mod:`cpkv.serving.record.metrics` and seed 004):
 
 * an iteration decodes first (one token per running request), then admits and prefills;
   a request whose prompt is complete generates its first token in the same iteration;

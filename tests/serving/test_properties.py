@@ -1,7 +1,8 @@
-"""Properties of the serving loop on random workloads, every policy: every request ends
+"""Properties of the serving engine on random workloads, every policy: every request ends
 finished or rejected with a reason, the pool never holds more than its capacity and ends
-empty, tokens are conserved, times are ordered, the O(1) decode step equals the
-request-by-request one, and runs are deterministic."""
+empty, tokens are conserved, times are ordered, the closed-form stretches decide as full
+iterations (times within rounding), the O(1) decode step equals the request-by-request one,
+and runs are deterministic."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpkv.admission.token_ratio import NewTokenRatio
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.hits import PrefixHits
-from cpkv.serving.kv_pool import FINISHED, REJECTED
-from cpkv.serving.loop import SimSettings, SimulationStalled, simulate
-from cpkv.serving.metrics import request_lines
-from cpkv.serving.workload import ServingRequest
+from cpkv.serving.engine.engine import SimulationStalled
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest
+from cpkv.serving.model.hits import PrefixHits
+from cpkv.serving.model.request import FINISHED, REJECTED
+from cpkv.serving.record.metrics import request_lines
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.trace.prefix_cache import CacheConfig, TieredPrefixCache
 from tests.helpers.paths import MOONCAKE_TRACE
+from tests.helpers.same_run import assert_same_result
 
 
 @st.composite
@@ -28,7 +32,7 @@ def runs(draw):
     policy = draw(st.sampled_from(["prefill_adder", "conservative", "optimistic", "iteration"]))
     block = draw(st.integers(1, 8))
     chunk = draw(st.one_of(st.none(), st.integers(block, 96)))
-    s = SimSettings(
+    s = EngineSettings(
         policy=policy,
         block_size=block,
         capacity_blocks=1,  # set below, from the requests
@@ -94,9 +98,9 @@ def runs(draw):
     return s, reqs, cache
 
 
-def run(s, reqs, cache, events=False):
+def run(s, reqs, cache, events=False, stretches=True):
     c = TieredPrefixCache(*cache) if cache else None
-    return simulate(reqs, s, c, events)
+    return simulate(reqs, s, c, events, stretches)
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,19 +147,25 @@ def test_serving_invariants(case) -> None:
 @settings(max_examples=150, deadline=None)
 @given(runs())
 def test_fast_decode_equals_request_by_request_and_runs_repeat(case) -> None:
+    # three runs: closed-form stretches (the default), every iteration in full with the O(1)
+    # decode step (stretches=False), every iteration in full request by request (events)
     s, reqs, cache = case
     try:
         fast = run(s, reqs, cache)
     except SimulationStalled as err:
-        try:
-            run(s, reqs, cache, events=True)
-        except SimulationStalled as again:
-            assert str(again) == str(err)
-            return
-        raise AssertionError("only the fast path stalled") from None
+        for kw in ({"stretches": False}, {"events": True}):
+            try:
+                run(s, reqs, cache, **kw)
+            except SimulationStalled as again:
+                assert str(again) == str(err)
+                continue
+            raise AssertionError(f"only the fast path stalled ({kw})") from None
+        return
+    full = run(s, reqs, cache, stretches=False)
     slow = run(s, reqs, cache, events=True)
-    assert request_lines(fast) == request_lines(slow)
-    assert fast.timeline == slow.timeline and fast.end_us == slow.end_us
+    assert_same_result(fast, full)  # the same decisions, times within rel 1e-9
+    assert_same_result(full, slow, exact=True)  # the same arithmetic: float for float
+    assert request_lines(full) == request_lines(slow)
     assert all(e[3] <= s.capacity_blocks for e in slow.events)
     assert request_lines(run(s, reqs, cache)) == request_lines(fast)
 
@@ -183,9 +193,8 @@ TRACE = MOONCAKE_TRACE
 
 @pytest.mark.skipif(not TRACE.is_file(), reason="the Mooncake trace is not here")
 @pytest.mark.parametrize("policy", ["prefill_adder", "optimistic"])
-def test_decode_stretches_change_nothing_on_a_trace_slice(monkeypatch, policy) -> None:
-    from cpkv.serving import loop as sim_module
-    from cpkv.serving.workload import ServingWorkload, load_serving_workload
+def test_decode_stretches_change_nothing_on_a_trace_slice(policy) -> None:
+    from cpkv.serving.input.workload import ServingWorkload, load_serving_workload
     from cpkv.trace.prefix_cache import CacheConfig as Cache
     from cpkv.workload.sources import WorkloadSpec
 
@@ -196,7 +205,7 @@ def test_decode_stretches_change_nothing_on_a_trace_slice(monkeypatch, policy) -
         cache=Cache(l1_tokens=300_000, l2_tokens=2_000_000),
     )
     work: ServingWorkload = load_serving_workload(spec, 128)
-    s = SimSettings(
+    s = EngineSettings(
         policy=policy,
         capacity_blocks=20_000,
         victim="least_progress",
@@ -204,17 +213,24 @@ def test_decode_stretches_change_nothing_on_a_trace_slice(monkeypatch, policy) -
     )
     with_stretches = simulate(work.requests, s, work.new_cache())
     assert with_stretches.iterations > 1000
-    monkeypatch.setattr(sim_module, "decode_stretch", lambda sim: 0)
-    step_by_step = simulate(work.requests, s, work.new_cache())
-    assert request_lines(with_stretches) == request_lines(step_by_step)
-    assert with_stretches.timeline == step_by_step.timeline
+    step_by_step = simulate(work.requests, s, work.new_cache(), stretches=False)
+    assert _segments(step_by_step) == step_by_step.iterations  # one segment per iteration
+    assert _segments(with_stretches) < step_by_step.iterations  # stretches ran
+    assert_same_result(with_stretches, step_by_step)
+
+
+def _segments(res) -> int:
+    """Segments the run's iteration log holds (a stretch is one, whatever its length)."""
+    from cpkv.serving.record.iteration_log import SEGMENT
+
+    return sum(len(records) // SEGMENT.size for records, _ in res.samples.read())
 
 
 def test_a_first_token_preempted_in_its_own_iteration_still_counts() -> None:
     """Found by the property test: q0 gets its first (and last) token, and a later first token
     of the same iteration preempts it. The token was emitted: q0 keeps it, recomputes prompt
     + token after requeueing, and finishes with a first-token time (TTFT), not without one."""
-    s = SimSettings(
+    s = EngineSettings(
         policy="optimistic", block_size=1, capacity_blocks=4, scan="fcfs_stop",
         victim="largest_first", on_preempt="requeue", budget_tokens=2, chunk_tokens=2,
         adder=AdderBudgets(1, 8, None, None, None, 0, None, None, None),

@@ -1,17 +1,19 @@
 """The time breakdown of a streamed run (``timeline.jsonl``'s ``<part>_ms``, ``busy_pct``,
 ``mfu_pct`` and the summary's ``time``) against the whole-run computation: every iteration
 recorded by :class:`~tests.helpers.whole_run_breakdown.CostRecorder` in a kept
-:func:`~cpkv.serving.loop.simulate` and broken down at once by
-:func:`~tests.helpers.whole_run_breakdown.bucket_breakdown` / ``time_summary``. The runner instead
-logs each full iteration's cost arguments, breaks the expanded iterations down with the
-model's vectorised ``breakdowns`` as the run goes (summing the ``time`` then), spills the
-columns and sums the buckets at the end, in one pass or in two halves at once; the numbers
-must be the same, byte for byte, for both cost kinds, in one process and with the forked
-helper process, summed in one pass or split."""
+:func:`~cpkv.serving.engine.simulate.simulate` that runs every iteration in full, and broken
+down at once by :func:`~tests.helpers.whole_run_breakdown.bucket_breakdown` /
+``time_summary`` over the iteration starts and the makespan of the same run with its
+closed-form stretches (the runner's). The runner instead logs each full iteration's cost
+arguments and each stretch as one segment, expands the segments and breaks the iterations
+down with the model's vectorised ``breakdowns`` once the run has ended, summing the buckets
+and the ``time`` as it reads them back; the numbers must be the same, byte for byte, for
+both cost kinds."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +21,14 @@ import pytest
 
 from cpkv.core.config import load_config
 from cpkv.runs.runner import run_experiment
-from cpkv.serving import bucket_sums
-from cpkv.serving import helper as helper_module
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.cost.report import breakdown_columns
 from cpkv.serving.cost.spec import CostSpec
-from cpkv.serving.loop import simulate
-from cpkv.serving.metrics import timeline
-from cpkv.serving.run import settings_from
-from tests.helpers.serving_reference import workload as ref_workload
+from cpkv.serving.engine.settings import settings_from
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest, with_arrivals
+from cpkv.serving.record.metrics import timeline
+from tests.helpers.same_run import assert_same_result
 from tests.helpers.whole_run_breakdown import CostRecorder, bucket_breakdown, time_summary
 
 WORKLOAD = """\
@@ -49,6 +50,33 @@ admit:
   kv: {block_size: 16, capacity_blocks: 4096}
   serving: {timeline_points: 37}
 """
+KV_KEYS = (
+    "t_s", "kv_used_mean_pct", "kv_used_peak_pct", "kv_held_mean_pct", "running_mean",
+    "waiting_mean",
+)  # fmt: skip
+"""The timeline's KV part (the rest of a point is the time breakdown, compared here)."""
+
+
+def _requests(block, seed: int) -> tuple[ServingRequest, ...]:
+    """The synthetic workload's requests drawn at once (``load_workload``), with their
+    arrivals (the runner draws them lazily, as it reaches them)."""
+    from cpkv.workload.sources import load_workload
+
+    spec = block.workload
+    if spec.synthetic.seed is None:
+        spec = replace(spec, synthetic=replace(spec.synthetic, seed=seed))
+    requests = [
+        ServingRequest(
+            r.rid,
+            r.arrival_ms,
+            r.fill_tokens,
+            block.max_new_tokens if r.max_new_tokens is None else r.max_new_tokens,
+            r.l1_cached_tokens,
+            r.l2_cached_tokens,
+        )
+        for r in load_workload(spec, seed=seed)
+    ]
+    return with_arrivals(requests, block.arrivals, seed)
 
 
 def _compare(tmp_path: Path, overrides: list[str]) -> dict:
@@ -58,17 +86,21 @@ def _compare(tmp_path: Path, overrides: list[str]) -> dict:
     run = run_experiment(loaded, tmp_path / "out", plots=False).path
     cfg = loaded.experiment
     block = cfg.admit
-    work = ref_workload.load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
-    requests = ref_workload.with_arrivals(work.requests, block.arrivals, cfg.seed)
+    requests = _requests(block, cfg.seed)
+    # the runner's run (its stretches: its starts and makespan, float for float) ...
+    res = simulate(requests, settings_from(block, block.cost.build(), cfg.seed))
+    # ... and the same run iteration by iteration, each iteration's breakdown recorded
     recorder = CostRecorder(block.cost.build())
-    res = simulate(requests, settings_from(block, recorder), work.new_cache())
+    full = simulate(requests, settings_from(block, recorder, cfg.seed), stretches=False)
+    assert recorder.iterations == full.iterations == res.iterations > 2000
+    assert_same_result(res, full)  # the same iterations (times within rounding)
     points = block.serving.timeline_points
-    kv = timeline(res, block.kv.capacity_blocks, points)
+    kv = [{k: p[k] for k in KV_KEYS} for p in timeline(res, block.kv.capacity_blocks, points)]
     parts = bucket_breakdown(res.timeline[0], recorder, res.end_us, points)
     expected = [
         json.dumps({**a, **b}, separators=(",", ":")) for a, b in zip(kv, parts, strict=True)
     ]
-    assert recorder.iterations == res.iterations > 2000
+    assert len(expected) == points
     assert (run / "timeline.jsonl").read_text().splitlines() == expected
     doc = json.loads((run / "results.json").read_text())
     assert doc["summary"]["time"] == json.loads(json.dumps(time_summary(recorder, res.end_us)))
@@ -76,45 +108,14 @@ def _compare(tmp_path: Path, overrides: list[str]) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["roofline", "linear"])
-@pytest.mark.parametrize(("helped", "split"), [(False, False), (True, False), (True, True)])
-def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, monkeypatch, kind, helped, split):
-    if helped and not hasattr(__import__("os"), "fork"):
-        pytest.skip("no fork here")
-    monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 0 if helped else 10**9)
-    monkeypatch.setattr(bucket_sums, "SPLIT_MIN_ITERATIONS", 0 if split else 10**12)
-    cut = tmp_path / "cuts"  # (written in the helper process)
-    original_cuts = bucket_sums._range_cuts
-
-    def range_cuts(*args):
-        cuts = original_cuts(*args)
-        with cut.open("a") as f:
-            f.write(f"{cuts}\n")
-        return cuts
-
-    monkeypatch.setattr(bucket_sums, "_range_cuts", range_cuts)
-    forks = []
-    original = helper_module.Helper.__init__
-
-    def counted(self, *args, **kwargs):
-        forks.append(1)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(helper_module.Helper, "__init__", counted)
+def test_streamed_breakdown_is_the_whole_run_breakdown(tmp_path, kind):
     doc = _compare(tmp_path, [f"admit.cost.kind={kind}"])
-    assert len(forks) == helped  # the output work ran in the forked helper, or here
-    # the buckets were summed by two processes (the helper and one it forked), or one
-    chosen = cut.read_text().splitlines() if cut.exists() else []
-    assert len(chosen) == helped
-    if helped:
-        cuts = json.loads(chosen[0])
-        assert (cuts == []) != split and all(0 < k < 37 for k in cuts)
     time = doc["summary"]["time"]
     assert time["busy_s"] > 0 and (time["mfu_pct"] is None) == (kind == "linear")
 
 
-def test_a_tensor_parallel_roofline_with_load_back(tmp_path, monkeypatch):
+def test_a_tensor_parallel_roofline_with_load_back(tmp_path):
     """All six parts non-zero: TP 2 (all-reduce), a trace with L2 hits (load-back)."""
-    monkeypatch.setattr(helper_module, "HELPER_MIN_REQUESTS", 10**9)
     doc = _compare(
         tmp_path,
         [
@@ -188,21 +189,22 @@ def test_a_model_without_breakdowns_is_broken_down_row_by_row() -> None:
 
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n.startswith("roofline")])
-def test_the_decode_form_is_batch_us(name) -> None:
-    """A decode-only iteration from the roofline model's decode form, float for float."""
-    from cpkv.serving.decode_stretch import decode_form_of
+def test_the_decode_line_is_batch_us(name) -> None:
+    """A decode-only iteration from the roofline model's decode line (what the engine's
+    decode-only stretches price with), within rounding."""
+    from cpkv.serving.engine.stretch import decode_line
 
     model = MODELS[name]
-    form = decode_form_of(model)
-    assert form is not None
     rng = np.random.default_rng(11)
     for running, context in zip(
         rng.integers(1, 5000, 2000), rng.integers(0, 10**9, 2000), strict=True
     ):
         running, context = int(running), int(context)
-        head, scale, slope, tail, last = form(running)
-        assert ((head + scale * (slope * context)) + tail) + last == model.batch_us(
-            0, running, context, 0, 0, 0
+        line = decode_line(model, running)
+        assert line is not None
+        intercept, per_context = line
+        assert intercept + per_context * context == pytest.approx(
+            model.batch_us(0, running, context, 0, 0, 0), rel=1e-9
         )
 
 
@@ -226,8 +228,9 @@ def test_batch_us_is_the_breakdowns_time(name) -> None:
 
 def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
     """A cost model wrapping another (CUDA-graph padding) changes decode times: the inner
-    model's decode form must not be used for it, however its probes come out."""
-    from cpkv.serving.decode_stretch import decode_form_of
+    model's decode line (its stretch) must not be used for it, however its times come out."""
+    from cpkv.serving.cost.stretch import Looped, stretch_durations
+    from cpkv.serving.engine.stretch import decode_line
 
     class Wrapper:
         def __init__(self, inner) -> None:
@@ -239,8 +242,9 @@ def test_a_wrapper_that_delegates_attributes_gets_no_decode_form() -> None:
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    assert decode_form_of(MODELS["roofline"]) is not None
-    assert decode_form_of(Wrapper(MODELS["roofline"])) is None
+    assert decode_line(MODELS["roofline"], 8) is not None
+    assert decode_line(Wrapper(MODELS["roofline"]), 8) is None
+    assert isinstance(stretch_durations(Wrapper(MODELS["roofline"]), 0, 8, 100, 0, 0, 0, 0), Looped)
 
 
 def test_the_dense_parts_remembered_across_batches_are_the_same(monkeypatch) -> None:

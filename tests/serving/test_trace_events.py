@@ -6,17 +6,22 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from dataclasses import asdict
 
-from cpkv.serving.adder import AdderBudgets
+import pytest
+
 from cpkv.serving.cluster.driver import Cluster, InstanceTally
 from cpkv.serving.cluster.routers import RouterSettings
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import IterationLog
-from cpkv.serving.kv_pool import Req
-from cpkv.serving.loop import Sim, SimSettings
-from cpkv.serving.records import RequestStats
+from cpkv.serving.engine.engine import Engine
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.model.request import Req
+from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.serving.record.requests import RequestStats
+from cpkv.serving.record.trace_events import TraceEvents
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schema import SloSpec
-from cpkv.serving.trace_events import TraceEvents
+from tests.helpers.same_run import REL, assert_same_counters, assert_same_timeline
 
 EPS_US = 0.002  # times are written to the nanosecond (3 decimals of a microsecond)
 
@@ -31,7 +36,7 @@ def _requests() -> list[Req]:
 
 
 def _run(trace: bool, instances: int = 2):
-    settings = SimSettings(
+    settings = EngineSettings(
         policy="optimistic", block_size=16, capacity_blocks=48, adder=AdderBudgets(16, 16384, 8192),
         cost=CostModel(fixed_us=900.0),
     )  # fmt: skip
@@ -42,8 +47,8 @@ def _run(trace: bool, instances: int = 2):
         hooks = events.instance(k) if events is not None else None
         tally = InstanceTally(k, total, RequestStats(SloSpec()), on_done=hooks and hooks.request)
         tallies.append(tally)
-        samples = IterationLog(48, 16, keep=True)
-        sims.append(Sim(settings, sink=tally, samples=samples, trace=hooks))
+        samples = IterationLog(48, 16, keep=True, cost=settings.cost)
+        sims.append(Engine(settings, sink=tally, samples=samples, trace=hooks))
     cluster = Cluster(sims, tallies, "round_robin", RouterSettings(), 0, 16)
     run = cluster.run(_requests())
     total.close()
@@ -51,16 +56,22 @@ def _run(trace: bool, instances: int = 2):
 
 
 def test_trace_events_change_no_result():
+    # a traced run takes every iteration in full, the plain one closed-form stretches: the
+    # same decisions, the times within rounding (REL)
     run, summary, _ = _run(trace=False)
     traced, traced_summary, _ = _run(trace=True)
-    assert traced_summary == summary
+    plain, with_trace = asdict(summary), asdict(traced_summary)
+    latencies = plain.pop("latencies"), with_trace.pop("latencies")
+    wait = plain.pop("longest_wait_ms"), with_trace.pop("longest_wait_ms")
+    assert with_trace == plain  # every count
+    assert latencies[1] == pytest.approx(latencies[0], rel=REL)
+    assert wait[1] == pytest.approx(wait[0], rel=REL)
+    assert traced.instance_of == run.instance_of
     for a, b in zip(run.results, traced.results, strict=True):
-        assert (a.end_us, a.iterations, a.counters, a.timeline) == (
-            b.end_us,
-            b.iterations,
-            b.counters,
-            b.timeline,
-        )
+        assert a.iterations == b.iterations
+        assert a.end_us == pytest.approx(b.end_us, rel=REL)
+        assert_same_counters(a.counters, b.counters)
+        assert_same_timeline(a.timeline, b.timeline)
 
 
 def test_trace_file_loads_and_its_slices_nest():
