@@ -21,22 +21,26 @@ Optional, for speed (the serving loop checks what it uses against ``batch_us`` a
 ``breakdown``): ``breakdowns`` (the six arguments as integer numpy arrays of ``n``
 iterations, the eight columns of the rows ``breakdown`` gives, float for float, each a
 float array of ``n`` or one float when the same in every iteration: a streamed run breaks
-its iterations down from their logged arguments with it) and ``decode_form(running)`` (the
-terms a decode-only iteration's time is computed from in a tight loop:
-:func:`cpkv.serving.decode_stretch.decode_form_of`).
+its iterations down from their logged arguments with it) and ``stretch(prefill_tokens,
+decode_requests, decode_context_tokens, prefill_context_tokens, prefill_attention_pairs,
+prefill_context_step, prefill_attention_pairs_step)`` (the durations of iterations whose
+arguments grow by constant steps, as piecewise affine functions of the step:
+:mod:`cpkv.serving.cost.stretch`). A model that counts something per iteration it prices
+(:class:`~cpkv.serving.cost.graph_padding.PaddedDecodeCost`) also offers
+``stretch_ran(prefill_tokens, decode_requests, decode_context_tokens, steps, durations)``,
+which the engine calls with the iterations it ran of a stretch.
 
-``admit.cost.kind`` picks the model from :data:`COST_KINDS` (``roofline``, ``linear``).
+``admit.cost.kind`` picks the model from :data:`COST_KINDS` (``roofline``, ``linear``): each
+builder takes the ``admit.cost`` block (:class:`cpkv.serving.cost.spec.CostSpec`, which
+imports this module: the builders are registered by name, never imported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from cpkv.core.registry import Registry
-
-if TYPE_CHECKING:
-    from cpkv.serving.cost.spec import CostSpec
 
 PARTS = ("gemm", "elementwise", "attention", "communication", "load", "overhead")
 """Where an iteration's time goes: linear layers (GEMMs, the LM head included), the other
@@ -74,8 +78,9 @@ class IterationCost(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-COST_KINDS: Registry[Callable[[CostSpec], IterationCost]] = Registry("cost model kind")
-"""Builders by ``admit.cost.kind``: the config block -> the model the loop calls."""
+COST_KINDS: Registry[Callable[[Any], IterationCost]] = Registry("cost model kind")
+"""Builders by ``admit.cost.kind``: the config block (a ``CostSpec``) -> the model the loop
+calls."""
 
 COST_KINDS.register(
     "roofline",

@@ -25,7 +25,10 @@ Fit them to a real engine with ``admit.cost.fit_points`` or ``cpkv fit-cost``
 
 :meth:`CostModel.breakdown` names the terms as the roofline model's parts: the per prefill
 token and per decoding request terms are ``gemm``, the per context token term
-``attention``, load-back ``load``, ``fixed_us`` the ``overhead``; no FLOPs (no MFU).
+``attention``, load-back ``load``, ``fixed_us`` the ``overhead``; no FLOPs (no MFU). The
+formula is written once (:meth:`CostModel._terms`); ``batch_us``, ``breakdown``,
+``breakdowns`` and ``stretch`` (one affine piece: :mod:`cpkv.serving.cost.stretch`) all take
+their numbers from it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cpkv.core.schema import non_negative, positive
+from cpkv.serving.cost.stretch import AffinePieces
 
 if TYPE_CHECKING:
     from cpkv.serving.cost.spec import CostSpec
@@ -63,6 +67,13 @@ class CostModel:
         positive("kv_bytes_per_token", self.kv_bytes_per_token)
         positive("l2_load_gb_per_s", self.l2_load_gb_per_s, allow_none=True)
 
+    def __post_init__(self) -> None:
+        try:  # (frozen: set once; kept out of the fields, so out of ==, repr and replace)
+            coefficients: tuple[float, ...] | None = self.coefficients()
+        except (TypeError, ZeroDivisionError):  # not a valid model: validate() says why
+            coefficients = None
+        object.__setattr__(self, "_coefficients", coefficients)
+
     @property
     def load_token_us(self) -> float:
         """Microseconds to load one KV token from L2 (0 when load-back is free)."""
@@ -80,18 +91,33 @@ class CostModel:
             self.load_token_us,
         )
 
+    def _terms(
+        self, prefill_tokens: Any, decode_requests: Any, context_tokens: Any, loaded_tokens: Any
+    ) -> tuple[Any, Any, Any, Any, Any]:
+        """The model's formula (the module docstring), term by term: ``(time, fixed,
+        prefill, decode, context, load)`` in microseconds, the time their sum left to right.
+        The one place the formula is written: every other method (one iteration, numpy
+        arrays of many, a stretch) takes its numbers from here, so they agree float for
+        float, element-wise."""
+        fixed, pre, dec, ctx, load = self._coefficients
+        prefill = pre * prefill_tokens
+        decode = dec * decode_requests
+        context = ctx * context_tokens
+        load_us = load * loaded_tokens
+        return (
+            fixed + prefill + decode + context + load_us,
+            fixed,
+            prefill,
+            decode,
+            context,
+            load_us,
+        )
+
     def iteration_us(
         self, prefill_tokens: int, decode_requests: int, context_tokens: int, loaded_tokens: int
     ) -> float:
         """Time of one iteration, in microseconds."""
-        fixed, pre, dec, ctx, load = self.coefficients()
-        return (
-            fixed
-            + pre * prefill_tokens
-            + dec * decode_requests
-            + ctx * context_tokens
-            + load * loaded_tokens
-        )
+        return self._terms(prefill_tokens, decode_requests, context_tokens, loaded_tokens)[0]
 
     def batch_us(
         self,
@@ -109,12 +135,12 @@ class CostModel:
         computes: for a chunk of ``e`` tokens after ``p`` tokens, ``e * p + e * (e + 1) / 2``
         (each new token attends to everything before it and to itself), summed over chunks.
         The linear model charges both contexts alike and ignores the pairs."""
-        return self.iteration_us(
+        return self._terms(
             prefill_tokens,
             decode_requests,
             decode_context_tokens + prefill_context_tokens,
             loaded_tokens,
-        )
+        )[0]
 
     def breakdown(
         self,
@@ -127,22 +153,11 @@ class CostModel:
     ) -> tuple[float, ...]:
         """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``
         (:mod:`cpkv.serving.cost.base`); ``time_us`` is :meth:`batch_us`'s, float for float."""
-        fixed, pre, dec, ctx, load = self.coefficients()
-        time_us = self.iteration_us(
+        return self._columns(
             prefill_tokens,
             decode_requests,
             decode_context_tokens + prefill_context_tokens,
             loaded_tokens,
-        )
-        return (
-            time_us,
-            pre * prefill_tokens + dec * decode_requests,
-            0.0,
-            ctx * (decode_context_tokens + prefill_context_tokens),
-            0.0,
-            load * loaded_tokens,
-            fixed,
-            0.0,
         )
 
     def breakdowns(
@@ -157,19 +172,50 @@ class CostModel:
         """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
         columns out (:mod:`cpkv.serving.cost.base`: a float array each, or a float for a
         column equal in every iteration) whose ``i``-th elements are ``breakdown`` of the
-        arrays' ``i``-th elements, float for float (the same operations in the same order,
-        element-wise)."""
-        fixed, pre, dec, ctx, load = self.coefficients()
-        prefill = pre * prefill_tokens
-        decode = dec * decode_requests
-        attention = ctx * (decode_context_tokens + prefill_context_tokens)
-        load_us = load * loaded_tokens
-        time_us = fixed + prefill
-        time_us += decode
-        time_us += attention
-        time_us += load_us
-        prefill += decode  # the GEMM part
-        return [time_us, prefill, 0.0, attention, 0.0, load_us, fixed, 0.0]
+        arrays' ``i``-th elements, float for float (the same formula, element-wise)."""
+        return list(
+            self._columns(
+                prefill_tokens,
+                decode_requests,
+                decode_context_tokens + prefill_context_tokens,
+                loaded_tokens,
+            )
+        )
+
+    def _columns(
+        self, prefill_tokens: Any, decode_requests: Any, context_tokens: Any, loaded_tokens: Any
+    ) -> tuple[Any, ...]:
+        """:meth:`_terms` as the breakdown's eight numbers (numbers or arrays): the prefill
+        and decode terms are the GEMM part, the context term attention, ``fixed`` the
+        overhead."""
+        time_us, fixed, prefill, decode, context, load_us = self._terms(
+            prefill_tokens, decode_requests, context_tokens, loaded_tokens
+        )
+        return (time_us, prefill + decode, 0.0, context, 0.0, load_us, fixed, 0.0)
+
+    def stretch(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        prefill_context_step: int,
+        prefill_attention_pairs_step: int,
+        *,
+        decode_context_step: int | None = None,
+    ) -> AffinePieces:
+        """The durations of a stretch (:mod:`cpkv.serving.cost.stretch`): one affine piece.
+        The context grows by ``decode_context_step`` (default ``decode_requests``) +
+        ``prefill_context_step`` a step, nothing else changes (nothing loaded), so iteration
+        ``j`` takes ``batch_us`` of the first iteration plus ``j`` times the context term
+        of that growth."""
+        step = decode_requests if decode_context_step is None else decode_context_step
+        first = self._terms(
+            prefill_tokens, decode_requests, decode_context_tokens + prefill_context_tokens, 0
+        )[0]
+        growth = self._terms(0, 0, step + prefill_context_step, 0)[4]  # the context term
+        return AffinePieces(((0, first, growth),))
 
     def describe(self) -> dict[str, float | int | str | None]:
         """The kind and the coefficients as a plain dict (for summaries, notes, fit-cost)."""

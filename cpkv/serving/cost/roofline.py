@@ -35,6 +35,11 @@ load-back and overhead. The model FLOPs (for MFU) count the useful work of all G
 parameters x tokens for the linear layers and the LM head, plus attention's
 ``4·head_dim·heads·(prefill_attention_pairs + decode_context_tokens)`` per layer; no tile
 padding.
+
+The attention, load and sum are written once (:meth:`RooflineCost._parts`), the dense parts
+once (:meth:`RooflineCost._dense`); ``batch_us``, ``breakdown``, the vectorised
+``breakdowns`` and ``stretch`` (:mod:`cpkv.serving.cost.stretch`: at most two affine pieces,
+split where prefill attention's larger term changes) all take their numbers from them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from cpkv.core.schema import to_dict
 from cpkv.serving.cost.calibration import Calibration
 from cpkv.serving.cost.gpus import Gpu
 from cpkv.serving.cost.shapes import ModelShape
+from cpkv.serving.cost.stretch import AffinePieces
 
 if TYPE_CHECKING:
     from cpkv.serving.cost.spec import CostSpec
@@ -55,6 +61,19 @@ ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNo
 ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
 DENSE_MEMO = 1 << 16
 """``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
+_NO_DENSE = (0.0, 0.0, 0.0)  # (gemm, elementwise, communication) of a stretch's growth
+_FAR = float(1 << 62)
+"""A stretch's crossing this many iterations away or more is never reached."""
+
+
+def _flops_term(flops_us: Any, kv_us: Any) -> Any:
+    """Prefill attention's FLOP term (:meth:`RooflineCost._parts`'s ``maximum`` for it)."""
+    return flops_us
+
+
+def _kv_term(flops_us: Any, kv_us: Any) -> Any:
+    """Prefill attention's KV-read term."""
+    return kv_us
 
 
 def layer_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
@@ -108,9 +127,9 @@ class RooflineCost:
     __slots__ = (
         "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
-        "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_load_token_us",
-        "_overhead", "_flops_token", "_flops_head", "_flops_pair", "_dense_memo",
-        "_dense_known",
+        "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
+        "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
+        "_dense_memo", "_dense_known",
     )  # fmt: skip
 
     def __init__(
@@ -158,6 +177,9 @@ class RooflineCost:
         kv_layer_bytes = 2 * kv_heads * shape.head_dim * shape.kv_bytes  # one token, one layer
         self._attn_pair_us = 4.0 * shape.head_dim * heads / (cal.attention_flops_eff * flops_us)
         self._attn_kv_us = kv_layer_bytes / (cal.attention_bw_eff * bytes_us)
+        # decode: max(pair_us * c, kv_us * c) is max(pair_us, kv_us) * c, float for float
+        # (rounding is monotone; c >= 0): one attention pair per context token
+        self._attn_decode_us = max(self._attn_pair_us, self._attn_kv_us)
         load_bytes_us = cal.load_bw_eff * gpu.h2d_gb_per_s * 1e3
         self._load_token_us = shape.layers * kv_layer_bytes / load_bytes_us
         self._overhead = cal.overhead_us
@@ -214,6 +236,43 @@ class RooflineCost:
         self._dense_memo[key] = parts
         return parts
 
+    def _parts(
+        self,
+        dense: tuple[Any, Any, Any],
+        decode_context_tokens: Any,
+        prefill_context_tokens: Any,
+        prefill_attention_pairs: Any,
+        loaded_tokens: Any,
+        maximum: Any = None,
+    ) -> tuple[Any, Any, Any]:
+        """``(time_us, attention, load)`` from the dense parts (``(gemm, elementwise,
+        communication)``, :meth:`_dense`) and the attention and load arguments: the one
+        place the attention, the load and the time's sum are written (the module docstring),
+        for numbers and, element-wise, numpy arrays.
+        ``maximum`` picks the prefill attention's larger term: None for numbers (inline),
+        ``numpy.maximum`` for arrays, or a function returning one of its two arguments (a
+        stretch's branches, :meth:`stretch`)."""
+        flops_us = self._attn_pair_us * prefill_attention_pairs
+        kv_us = self._attn_kv_us * prefill_context_tokens
+        if maximum is None:
+            prefill = flops_us if flops_us > kv_us else kv_us
+        else:
+            prefill = maximum(flops_us, kv_us)
+        attention = self._layers * (prefill + self._attn_decode_us * decode_context_tokens)
+        load = self._load_token_us * loaded_tokens
+        gemm, elementwise, communication = dense
+        time_us = gemm + elementwise + attention + communication + load + self._overhead
+        return time_us, attention, load
+
+    def _flops(self, tokens: Any, head_tokens: Any, attention_pairs: Any) -> Any:
+        """The model FLOPs of all GPUs (``attention_pairs``: prefill pairs + decode context)
+        when ``tokens`` is not 0 (the caller's to zero)."""
+        return (
+            self._flops_token * tokens
+            + self._flops_head * head_tokens
+            + self._flops_pair * attention_pairs
+        )
+
     def breakdown(
         self,
         prefill_tokens: int,
@@ -226,39 +285,38 @@ class RooflineCost:
         """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``."""
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (1 if prefill_tokens else 0)
-        gemm, elementwise, comm = self._dense(tokens, head_tokens)
-        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
-        prefill_flops_us = pair_us * prefill_attention_pairs
-        prefill_kv_us = kv_us * prefill_context_tokens
-        decode_flops_us = pair_us * decode_context_tokens
-        decode_kv_us = kv_us * decode_context_tokens
-        attention = self._layers * (
-            (prefill_flops_us if prefill_flops_us > prefill_kv_us else prefill_kv_us)
-            + (decode_flops_us if decode_flops_us > decode_kv_us else decode_kv_us)
-        )
-        load = self._load_token_us * loaded_tokens
-        overhead = self._overhead
-        time_us = gemm + elementwise + attention + comm + load + overhead
+        dense = gemm, elementwise, comm = self._dense(tokens, head_tokens)
+        time_us, attention, load = self._parts(
+            dense, decode_context_tokens, prefill_context_tokens,
+            prefill_attention_pairs, loaded_tokens,
+        )  # fmt: skip
         flops = (
-            self._flops_token * tokens
-            + self._flops_head * head_tokens
-            + self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
-        ) if tokens else 0.0  # fmt: skip
-        return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
+            self._flops(tokens, head_tokens, prefill_attention_pairs + decode_context_tokens)
+            if tokens
+            else 0.0
+        )
+        return (time_us, gemm, elementwise, attention, comm, load, self._overhead, flops)
 
-    def decode_form(self, running: int) -> tuple[float, int, float, float, float]:
-        """``(head, scale, slope, tail, last)`` such that a decode-only iteration of
-        ``running`` requests reading ``context`` tokens, ``batch_us(0, running, context, 0,
-        0, 0)``, is ``((head + scale * (slope * context)) + tail) + last`` float for float:
-        :meth:`breakdown`'s sum ``gemm + elementwise + attention + communication + load +
-        overhead`` with ``attention = layers * (0.0 + max(pair_us * c, kv_us * c))``, which
-        is ``layers * (max(pair_us, kv_us) * c)`` (rounding is monotone, ``0.0 + x`` is
-        ``x`` for ``x >= 0``), and ``load = 0.0`` (adding it to a non-negative sum changes
-        nothing). The serving loop checks the identity on probes before using it."""
-        gemm, elementwise, comm = self._dense(running, running)
-        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
-        slope = pair_us if pair_us > kv_us else kv_us
-        return (gemm + elementwise, self._layers, slope, comm, self._overhead)
+    def batch_us(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        loaded_tokens: int,
+    ) -> float:
+        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
+        number of :meth:`breakdown`, by the same formula (without the FLOPs, which the time
+        does not need)."""
+        key = (prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0))
+        dense = self._dense_memo.get(key)  # (self._dense's memo, looked up here: the hot path)
+        if dense is None:
+            dense = self._dense(*key)
+        return self._parts(
+            dense, decode_context_tokens, prefill_context_tokens,
+            prefill_attention_pairs, loaded_tokens,
+        )[0]  # fmt: skip
 
     def breakdowns(
         self,
@@ -273,7 +331,7 @@ class RooflineCost:
         columns out (a float array each, or a float for a column equal in every iteration:
         the overhead, and the all-reduce without tensor parallelism), float for float: the
         GEMM, elementwise and all-reduce parts once per distinct ``(tokens, head tokens)``,
-        the rest element-wise with the same operations in the same order."""
+        the rest element-wise by the same formula (:meth:`_parts`)."""
         import numpy as np
 
         tokens = prefill_tokens + decode_requests
@@ -281,26 +339,54 @@ class RooflineCost:
         gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
         if not (self._ar_fixed or self._ar_token):
             comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
-        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
-        prefill_flops_us = pair_us * prefill_attention_pairs
-        prefill_kv_us = kv_us * prefill_context_tokens
-        decode_flops_us = pair_us * decode_context_tokens
-        decode_kv_us = kv_us * decode_context_tokens
-        np.maximum(prefill_flops_us, prefill_kv_us, out=prefill_flops_us)  # (no NaN here)
-        np.maximum(decode_flops_us, decode_kv_us, out=decode_flops_us)
-        prefill_flops_us += decode_flops_us
-        attention = self._layers * prefill_flops_us
-        load = self._load_token_us * loaded_tokens
-        time_us = gemm + elementwise
-        time_us += attention
-        time_us += comm
-        time_us += load
-        time_us += self._overhead
-        flops = self._flops_token * tokens
-        flops += self._flops_head * head_tokens
-        flops += self._flops_pair * (prefill_attention_pairs + decode_context_tokens)
+        time_us, attention, load = self._parts(
+            (gemm, elementwise, comm), decode_context_tokens, prefill_context_tokens,
+            prefill_attention_pairs, loaded_tokens, np.maximum,  # (no NaN here)
+        )  # fmt: skip
+        flops = self._flops(tokens, head_tokens, prefill_attention_pairs + decode_context_tokens)
         flops[tokens == 0] = 0.0
         return [time_us, gemm, elementwise, attention, comm, load, self._overhead, flops]
+
+    def stretch(
+        self,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int,
+        prefill_attention_pairs: int,
+        prefill_context_step: int,
+        prefill_attention_pairs_step: int,
+        *,
+        decode_context_step: int | None = None,
+    ) -> AffinePieces:
+        """The durations of a stretch (:mod:`cpkv.serving.cost.stretch`; the decode context
+        grows by ``decode_context_step``, default ``decode_requests``, a step): the token
+        count is fixed, so the dense parts and the overhead are constant, decode attention
+        is affine in the step, load is 0, and prefill attention is the larger of two
+        affine terms (the pairs' FLOPs and the context's KV reads). Each of the two is
+        :meth:`_parts` with that term chosen, at the first iteration and (its growth, by
+        linearity) at the steps; one piece when the same term is the larger throughout,
+        else two, split at their crossing."""
+        step = decode_requests if decode_context_step is None else decode_context_step
+        dense = self._dense(
+            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+        )
+        first = (decode_context_tokens, prefill_context_tokens, prefill_attention_pairs, 0)
+        growth = (step, prefill_context_step, prefill_attention_pairs_step, 0)
+        a_flops = self._parts(dense, *first, _flops_term)[0]
+        a_kv = self._parts(dense, *first, _kv_term)[0]
+        b_flops = self._parts(_NO_DENSE, *growth, _flops_term)[1]  # attention's growth
+        b_kv = self._parts(_NO_DENSE, *growth, _kv_term)[1]
+        if a_flops > a_kv:  # (as the per-iteration max: a tie takes the KV term)
+            a, b, a_later, b_later = a_flops, b_flops, a_kv, b_kv
+        else:
+            a, b, a_later, b_later = a_kv, b_kv, a_flops, b_flops
+        if b_later <= b:
+            return AffinePieces(((0, a, b),))
+        crossing = (a - a_later) / (b_later - b)  # the other term is larger after it
+        if not crossing < _FAR:
+            return AffinePieces(((0, a, b),))
+        return AffinePieces(((0, a, b), (math.floor(crossing) + 1, a_later, b_later)))
 
     def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
         """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
@@ -351,33 +437,6 @@ class RooflineCost:
             self._dense_known = (known, parts)
             at = np.searchsorted(known, keys)
         return parts[at]
-
-    def batch_us(
-        self,
-        prefill_tokens: int,
-        decode_requests: int,
-        decode_context_tokens: int,
-        prefill_context_tokens: int,
-        prefill_attention_pairs: int,
-        loaded_tokens: int,
-    ) -> float:
-        """Time of one iteration, in microseconds (:mod:`cpkv.serving.cost.base`): the first
-        number of :meth:`breakdown`, by the same operations in the same order (without the
-        FLOPs, which the time does not need)."""
-        gemm, elementwise, comm = self._dense(
-            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
-        )
-        pair_us, kv_us = self._attn_pair_us, self._attn_kv_us
-        prefill_flops_us = pair_us * prefill_attention_pairs
-        prefill_kv_us = kv_us * prefill_context_tokens
-        decode_flops_us = pair_us * decode_context_tokens
-        decode_kv_us = kv_us * decode_context_tokens
-        attention = self._layers * (
-            (prefill_flops_us if prefill_flops_us > prefill_kv_us else prefill_kv_us)
-            + (decode_flops_us if decode_flops_us > decode_kv_us else decode_kv_us)
-        )
-        load = self._load_token_us * loaded_tokens
-        return gemm + elementwise + attention + comm + load + self._overhead
 
     def describe(self) -> dict[str, Any]:
         """Kind, model, GPU, TP and every number the model uses, as a plain dict."""

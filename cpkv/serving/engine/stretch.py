@@ -27,8 +27,72 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.cost.stretch import stretch_durations
+from cpkv.serving.cost.stretch import AffinePieces, stretch_durations
 from cpkv.serving.schedulers.plan import FOREVER
+
+
+def decode_stretches(engine: Any, horizon: float) -> int:
+    """With nothing waiting and nothing prefilling (no scheduler has anything to plan), the
+    running requests' decode-only iterations up to ``horizon``, stretch after stretch, each
+    ending with the iteration in which a request generates its last token (it finishes,
+    the next stretch goes on without it); stops before a step whose growth does not fit.
+    How many iterations ran."""
+    pool, cost, ran = engine.pool, engine.settings.cost, 0
+    lines = engine.decode_lines
+    now = engine.now
+    while now < horizon:
+        running = pool.n_running
+        if not running:
+            break
+        step = pool.decode_steps
+        wanted = pool.next_finish_step() - step  # iterations up to the next finish
+        limit = pool.fitting_steps(wanted)
+        if limit <= 0:
+            break
+        line = lines.get(running)
+        if line is None:
+            line = lines[running] = decode_line(cost, running)
+            if line is None:
+                break  # (a model whose decode-only durations are not one line)
+        intercept, per_context = line
+        context = pool.context_base_sum + running * step
+        durations = AffinePieces(((0, intercept + per_context * context, per_context * running),))
+        k = durations.steps_within(horizon - now, limit)
+        end = now + durations.total(k)
+        grow, need = pool.growth(k)
+        engine.samples.stretch(
+            now, k, end, running, 0, pool.used_blocks, pool.free_blocks, 0, context, 0, 0, 0,
+            grow, need,
+        )  # fmt: skip
+        if engine.padded:
+            cost.stretch_ran(0, running, context, k, durations)
+        pool.advance(k)
+        engine.ratio = engine.ratio.after_decode_steps(k)
+        engine.counters["decode_tokens"] += running * k
+        engine.iterations += k
+        ran += k
+        engine.now = now = end
+        if k < wanted:
+            break  # the horizon, or a step whose growth does not fit
+        for r in pool.finishing():
+            pool.leave(r)
+            engine.finish(r, end)
+    if ran:
+        engine.stalled = 0
+    return ran
+
+
+def decode_line(cost: Any, running: int) -> tuple[float, float] | None:
+    """``(intercept, per_context)`` with which a decode-only iteration of ``running``
+    requests reading ``context`` tokens takes ``intercept + per_context * context`` (from the
+    model's own stretch); None when the model gives no such line."""
+    if getattr(type(cost), "stretch", None) is None:
+        return None
+    durations = cost.stretch(0, running, 0, 0, 0, 0, 0)
+    if not isinstance(durations, AffinePieces) or len(durations.pieces) != 1:
+        return None
+    _, intercept, slope = durations.pieces[0]
+    return intercept, slope / running
 
 
 def run_stretch(engine: Any, horizon: float) -> int:
@@ -67,9 +131,8 @@ def run_stretch(engine: Any, horizon: float) -> int:
         now, k, end, running, len(engine.waiting), pool.used_blocks, pool.free_blocks,
         prefill, decode_context, prefill_context, pairs, pairs_step, grow, need,
     )  # fmt: skip
-    ran = getattr(cost, "stretch_ran", None)
-    if ran is not None:
-        ran(prefill, running, decode_context, k, durations)
+    if engine.padded:
+        cost.stretch_ran(prefill, running, decode_context, k, durations)
     _advance(engine, quiet, k, running, prefill)
     engine.now = end
     if finish is not None and step + k == finish:
@@ -104,7 +167,7 @@ def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int) -> Non
     """The state after ``k`` quiet iterations (but the clock and the finishes)."""
     if running:
         engine.pool.advance(k)
-        engine.ratio = engine.ratio.decayed(k)
+        engine.ratio = engine.ratio.after_decode_steps(k)
         engine.stalled = 0
     for r, chunk in zip(engine.prefilling, quiet.chunks, strict=True):
         if chunk:
