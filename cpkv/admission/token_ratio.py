@@ -24,7 +24,7 @@ A decode step whose batch is empty (all finished) neither decays nor resets.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
 
@@ -64,18 +64,31 @@ class NewTokenRatio:
         floor = min(init * min_factor, 1.0)
         return cls(init, floor, (init - floor) / decay_steps, init, retract_decode_steps)
 
-    def decayed(self, steps: int = 1) -> NewTokenRatio:
-        """After ``steps`` decode steps without retraction: a decay step each toward
-        ``min_ratio``."""
+    def decayed(self) -> NewTokenRatio:
+        """One decay step toward ``min_ratio`` (a value below it is lifted to it)."""
+        return self._at(max(self.current - self.decay_per_step, self.min_ratio))
+
+    def after_decode_steps(self, steps: int) -> NewTokenRatio:
+        """After ``steps`` decode steps without retraction, as the scheduler takes them: a
+        decay step each while above ``min_ratio`` (:meth:`decay_path`)."""
         current = self.current
+        if current <= self.min_ratio:
+            return self  # (it stays there)
         for current in self.decay_path(steps):  # noqa: B007 - the last value is the one
             if current <= self.min_ratio:
-                break  # (it stays there)
-        return self if current == self.current else replace(self, current=current)
+                break
+        return self._at(current)
+
+    def _at(self, current: float) -> NewTokenRatio:
+        """This tracker with ``current`` (``dataclasses.replace`` without its checks: the
+        engine takes a step every iteration)."""
+        new = object.__new__(NewTokenRatio)
+        new.__dict__.update(self.__dict__, current=current)
+        return new
 
     def decay_path(self, steps: int) -> Iterator[float]:
-        """``current`` after each of the next ``steps`` decay steps (one by one, as
-        :meth:`decayed` takes them; constant once at ``min_ratio``)."""
+        """``current`` after each of the next ``steps`` decode steps (:meth:`decayed` while
+        above ``min_ratio``, then constant)."""
         current, floor, decay = self.current, self.min_ratio, self.decay_per_step
         for _ in range(steps):
             if current > floor:
@@ -84,11 +97,11 @@ class NewTokenRatio:
 
     def reset(self) -> NewTokenRatio:
         """When the scheduler is fully idle: back to ``init_ratio``."""
-        return replace(self, current=self.init_ratio)
+        return self._at(self.init_ratio)
 
     def retracted(self, kept: Iterable[tuple[int, int]]) -> NewTokenRatio:
         """After a retraction; ``kept`` = (generated_tokens, max_new_tokens) of requests still running."""
-        return replace(self, current=self.estimate_after_retract(kept))
+        return self._at(self.estimate_after_retract(kept))
 
     def estimate_after_retract(self, kept: Iterable[tuple[int, int]]) -> float:
         """``min(1, (sum generated + retract_decode_steps * n) / (sum max_new + 1))``."""

@@ -44,7 +44,7 @@ from typing import Any
 from cpkv.core.errors import CpkvError
 from cpkv.serving.engine.lifecycle import Lifecycle
 from cpkv.serving.engine.settings import EngineSettings
-from cpkv.serving.engine.stretch import run_stretch
+from cpkv.serving.engine.stretch import decode_stretches, run_stretch
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
@@ -121,6 +121,8 @@ class Engine:
         self.lifecycle = self.invariants = None
         self._policy_parts(s)
         self.fast = not events and trace is None and self.invariants is None
+        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+        self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
 
     def _policy_parts(self, s: EngineSettings) -> None:
         opts = s.options
@@ -168,7 +170,10 @@ class Engine:
                 horizon = min(arrivals.next_us, until_us)
                 if lifecycle is not None:
                     horizon = min(horizon, lifecycle.horizon())
-                if run_stretch(self, horizon):
+                if self.waiting or self.prefilling:
+                    if run_stretch(self, horizon):
+                        continue
+                elif decode_stretches(self, horizon):
                     continue
             self._iteration()
 
@@ -391,8 +396,8 @@ class Engine:
         if pool.preempted:
             kept = [(pool.gen_now(r) - 1, r.max_new_tokens) for r in pool.running_reqs()]
             self.ratio = ratio.retracted(kept)
-        elif ratio.current > ratio.min_ratio:
-            self.ratio = ratio.decayed()
+        else:
+            self.ratio = ratio.after_decode_steps(1)
 
     # -- what the coming iterations see ------------------------------------------------------
     def lookahead(self, limit: int):

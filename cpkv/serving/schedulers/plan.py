@@ -13,13 +13,12 @@ passed over, usually none or one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cpkv.serving.model.request import Req
 
 
-@dataclass(frozen=True, slots=True)
-class Admit:
+class Admit(NamedTuple):
     """A request leaves the queue: its L1 prefix (no pool blocks), its L2 hit as looked up
     (loaded back when at least ``load_back_threshold`` tokens) and the tokens its blocks
     reserve (None: only its prompt's)."""
@@ -29,25 +28,22 @@ class Admit:
     reserve_tokens: int | None = None
 
 
-@dataclass(slots=True)
-class Prefill:
+class Prefill(NamedTuple):
     """One prefill row: ``tokens`` of ``request``'s prompt this iteration."""
 
     request: Req
     tokens: int
 
 
-@dataclass(slots=True)
-class Plan:
+class Plan(NamedTuple):
     """One iteration's prefill side (module docstring)."""
 
-    admitted: list[tuple[Req, Admit]] = field(default_factory=list)
-    prefills: list[Prefill] = field(default_factory=list)
-    stops: list[str] = field(default_factory=list)
+    admitted: list[tuple[Req, Admit]]
+    prefills: list[Prefill]
+    stops: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class Quiet:
+class Quiet(NamedTuple):
     """The iterations, the next one included, whose plans the scheduler knows without being
     asked, as long as nothing but decode steps and these prefill rows happens in them (no
     arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
