@@ -1,7 +1,7 @@
 """The serving loop's PrefillAdder pass against cpkv's tick model (PrefillAdderModel), pass for
 pass, on random queues: the serving pass restates the same sglang 0.5.23 arithmetic for a
 pool without evictable cache, which is the tick model with no L1 hits and no evictable
-tokens. Also the mixed-chunk budgets by hand."""
+tokens. Also the mixed-chunk budgets by hand, and one candidate against its budgets written out."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cpkv.admission.adder import PrefillAdderModel
 from cpkv.admission.budgets import AdmitBudgets, CpBudgets
-from cpkv.serving.adder import AdderBudgets, Candidate, adder_pass
+from cpkv.serving.schedulers.adder_pass import AdderBudgets, Candidate, adder_pass
 from cpkv.workload.request import Request, RunningDecode
 
 CLIP = 4096
@@ -162,18 +162,39 @@ def lone_passes(draw):
 
 @settings(max_examples=2000, deadline=None)
 @given(lone_passes())
-def test_the_lone_pass_decides_as_the_pass(case) -> None:
-    """lone_pass (one candidate, no chunked request) says exactly what adder_pass says when
-    the candidate is admitted whole, and declines every other case."""
-    from cpkv.serving.adder import lone_pass
-
-    free, mixed, headroom, running, budgets, candidate = case
-    full = adder_pass(free, mixed, headroom, running, budgets, None, iter([candidate]))
-    lone = lone_pass(free, mixed, headroom, running, budgets.lone_limits, *candidate)
-    whole = len(full.admitted) == 1 and not full.admitted[0][2]
-    if lone is None:
-        assert not whole
+def test_a_lone_candidate_admitted_whole(case) -> None:
+    """A queue of one candidate and no chunked request: the pass admits it whole exactly when
+    every budget allows it, with the extend, load-back and stop reason written out here
+    (SGLang's checks before the admission, then ``budget_state()`` after it)."""
+    free, mixed, headroom, running, b, candidate = case
+    fill, device, host, left, asked = candidate
+    got = adder_pass(free, mixed, headroom, running, b, None, iter([candidate]))
+    assert got.chunk_tokens == 0 and not got.chunk_done
+    loaded = 0 if 0 < host < max(1, b.load_back_threshold) else host  # a declined hit
+    extend = fill - device - loaded
+    paged = -(-extend // b.page) * b.page
+    rem_input = b.max_prefill_tokens - mixed
+    rem_chunk = None if b.chunk_tokens is None else b.chunk_tokens - mixed
+    top = free - mixed - headroom > 0 and free - mixed > 0  # budget_state() at the top
+    whole = (
+        not (top and (rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0)))
+        and (b.max_running_requests is None or b.max_running_requests - running > 0)
+        and (b.prefill_max_requests is None or b.prefill_max_requests > 0)
+        and fill - device + left + b.page < free - mixed - headroom
+        and (rem_chunk is None or paged <= rem_chunk)
+    )
+    if not whole:
+        assert got.admitted == [] or got.admitted[0][2]  # stopped, or cut into a chunk
+        return
+    room = free - loaded
+    if room - (mixed + headroom + paged + b.page + asked) <= 0:  # budget_state() after it
+        stop = "rem_total_tokens"
+    elif room - (mixed + paged + b.page) <= 0:
+        stop = "cur_rem_tokens"
+    elif rem_input - paged <= 0:
+        stop = "rem_input_tokens"
+    elif rem_chunk is not None and rem_chunk - paged <= 0:
+        stop = "rem_chunk_tokens"
     else:
-        extend, loaded, stop = lone
-        assert full.admitted == [(extend, loaded, False)] and full.stop == stop
-        assert full.chunk_tokens == 0
+        stop = None
+    assert got.admitted == [(extend, loaded, False)] and got.stop == stop

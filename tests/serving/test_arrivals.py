@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from cpkv.serving.input.workload import ServingRequest, with_arrivals
 from cpkv.serving.schema import ArrivalsSpec
-from cpkv.serving.workload import ServingRequest, with_arrivals
 from tests.helpers.paths import MOONCAKE_TRACE, REPO
 
 approx = pytest.approx

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cpkv.serving.kv_pool import KvPool, Req
+from cpkv.serving.model.kv_pool import KvPool
+from cpkv.serving.model.request import Req
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 from tests.serving.test_metrics_hand import ADMIT_1, SCENARIO_1, _run
 
@@ -67,8 +68,9 @@ def test_a_run_with_no_iteration_reports_zero_utilisation(cli, tmp_path) -> None
 
 def _req(i: int, max_new: int) -> Req:
     r = SimpleNamespace(rid=f"r{i}", prompt_tokens=10, max_new_tokens=max_new, hash_ids=(),
-                        l1_cached_tokens=0, l2_cached_tokens=0)  # fmt: skip
-    return Req(i, r, 0.0)
+                        l1_cached_tokens=0, l2_cached_tokens=0, priority=None,
+                        deadline_ms=None, cancel_ms=None)  # fmt: skip
+    return Req.of(i, r, 0.0)
 
 
 def test_headroom_clips_a_request_with_more_than_4096_tokens_left() -> None:

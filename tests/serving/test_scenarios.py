@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from cpkv.admission.token_ratio import NewTokenRatio
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.kv_pool import FINISHED, REJECTED
-from cpkv.serving.loop import SimSettings, SimulationStalled, simulate
-from cpkv.serving.metrics import latencies, summary_row
+from cpkv.serving.engine.engine import SimulationStalled
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest as R
+from cpkv.serving.model.request import FINISHED, REJECTED
+from cpkv.serving.record.metrics import latencies, summary_row
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schema import SloSpec
-from cpkv.serving.workload import ServingRequest as R
 
 COST = CostModel(
     fixed_us=1000.0,
@@ -27,8 +29,8 @@ COST = CostModel(
 FIXED_1MS = CostModel(1000.0, 0.0, 0.0, 0.0, 1, None)
 
 
-def settings(policy: str = "prefill_adder", **kw) -> SimSettings:
-    base = SimSettings(
+def settings(policy: str = "prefill_adder", **kw) -> EngineSettings:
+    base = EngineSettings(
         policy=policy,
         block_size=16,
         capacity_blocks=1000,

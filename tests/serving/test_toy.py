@@ -12,13 +12,16 @@ model, against references written here from the seed's description (not from cpk
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.loop import SimSettings, simulate
-from cpkv.serving.workload import ServingRequest
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 
 FIXED_1MS = CostModel(1000.0, 0.0, 0.0, 0.0, 1, None)
 
@@ -27,8 +30,8 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def serving(policy: str, block: int, cap: int, victim: str = "scan_order", **kw) -> SimSettings:
-    return SimSettings(
+def serving(policy: str, block: int, cap: int, victim: str = "scan_order", **kw) -> EngineSettings:
+    return EngineSettings(
         policy=policy,
         block_size=block,
         capacity_blocks=cap,
@@ -177,7 +180,7 @@ def test_iteration_budget_trace_is_the_toy_trace(decodes, prompt, chunk, data) -
     reqs = [ServingRequest(f"d{k}", 0.0, 1, prompt + 50) for k in range(decodes)]
     reqs.append(ServingRequest("long", 0.5, prompt, 1))
     s = serving("iteration", 8, 10_000)
-    s = SimSettings(**{**s.__dict__, "budget_tokens": budget, "chunk_tokens": chunk})
+    s = replace(s, budget_tokens=budget, chunk_tokens=chunk)
     res = simulate(reqs, s, events=True)
     want = toy_iteration(prompt, decodes, budget, chunk)
     got, left = [], prompt

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, with_instance
 from cpkv.serving.cluster.routers import InstanceLoad, RouterSettings
 from cpkv.serving.cost.model import CostModel
-from cpkv.serving.iteration_log import IterationLog
-from cpkv.serving.kv_pool import Req
-from cpkv.serving.loop import Sim, SimSettings
-from cpkv.serving.records import RequestStats
+from cpkv.serving.engine.engine import Engine
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.model.request import Req
+from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.serving.record.requests import RequestStats
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schema import SloSpec
 
 FLAT_1MS = CostModel(
@@ -22,8 +23,8 @@ FLAT_1MS = CostModel(
 """Every iteration takes exactly 1 ms, whatever it does."""
 
 
-def _settings(**kw) -> SimSettings:
-    return SimSettings(
+def _settings(**kw) -> EngineSettings:
+    return EngineSettings(
         block_size=16, capacity_blocks=kw.pop("capacity_blocks", 1024),
         adder=AdderBudgets(16, 16384, 8192), cost=kw.pop("cost", FLAT_1MS), **kw,
     )  # fmt: skip
@@ -33,12 +34,13 @@ def _req(i: int, at_ms: float, prompt: int = 16, max_new: int = 1, hashes=None) 
     return Req.new(i, f"q{i}", at_ms * 1000.0, prompt, max_new, 0, 0, hashes)
 
 
-def _cluster(n: int, router: str, settings: SimSettings, caches=None, write=None):
+def _cluster(n: int, router: str, settings: EngineSettings, caches=None, write=None):
     total = RequestStats(SloSpec(), write)
     tallies = [InstanceTally(k, total, RequestStats(SloSpec())) for k in range(n)]
     sims = [
-        Sim(settings, None if caches is None else caches[k], sink=tallies[k],
-            samples=IterationLog(settings.capacity_blocks, settings.block_size, keep=True))
+        Engine(settings, None if caches is None else caches[k], sink=tallies[k],
+               samples=IterationLog(settings.capacity_blocks, settings.block_size, keep=True,
+                                    cost=settings.cost))
         for k in range(n)
     ]  # fmt: skip
     return Cluster(sims, tallies, router, RouterSettings(), 0, 512), total
@@ -163,8 +165,11 @@ def test_one_instance_behind_any_router_is_the_plain_run(policy, capacity, cost)
     settings = _settings(policy=policy, capacity_blocks=capacity, cost=cost)
     plain_lines: list[str] = []
     stats = RequestStats(SloSpec(ttft_ms=50.0), plain_lines.append)
-    plain = Sim(
-        settings, sink=stats, samples=IterationLog(capacity, 16, keep=True), arrivals=fresh()
+    plain = Engine(
+        settings,
+        sink=stats,
+        samples=IterationLog(capacity, 16, keep=True, cost=cost),
+        arrivals=fresh(),
     )
     res = plain.run()
     stats.close()

@@ -9,18 +9,19 @@ from dataclasses import replace
 
 import pytest
 
-from cpkv.serving.adder import AdderBudgets
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.cost.spec import CostSpec
-from cpkv.serving.loop import SimSettings, simulate
-from cpkv.serving.metrics import request_lines, summary_row, timeline
+from cpkv.serving.engine.settings import EngineSettings
+from cpkv.serving.engine.simulate import simulate
+from cpkv.serving.input.workload import ServingRequest, load_serving_workload
+from cpkv.serving.record.metrics import request_lines, summary_row, timeline
+from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schema import SloSpec
-from cpkv.serving.workload import ServingRequest, load_serving_workload
 from tests.helpers.paths import MOONCAKE_TRACE
 from tests.helpers.whole_run_breakdown import CostRecorder, time_summary
 
 ROOF = CostSpec(model="llama-3-8b", gpu="h100-sxm").build()
-WIDE = SimSettings(
+WIDE = EngineSettings(
     block_size=16,
     capacity_blocks=10_000,
     adder=AdderBudgets(16, 100_000, None),
@@ -50,21 +51,32 @@ def test_same_prompt_tokens_longer_prefix_later_first_token() -> None:
 class TodaysFormula:
     """The iteration time before roofline existed, written out here (not imported):
     fixed + a*prefill + b*decode + c*(decode context + prefill context) + d*loaded, summed
-    left to right, and ignoring the attention pairs."""
+    left to right, and ignoring the attention pairs. Its breakdown (which the iteration log
+    reads back) names the terms as the linear kind documents them: a*prefill + b*decode the
+    GEMMs, c*context attention, d*loaded the load, fixed the overhead; no FLOPs."""
+
+    peak_flops_per_us = None
 
     def __init__(self, fixed, a, b, c, kv_bytes, gbps) -> None:
+        self.kv_bytes_per_token = kv_bytes
         self.terms = (fixed, a, b, c, 0.0 if gbps is None else kv_bytes / (gbps * 1e3))
 
     def batch_us(self, prefill, decode, decode_ctx, prefill_ctx, pairs, loaded) -> float:
         fixed, a, b, c, d = self.terms
         return fixed + a * prefill + b * decode + c * (decode_ctx + prefill_ctx) + d * loaded
 
+    def breakdown(self, prefill, decode, decode_ctx, prefill_ctx, pairs, loaded) -> tuple:
+        fixed, a, b, c, d = self.terms
+        time = self.batch_us(prefill, decode, decode_ctx, prefill_ctx, pairs, loaded)
+        gemm, attention = a * prefill + b * decode, c * (decode_ctx + prefill_ctx)
+        return (time, gemm, 0.0, attention, 0.0, d * loaded, fixed, 0.0)
+
 
 @needs_trace
 @pytest.mark.parametrize("policy", ["prefill_adder", "optimistic"])
 def test_kind_linear_gives_todays_results_float_for_float(policy) -> None:
     from cpkv.core.config import load_config
-    from cpkv.serving.run import settings_from
+    from cpkv.serving.engine.settings import settings_from
 
     overrides = [
         f"admit.policy={policy}", "admit.workload.limit=300", "admit.cost.kind=linear",
@@ -101,8 +113,7 @@ def test_kind_linear_gives_todays_results_float_for_float(policy) -> None:
 
 @needs_trace
 @pytest.mark.parametrize("policy", ["prefill_adder", "conservative"])
-def test_decode_stretches_change_nothing_under_roofline(monkeypatch, policy) -> None:
-    import cpkv.serving.loop as sim_module
+def test_decode_stretches_change_nothing_under_roofline(policy) -> None:
     from cpkv.trace.prefix_cache import CacheConfig
     from cpkv.workload.sources import WorkloadSpec
 
@@ -116,10 +127,14 @@ def test_decode_stretches_change_nothing_under_roofline(monkeypatch, policy) -> 
     )
     with_stretches = simulate(work.requests, s, work.new_cache())
     assert with_stretches.iterations > 500
-    monkeypatch.setattr(sim_module, "decode_stretch", lambda sim: 0)
-    step_by_step = simulate(work.requests, s, work.new_cache())
+    step_by_step = simulate(work.requests, s, work.new_cache(), stretches=False)
     assert request_lines(with_stretches) == request_lines(step_by_step)
-    assert with_stretches.timeline == step_by_step.timeline
+    # the blocks and requests of every iteration exactly; its start and duration up to the
+    # rounding of the stretches' closed-form sums
+    t0, dt, *counts = with_stretches.timeline
+    want_t0, want_dt, *want_counts = step_by_step.timeline
+    assert counts == want_counts
+    assert t0 == pytest.approx(want_t0, rel=1e-9) and dt == pytest.approx(want_dt, rel=1e-9)
 
 
 def test_serving_run_reports_the_breakdown_per_bucket_and_summed(cli, tmp_path) -> None:
