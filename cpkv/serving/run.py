@@ -18,7 +18,7 @@ from typing import Any
 from cpkv.core.kinds import RunContext
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
-from cpkv.serving.cost.fit import fit_cost, read_points
+from cpkv.serving.cost.fitting.linear import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.settings import EngineSettings, settings_from

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from cpkv.core.errors import InputError
-from cpkv.serving.cost.fit import CostPoint, fit_cost, read_points
+from cpkv.serving.cost.fitting.linear import CostPoint, fit_cost, read_points
 from cpkv.serving.cost.model import CostModel
 
 

@@ -21,7 +21,7 @@ on one H100-class GPU (16 GB of weights read per step ~ 5 ms; ~16 GFLOP per toke
 ~550 TFLOP/s ~ 30 us; Llama-3-8B KV: 32 layers x 8 KV heads x 128 dims x 2 x 2 bytes =
 128 KiB per token, read at ~3.3 TB/s ~ 0.04 us; PCIe 5.0 x16 host-to-device ~ 50 GB/s).
 Fit them to a real engine with ``admit.cost.fit_points`` or ``cpkv fit-cost``
-(:mod:`cpkv.serving.cost.fit`).
+(:mod:`cpkv.serving.cost.fitting.linear`).
 
 :meth:`CostModel.breakdown` names the terms as the roofline model's parts: the per prefill
 token and per decoding request terms are ``gemm``, the per context token term

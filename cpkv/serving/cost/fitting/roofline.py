@@ -1,6 +1,6 @@
 """Fit the roofline model's measured calibration keys to Vidur's GPU profiles, and check it.
 
-What is fitted, to what (:mod:`cpkv.serving.cost.profiles` reads the tables):
+What is fitted, to what (:mod:`cpkv.serving.cost.fitting.profiles` reads the tables):
 
 * linear layers — one layer's four GEMMs on one GPU against their measured sum, over the
   table's token counts: ``gemm_tile_tokens`` (32, 64, 128 or 256) and ``gemm_corner`` (0,
@@ -29,7 +29,7 @@ from typing import Any
 from cpkv.core.errors import InputError
 from cpkv.serving.cost.calibration import Calibration
 from cpkv.serving.cost.gpus import GPUS, Gpu
-from cpkv.serving.cost.profiles import (
+from cpkv.serving.cost.fitting.profiles import (
     AllReduceTimes,
     LinearProfile,
     network_table,
