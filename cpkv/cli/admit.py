@@ -162,8 +162,8 @@ def fit_cost(
     assert points is not None
     if table:
         raise ConfigError("--table: goes with --profile DIR")
-    from cpkv.serving.cost.fit import fit_cost as fit
-    from cpkv.serving.cost.fit import read_points
+    from cpkv.serving.cost.fitting.linear import fit_cost as fit
+    from cpkv.serving.cost.fitting.linear import read_points
     from cpkv.serving.cost.model import CostModel
 
     if kv_bytes_per_token <= 0:
@@ -187,9 +187,9 @@ def fit_cost(
 
 def _fit_profile(profile: Path, tp: int, network: Path | None, table: bool, fmt: str) -> str:
     from cpkv.core.errors import ConfigError
-    from cpkv.serving.cost.calibrate import fit_profile
-    from cpkv.serving.cost.calibration_report import profile_block, validation_table
-    from cpkv.serving.cost.profiles import read_profile
+    from cpkv.serving.cost.fitting.roofline import fit_profile
+    from cpkv.serving.cost.fitting.report import profile_block, validation_table
+    from cpkv.serving.cost.fitting.profiles import read_profile
 
     if fmt not in ("text", "markdown"):
         raise ConfigError(f"--format: unknown format {fmt!r} (allowed: text, markdown)")
