@@ -1,44 +1,61 @@
-"""Serving at production scale (issue 18): time and peak memory of whole ``cpkv admit`` runs at
-10k / 100k / 1M requests, for the current code and for the code as of a base commit (before
-the issue's work), side by side in one run, with the ratios.
+"""Serving at production scale: whole ``cpkv admit`` runs of a base tree (main's code) and of
+the current tree side by side in one run, with the ratios and the targets, met or not.
 
-Workloads: the issue's synthetic one (prompt 1024, output 256, Poisson 8 req/s, iteration
-budget 512, 16,384 x 16 blocks: ``configs/perf/serving_1m.yaml`` without its sweep) and the
-Azure conversation trace's requests repeated to the size (``admit.workload.repeat``; the
-base code cannot repeat a trace, so the current code only). Each run is a separate process
-(``python -P -m cpkv admit ... -o <tmp>``, plots as ``--plots`` says) importing its own tree:
-the base commit is checked out into a temporary ``git worktree`` (removed after). Measured:
-wall time and the peak resident memory of the whole process tree (the sum over the run's
-processes, sampled every 10 ms from ``/proc``). The base code has the linear cost model only;
-the current code runs it (``admit.cost.kind=linear``) and the default roofline model.
+Groups (``--only``, several allowed; all by default):
 
-At 10k and 100k requests (synthetic) the base's and the current code's linear outputs are
-compared byte for byte (``requests.jsonl``; ``timeline.jsonl`` lines, whose current versions
-add the time breakdown after the base's fields; the summary row). ``--mooncake`` also times
-the shipped Mooncake trace configs against ``--mooncake-base`` (default ``main``).
+* ``w1m``: the synthetic workload W (prompt 1024, output 256, Poisson 8 req/s, iteration
+  budget 512, 16,384 x 16 blocks: ``SYNTHETIC`` below) at 1,000,000 requests, policies
+  ``prefill_adder`` and ``iteration``, cost ``roofline`` (the default) and ``linear``. Targets
+  (absolute, the current tree): <= 15 s and <= 400 MB.
+* ``azure``: the Azure conversation trace (``../shared/data/azure_llm_2023``) repeated to a
+  million requests (``admit.workload.repeat``, 52 copies), roofline. Target: <= 15 s.
+* ``saturated``: W at 20 and at 60 req/s, 100,000 requests, both policies, both costs.
+  Target: the current tree >= 3x faster than the base.
+* ``configs``: the shipped Mooncake and Azure configs (those in both trees), the base and the
+  current tree each running its own copy. Target: the current not slower (time ratio >= 1,
+  within ``--noise``).
 
-    python benchmarks/serving_scale.py            # 10k, 100k, 1M (several minutes)
-    python benchmarks/serving_scale.py --quick    # 10k and 100k
-    python benchmarks/serving_scale.py --repeat 3 --mooncake
+Each run is a separate process (``python -P -m cpkv admit ... -o <tmp>``, from the repository
+root, ``PYTHONPATH`` the tree's root; no plots unless ``--plots``). Measured: wall time and the
+peak resident memory of the whole process tree (the sum over the run's processes, sampled every
+10 ms from ``/proc``; MB = 10^6 bytes). Each pair runs interleaved (base, current, base,
+current, ...), ``--repeat`` times; a row shows the best (least) time of each side and the
+largest peak RSS. Bytecode goes to a temporary ``PYTHONPYCACHEPREFIX`` (the trees stay as
+they are), written by an untimed warm-up (``warm_up``), so no timed run compiles.
+``--quick`` divides every request count by 10 (the shipped configs get
+``admit.workload.limit``): a smoke run, whose absolute targets are not judged.
 
-The machine is shared: repeat (best of ``--repeat``, runs alternating) and read the ratios.
-Exit 1 when an output differs.
+The base's 1M runs are slow (the iteration policy ~150 s each): ``--skip-base-1m`` does not
+run the base at 1M (their targets are absolute), ``--base-time ROW=SECONDS`` fills in a time
+measured earlier instead (``ROW`` as in the table, e.g. ``W8/iteration/linear``; marked ``*``).
+
+This script does not compare outputs (``benchmarks/golden.py`` does, with a tolerance).
+
+    python benchmarks/serving_scale.py                        # everything (tens of minutes)
+    python benchmarks/serving_scale.py --quick --repeat 1     # smoke run (minutes)
+    python benchmarks/serving_scale.py --only saturated,configs --repeat 3
+    python benchmarks/serving_scale.py --only w1m --skip-base-1m --repeat 2
+
+``--base`` is a directory (a checkout) or a revision (checked out into a temporary ``git
+worktree``, removed after); ``--current`` a directory (the repository root). The machine is
+shared: use ``--repeat`` and never run two benchmarks at once. Exit 1 when a run failed or a
+judged target is not met.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = "2ff6807"  # the commit before issue 18's work
+BASE_REV = "e29b3d4"  # main before the serving refactor
+BASE_DIR = ROOT.parent / "base"  # its worktree, where one is checked out
 SYNTHETIC = """\
 kind: admit
 name: scale
@@ -61,7 +78,17 @@ admit:
 """
 AZURE = ROOT.parent / "shared/data/azure_llm_2023/conversation.csv"
 AZURE_REQUESTS = 19_366
-MOONCAKE_CONFIGS = ("configs/serving.yaml", "configs/admit/serving_mooncake.yaml")
+# (table name, path, requests in its trace): all prefill_adder, roofline
+CONFIGS = (
+    ("serving", "configs/serving.yaml", 3_993),
+    ("mooncake", "configs/admit/serving_mooncake.yaml", 3_993),
+    ("azure_conv_8b", "configs/admit/serving_azure_conv_llama3_8b_a100.yaml", 19_366),
+    ("azure_code_70b", "configs/admit/serving_azure_code_llama2_70b_h100x4.yaml", 8_819),
+)
+GROUPS = ("w1m", "azure", "saturated", "configs")
+POLICIES = ("prefill_adder", "iteration")
+COSTS = ("roofline", "linear")
+TIME_S, RSS_MB, SPEEDUP = 15.0, 400.0, 3.0
 
 
 def tree_rss_kb(pid: int) -> int:
@@ -101,125 +128,284 @@ def measured(code: Path, command: list[str], env: dict[str, str]) -> tuple[float
     return wall, peak, err
 
 
-def run(code: Path, args: list[str], plots: bool, keep: Path | None = None) -> tuple[float, int]:
-    """One ``cpkv admit`` run of the tree ``code``: (wall seconds, peak tree RSS in kB); the
-    run directory is copied to ``keep`` when given."""
+@dataclass
+class Side:
+    """One tree's runs of a row: best time, largest peak RSS (kB), or why there are none."""
+
+    times: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    error: str = ""
+    given: float | None = None  # --base-time
+    skipped: bool = False
+
+    @property
+    def time(self) -> float | None:
+        return self.given if self.given is not None else min(self.times, default=None)
+
+    @property
+    def mb(self) -> float | None:
+        return max(self.peaks) * 1024 / 1e6 if self.peaks else None
+
+    def cell(self) -> str:
+        if self.error:
+            return "failed"
+        if self.time is None:
+            return "-"
+        return f"{self.time:.2f}s" + ("*" if self.given is not None else "")
+
+
+@dataclass
+class Row:
+    group: str
+    workload: str
+    requests: int
+    policy: str
+    cost: str
+    args: dict[str, list[str]]  # per side: the ``cpkv admit`` arguments
+    base: Side = field(default_factory=Side)
+    current: Side = field(default_factory=Side)
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload}/{self.policy}/{self.cost}"
+
+    @property
+    def ratio(self) -> float | None:
+        b, c = self.base.time, self.current.time
+        return b / c if b is not None and c else None
+
+
+def admit(code: Path, args: list[str], plots: bool) -> tuple[float, int]:
+    """One ``cpkv admit`` run of the tree ``code``: (wall seconds, peak tree RSS in kB)."""
     env = dict(os.environ)
     if not plots:
         env["CPKV_PLOTS"] = "0"
     with tempfile.TemporaryDirectory() as out:
         wall, peak, _ = measured(code, ["-m", "cpkv", "admit", *args, "-o", out], env)
-        if keep is not None:
-            (run_dir,) = [p.parent for p in Path(out).glob("*/*/results.json")]
-            shutil.copytree(run_dir, keep)
     return wall, peak
 
 
-def same_outputs(base: Path, new: Path) -> list[str]:
-    """Differences between the base's and the current code's linear run directories."""
-    problems = []
-    if (base / "requests.jsonl").read_bytes() != (new / "requests.jsonl").read_bytes():
-        problems.append("requests.jsonl")
-    old = (base / "timeline.jsonl").read_text().splitlines()
-    now = (new / "timeline.jsonl").read_text().splitlines()
-    if len(old) != len(now) or any(
-        not b.startswith(a[:-1] + ",") for a, b in zip(old, now, strict=False)
-    ):
-        problems.append("timeline.jsonl")
-    rows = [json.loads((d / "results.json").read_text())["rows"] for d in (base, new)]
-    if rows[0] != rows[1]:
-        problems.append("results.json rows")
-    return problems
+def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int) -> list[Row]:
+    """The table's rows (nothing run yet); request counts divided by ``scale``."""
+    rows = []
+
+    def synthetic(group: str, rate: int, n: int) -> None:
+        for policy in POLICIES:
+            for cost in COSTS:
+                a = [str(config), f"admit.workload.synthetic.count={n}",
+                     f"admit.arrivals.rate_rps={rate}", f"admit.policy={policy}",
+                     f"admit.cost.kind={cost}"]  # fmt: skip
+                rows.append(Row(group, f"W{rate}", n, policy, cost, {"base": a, "current": a}))
+
+    for group in groups:
+        if group == "w1m":
+            synthetic(group, 8, 1_000_000 // scale)
+        elif group == "saturated":
+            for rate in (20, 60):
+                synthetic(group, rate, 100_000 // scale)
+        elif group == "azure" and AZURE.is_file():
+            copies = max(1, round(1_000_000 / scale / AZURE_REQUESTS))
+            a = [str(config), "admit.workload.source=trace", "admit.workload.format=azure_csv",
+                 f"admit.workload.path={AZURE}", f"admit.workload.repeat={copies}",
+                 "admit.arrivals.process=trace", "admit.slo.ttft_ms=2000",
+                 "admit.slo.tpot_ms=100", "admit.cost.kind=roofline"]  # fmt: skip
+            rows.append(Row(group, f"azure{copies}", copies * AZURE_REQUESTS,
+                            "prefill_adder", "roofline", {"base": a, "current": a}))  # fmt: skip
+        elif group == "azure":
+            print(f"azure: {AZURE} not found, skipped")
+        elif group == "configs":
+            for name, path, n in CONFIGS:
+                missing = [s for s, t in trees.items() if not (t / path).is_file()]
+                if missing:
+                    print(f"configs: {path} not in the {' and '.join(missing)} tree, skipped")
+                    continue
+                limit = [f"admit.workload.limit={n // scale}"] if scale > 1 else []
+                a = {s: [str(t / path), *limit] for s, t in trees.items()}
+                rows.append(Row(group, name, n // scale, "prefill_adder", "roofline", a))
+    return rows
 
 
-def best(code: Path, args: list[str], plots: bool, repeat: int, keep: Path | None) -> tuple:
-    results = [run(code, args, plots, keep if i == 0 else None) for i in range(repeat)]
-    return min(r[0] for r in results), max(r[1] for r in results)
+def measure(row: Row, trees: dict[str, Path], repeat: int, plots: bool) -> None:
+    """Run the row's pair interleaved (base, current, base, ...), ``repeat`` times."""
+    for _ in range(repeat):
+        for name in ("base", "current"):
+            side: Side = getattr(row, name)
+            if side.error or side.skipped or side.given is not None:
+                continue
+            try:
+                wall, peak = admit(trees[name], row.args[name], plots)
+            except SystemExit as e:
+                side.error = str(e)
+                continue
+            side.times.append(wall)
+            side.peaks.append(peak)
+
+
+def mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}MB"
+
+
+def target_text(row: Row) -> str:
+    if row.group == "w1m":
+        return f"<={TIME_S:.0f}s <={RSS_MB:.0f}MB"
+    if row.group == "azure":
+        return f"<={TIME_S:.0f}s"
+    if row.group == "saturated":
+        return f"ratio>={SPEEDUP:.0f}x"
+    return "ratio>=1"
+
+
+def verdicts(row: Row, quick: bool, noise: float) -> list[tuple[str, bool | None]]:
+    """(line, met) per target of the row; met None where not judged."""
+    c, r = row.current, row.ratio
+    out: list[tuple[str, bool | None]] = []
+    if row.group in ("w1m", "azure"):
+        checks = [("time", c.time, TIME_S, "s")]
+        if row.group == "w1m":
+            checks.append(("peak RSS", c.mb, RSS_MB, "MB"))
+        for what, value, limit, unit in checks:
+            shown = "failed" if c.error else "-" if value is None else f"{value:.2f}{unit}"
+            line = f"{row.name}: current {what} {shown} <= {limit:.0f}{unit}"
+            if quick:
+                out.append((line, None))
+            else:
+                out.append((line, value is not None and value <= limit))
+    elif row.group == "saturated":
+        shown = "-" if r is None else f"{r:.2f}x"
+        out.append((f"{row.name}: current >= {SPEEDUP:.0f}x faster than base ({shown})",
+                    r is not None and r >= SPEEDUP))  # fmt: skip
+    else:
+        shown = "-" if r is None else f"{r:.2f}x"
+        met = r is not None and r >= 1 - noise
+        note = " within noise" if met and r is not None and r < 1 else ""
+        out.append((f"{row.name}: current not slower than base ({shown}{note})", met))
+    return out
+
+
+def warm_up(trees: dict[str, Path], config: Path, prefix: Path) -> None:
+    """Bytecode for every run, untimed: every later run (this process's environment) reads
+    and writes it under ``prefix`` (the trees stay as they are; ``PYTHONDONTWRITEBYTECODE``,
+    if set, would have every run compile its tree); each tree is byte-compiled, then runs a
+    few tiny ``cpkv admit``s touching what the rows use (a warm-up's failure is the row's to
+    report)."""
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    tiny = [str(config), "admit.workload.synthetic.count=200"]
+    runs = [[*tiny, "admit.policy=iteration", "admit.cost.kind=roofline"],
+            [*tiny, "admit.policy=prefill_adder", "admit.cost.kind=linear"]]  # fmt: skip
+    if AZURE.is_file():
+        runs.append([*tiny, "admit.workload.source=trace", "admit.workload.format=azure_csv",
+                     f"admit.workload.path={AZURE}", "admit.workload.repeat=2",
+                     "admit.workload.limit=200", "admit.arrivals.process=trace"])  # fmt: skip
+    for tree in dict.fromkeys(trees.values()):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cpkv")],
+                       check=False, capture_output=True)  # fmt: skip
+        shipped = [str(tree / path) for _, path, _ in CONFIGS if (tree / path).is_file()]
+        for args in [*runs, *([[shipped[0], "admit.workload.limit=200"]] if shipped else [])]:
+            try:
+                admit(tree, args, plots=False)
+            except SystemExit:
+                pass
+
+
+def worktree(rev: str, into: Path) -> Path:
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return into
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10k and 100k requests only")
-    parser.add_argument("--base", default=BASE, help=f"the commit to compare with ({BASE})")
-    parser.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--base", default=None, help=f"a directory or a revision (default: "
+                        f"{BASE_DIR} if it exists, else {BASE_REV})")  # fmt: skip
+    parser.add_argument("--current", default=str(ROOT), help="a directory (the repository root)")
+    parser.add_argument("--quick", action="store_true", help="10x fewer requests everywhere")
+    parser.add_argument("--only", action="append", default=[],
+                        help=f"groups, comma-separated: {', '.join(GROUPS)}")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="best of N interleaved pairs")
+    parser.add_argument("--skip-base-1m", action="store_true",
+                        help="do not run the base at 1M requests (w1m, azure)")  # fmt: skip
+    parser.add_argument("--base-time", action="append", default=[], metavar="ROW=SECONDS",
+                        help="a base time measured earlier, for a 1M row (not run)")  # fmt: skip
+    parser.add_argument("--noise", type=float, default=0.05,
+                        help="configs: ratio >= 1 - NOISE counts as not slower (0.05)")  # fmt: skip
     parser.add_argument("--plots", action="store_true", help="draw the runs' plots too")
-    parser.add_argument("--no-azure", action="store_true", help="skip the repeated Azure trace")
-    parser.add_argument("--mooncake", action="store_true", help="time the Mooncake configs too")
-    parser.add_argument("--mooncake-base", default="main")
     args = parser.parse_args()
-    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
-    failures = 0
+    groups = [g for spec in args.only for g in spec.split(",") if g] or list(GROUPS)
+    if unknown := sorted(set(groups) - set(GROUPS)):
+        parser.error(f"--only: unknown {', '.join(unknown)} (groups: {', '.join(GROUPS)})")
+    given = {}
+    for spec in args.base_time:
+        key, sep, value = spec.partition("=")
+        if not sep:
+            parser.error(f"--base-time {spec}: ROW=SECONDS")
+        given[key] = float(value)
+    current = Path(args.current).resolve()
+    if not (current / "cpkv").is_dir():
+        parser.error(f"--current {current}: no cpkv/ there")
+    base_spec = args.base or (str(BASE_DIR) if BASE_DIR.is_dir() else BASE_REV)
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        config = work / "synthetic.yaml"
-        config.write_text(SYNTHETIC)
-        trees = {"current": ROOT}
-        added = []
-        for name, rev in [("base", args.base)] + (
-            [("mooncake-base", args.mooncake_base)] if args.mooncake else []
-        ):
-            tree = work / name
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
-                check=True, capture_output=True,
-            )  # fmt: skip
-            trees[name] = tree
-            added.append(tree)
+        added = None
+        if Path(base_spec).is_dir():
+            base = Path(base_spec).resolve()
+        else:
+            base = added = worktree(base_spec, work / "base")
         try:
-            print(f"base {args.base}, plots {'on' if args.plots else 'off'}, best of {args.repeat}")
-            print(f"{'workload':<10} {'requests':>9}  {'code / cost':<18} {'time':>8} {'peak RSS':>9}"
-                  f"  {'base/this time':>14} {'base/this RSS':>13}")  # fmt: skip
-            for n in sizes:
-                count = [str(config), f"admit.workload.synthetic.count={n}"]
-                keep = n <= 100_000
-                b = best(
-                    trees["base"], count, args.plots, args.repeat, work / f"b{n}" if keep else None
-                )
-                print(
-                    f"{'synthetic':<10} {n:>9,}  {'base (linear)':<18} {b[0]:7.2f}s {b[1] / 1024:7.0f}MB"
-                )
-                for kind in ("linear", "roofline"):
-                    c = best(ROOT, [*count, f"admit.cost.kind={kind}"], args.plots, args.repeat,
-                             work / f"c{n}" if keep and kind == "linear" else None)  # fmt: skip
-                    print(f"{'synthetic':<10} {n:>9,}  {'current, ' + kind:<18} {c[0]:7.2f}s "
-                          f"{c[1] / 1024:7.0f}MB  {b[0] / c[0]:13.2f}x {b[1] / c[1]:12.2f}x")  # fmt: skip
-                if keep:
-                    problems = same_outputs(work / f"b{n}", work / f"c{n}")
-                    failures += bool(problems)
-                    print(f"{'':<10} {'':>9}  linear outputs vs base: "
-                          f"{'identical' if not problems else 'DIFFER: ' + ', '.join(problems)}")  # fmt: skip
-            if AZURE.is_file() and not args.no_azure:
-                for n in sizes:
-                    copies = max(1, round(n / AZURE_REQUESTS))
-                    limit = [f"admit.workload.limit={n}"] if n < AZURE_REQUESTS else []
-                    requests = n if limit else copies * AZURE_REQUESTS
-                    azure = [str(config), "admit.workload.source=trace",
-                             "admit.workload.format=azure_csv", f"admit.workload.path={AZURE}",
-                             f"admit.workload.repeat={copies}", "admit.arrivals.process=trace",
-                             "admit.slo.ttft_ms=2000", "admit.slo.tpot_ms=100", *limit]  # fmt: skip
-                    for kind in ("linear", "roofline"):
-                        c = best(ROOT, [*azure, f"admit.cost.kind={kind}"], args.plots,
-                                 args.repeat, None)  # fmt: skip
-                        print(f"{'azure':<10} {requests:>9,}  {'current, ' + kind:<18} "
-                              f"{c[0]:7.2f}s {c[1] / 1024:7.0f}MB")  # fmt: skip
-            if args.mooncake:
-                print(
-                    f"Mooncake configs, {args.mooncake_base} vs current (best of {args.repeat}, alternating)"
-                )
-                for path in MOONCAKE_CONFIGS:
-                    times = {"mooncake-base": [], "current": []}
-                    for _ in range(args.repeat):
-                        for name in times:
-                            times[name].append(run(trees[name], [path], args.plots)[0])
-                    b_t, c_t = min(times["mooncake-base"]), min(times["current"])
-                    print(f"  {path:<40} {b_t:6.2f}s -> {c_t:6.2f}s  ({b_t / c_t:.2f}x)")
+            trees = {"base": base, "current": current}
+            config = work / "synthetic.yaml"
+            config.write_text(SYNTHETIC)
+            rows = rows_for(groups, config, trees, 10 if args.quick else 1)
+            for row in rows:
+                if row.group in ("w1m", "azure"):
+                    if row.name in given:
+                        row.base.given = given.pop(row.name)
+                    elif args.skip_base_1m:
+                        row.base.skipped = True
+            if given:
+                parser.error(f"--base-time: no 1M row {', '.join(given)}")
+            warm_up(trees, config, work / "pycache")
+            return report(rows, trees, args)
         finally:
-            for tree in added:
+            if added is not None:
                 subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(added)],
                     check=False, capture_output=True,
                 )  # fmt: skip
-    return 1 if failures else 0
+
+
+def report(rows: list[Row], trees: dict[str, Path], args: argparse.Namespace) -> int:
+    print(f"base {trees['base']}, current {trees['current']}")
+    print(f"best of {args.repeat} interleaved, plots {'on' if args.plots else 'off'}"
+          f"{', quick (requests / 10)' if args.quick else ''}; ratio = base time / current time")  # fmt: skip
+    head = (f"{'workload':<14} {'requests':>9} {'policy':<13} {'cost':<8} {'base':>8} "
+            f"{'current':>8} {'ratio':>7} {'base RSS':>8} {'cur RSS':>8}  target")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    started = time.perf_counter()
+    for row in rows:
+        measure(row, trees, args.repeat, args.plots)
+        r = "-" if row.ratio is None else f"{row.ratio:.2f}x"
+        print(f"{row.workload:<14} {row.requests:>9,} {row.policy:<13} {row.cost:<8} "
+              f"{row.base.cell():>8} {row.current.cell():>8} {r:>7} {mb(row.base.mb):>8} "
+              f"{mb(row.current.mb):>8}  {target_text(row)}", flush=True)  # fmt: skip
+    print(f"({time.perf_counter() - started:.0f} s in all; * = --base-time, not run)")
+    print()
+    bad = 0
+    for row in rows:
+        for line, met in verdicts(row, args.quick, args.noise):
+            word = "n/a" if met is None else "met" if met else "NOT MET"
+            bad += met is False
+            print(f"{word:<8} {line}" + (" (not judged: --quick)" if met is None else ""))
+    failed = [(row, s, getattr(row, s)) for row in rows for s in ("base", "current")]
+    failed = [(row, s, side) for row, s, side in failed if side.error]
+    for row, s, side in failed:
+        tail = side.error.strip().splitlines()[-3:]
+        print(f"\n{row.name} ({s}) failed:\n  " + "\n  ".join(t[:106] for t in tail))
+    return 1 if bad or failed else 0
 
 
 if __name__ == "__main__":
