@@ -187,9 +187,9 @@ def fit_cost(
 
 def _fit_profile(profile: Path, tp: int, network: Path | None, table: bool, fmt: str) -> str:
     from cpkv.core.errors import ConfigError
-    from cpkv.serving.cost.fitting.roofline import fit_profile
-    from cpkv.serving.cost.fitting.report import profile_block, validation_table
     from cpkv.serving.cost.fitting.profiles import read_profile
+    from cpkv.serving.cost.fitting.report import profile_block, validation_table
+    from cpkv.serving.cost.fitting.roofline import fit_profile
 
     if fmt not in ("text", "markdown"):
         raise ConfigError(f"--format: unknown format {fmt!r} (allowed: text, markdown)")

@@ -123,13 +123,18 @@ def test_serving_parts_follow_their_layering(path: Path):
     for line, name in _imports(ast.parse(path.read_text(encoding="utf-8"))):
         parts = name.split(".")
         if parts[:2] == ["cpkv", "serving"] and len(parts) > 3 and parts[2] not in allowed:
-            bad.append(f"serving/{path.relative_to(SERVING)}:{line} imports {name} ({own} may import: {sorted(allowed)})")
+            bad.append(
+                f"serving/{path.relative_to(SERVING)}:{line} imports {name} ({own} may import: {sorted(allowed)})"
+            )
     assert not bad, "\n".join(bad)
 
 
 def test_serving_folders_stay_small():
     """No folder of ``cpkv/serving`` holds more than 12 modules."""
-    for folder in [SERVING, *(p for p in SERVING.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+    for folder in [
+        SERVING,
+        *(p for p in SERVING.rglob("*") if p.is_dir() and p.name != "__pycache__"),
+    ]:
         modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
         assert len(modules) <= 12, f"{folder.relative_to(REPO)} holds {len(modules)} modules"
 

@@ -98,7 +98,13 @@ class Engine:
         trace: Any = None,
     ) -> None:
         s = settings
-        self.settings, self.cache, self.sink, self.samples, self.trace = s, cache, sink, samples, trace
+        self.settings, self.cache, self.sink, self.samples, self.trace = (
+            s,
+            cache,
+            sink,
+            samples,
+            trace,
+        )
         self.arrivals = Arrivals(arrivals)
         self.pool = KvPool(s.block_size, s.capacity_blocks, s.victim)
         self.log: list[tuple[int, int, int, int]] | None = [] if events else None

@@ -215,4 +215,3 @@ class Lifecycle:
         policy.queue_entry_us = self.engine.now
         policy.arrival_processed_tokens = None
         self._watch_timeout(r)
-

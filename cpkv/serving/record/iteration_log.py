@@ -166,8 +166,7 @@ class IterationLog:
         if self.keep:
             parts = [self.expand(*batch) for batch in self.batches]
             self.kept = tuple(
-                np.concatenate([p[k] for p in parts]).tolist() if parts else []
-                for k in range(6)
+                np.concatenate([p[k] for p in parts]).tolist() if parts else [] for k in range(6)
             )
 
     def discard(self) -> None:

@@ -228,5 +228,3 @@ _DTYPE = np.dtype(
     ]
 )  # fmt: skip
 assert _DTYPE.itemsize == RECORD.size
-
-

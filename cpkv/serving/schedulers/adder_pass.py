@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from cpkv.admission.budgets import cp_limit_broken
-from cpkv.workload.request import CLIP_MAX_NEW_TOKENS, ceil_page
+from cpkv.workload.request import ceil_page
 
 NO_CAP = 1 << 62
 

@@ -11,6 +11,8 @@ import pytest
 
 from cpkv.core.config import load_config
 from cpkv.core.errors import InputError
+from cpkv.serving.cost.calibration import MEASURED
+from cpkv.serving.cost.fitting.profiles import GEMM_OPS, profile_folders, read_profile
 from cpkv.serving.cost.fitting.roofline import (
     CORNERS,
     MEDIAN_BOUND_PCT,
@@ -21,9 +23,7 @@ from cpkv.serving.cost.fitting.roofline import (
     fit_profile,
     predict_gemm_us,
 )
-from cpkv.serving.cost.calibration import MEASURED
 from cpkv.serving.cost.gpus import GPUS
-from cpkv.serving.cost.fitting.profiles import GEMM_OPS, profile_folders, read_profile
 from cpkv.serving.cost.roofline import RooflineCost, layer_gemms
 from cpkv.serving.cost.shapes import MODELS, ModelShape
 from tests.helpers.paths import CONFIGS, SHARED

@@ -14,6 +14,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from cpkv.runs.report import table
+from cpkv.serving.cost.calibration import MEASURED
+from cpkv.serving.cost.fitting.profiles import profile_folders, read_profile
 from cpkv.serving.cost.fitting.roofline import (
     MEDIAN_BOUND_PCT,
     WORST_BOUND_PCT,
@@ -21,9 +23,7 @@ from cpkv.serving.cost.fitting.roofline import (
     fit_gpu_defaults,
     fit_profile,
 )
-from cpkv.serving.cost.calibration import MEASURED
 from cpkv.serving.cost.gpus import GPUS
-from cpkv.serving.cost.fitting.profiles import profile_folders, read_profile
 
 COLUMNS = (
     "gpu", "model", "tp", "tokens", "default_median_pct", "default_worst_pct",

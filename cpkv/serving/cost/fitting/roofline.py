@@ -28,13 +28,13 @@ from typing import Any
 
 from cpkv.core.errors import InputError
 from cpkv.serving.cost.calibration import Calibration
-from cpkv.serving.cost.gpus import GPUS, Gpu
 from cpkv.serving.cost.fitting.profiles import (
     AllReduceTimes,
     LinearProfile,
     network_table,
     read_allreduce,
 )
+from cpkv.serving.cost.gpus import GPUS, Gpu
 from cpkv.serving.cost.roofline import (
     ACTIVATION_BYTES,
     ELEMENTWISE_KERNELS,
