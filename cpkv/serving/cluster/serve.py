@@ -57,44 +57,24 @@ def serve_cluster(
     ``lines``: where ``requests.jsonl`` goes (a stream with ``write``)."""
     spec = block.cluster
     n, cap, points = spec.instances, settings.capacity_blocks, block.serving.timeline_points
-    caches = [workload.new_cache() for _ in range(n)]
-    if spec.shared_l2 and n > 1 and caches[0] is not None:
-        l2 = caches[0].l2.capacity if caches[0].l2 is not None else None
-        shared_l2_caches(caches, None if l2 is None else l2 * n)
     events = TraceEvents() if block.serving.trace_events else None
     total = RequestStats(block.slo, lines.write)
-    tallies, sims, logs = [], [], []
-    for k in range(n):
-        hooks = events.instance(k) if events is not None else None
-        tally = InstanceTally(
-            k, total, RequestStats(block.slo), on_done=None if hooks is None else hooks.request
-        )
-        log = IterationLog(
-            cap, settings.block_size, keep=False, spill_dir=spill_dir, cost=settings.cost
-        )
-        tallies.append(tally)
-        logs.append(log)
-        sims.append(Engine(settings, caches[k], sink=tally, samples=log, trace=hooks))
+    engines, tallies, logs = _instances(block, settings, workload, total, events, spill_dir)
     block_tokens = workload.cache_block_size or settings.block_size
-    cluster = Cluster(sims, tallies, spec.router, spec.router_settings(), seed, block_tokens)
+    cluster = Cluster(engines, tallies, spec.router, spec.router_settings(), seed, block_tokens)
     if n > 1:
         total.write = InstanceLines(lines.write, cluster.instance_of)
     try:
         run = cluster.run(workload.arriving(block.arrivals, seed))
         total.close()
         end = run.end_us
-        timeline: list[dict[str, Any]] = []
-        times, integrals = [], []
-        for k, log in enumerate(logs):
-            integrals_k, points_k, time_k = log_report(log, end, cap, points)
-            times.append(time_k)
-            integrals.append(integrals_k)
-            if n > 1:
-                points_k = [{"instance": k, **p} for p in points_k]
-            timeline += points_k
+        reports = [log_report(log, end, cap, points) for log in logs]
     finally:
         for log in logs:
             log.discard()
+    integrals = [r[0] for r in reports]
+    timeline = [{"instance": k, **p} if n > 1 else p for k, r in enumerate(reports) for p in r[1]]
+    times = [r[2] for r in reports]
     rows = []
     for tally, part in zip(tallies, integrals, strict=True):
         tally.own.close()
@@ -107,28 +87,72 @@ def serve_cluster(
     if settings.options is not None or block.serving.policy_metrics:
         from cpkv.serving.record.policy_metrics import policy_row
 
-        policy = _policy_summary(block, settings, sims, counters, total.summary())
+        policy = _policy_summary(block, settings, engines, counters, total.summary())
         row = policy_row(row, policy)
-    instance_rows = []
-    busy_us = [t["busy_s"] * 1e6 for t in times]
-    for k, (tally, r, busy, res) in enumerate(
-        zip(tallies, rows, busy_us, run.results, strict=True)
-    ):
-        instance_rows.append({
+    instance_rows = _instance_rows(tallies, rows, times, run.results)
+    return ClusterOutcome(
+        row, total.summary(), counters, end, timeline,
+        _cluster_summary(spec, run.router, tallies, instance_rows), instance_rows,
+        None if events is None else events.text(), _added_time(times), policy,
+    )  # fmt: skip
+
+
+def _instances(
+    block: Any, settings: Any, workload: Any, total: Any, events: Any, spill_dir: Any
+) -> tuple[list[Engine], list[InstanceTally], list[IterationLog]]:
+    """The instances: an engine each, with its caches (one L2 shared when asked), the tally
+    its requests end in, its iteration log and trace hooks."""
+    spec, n = block.cluster, block.cluster.instances
+    caches = [workload.new_cache() for _ in range(n)]
+    if spec.shared_l2 and n > 1 and caches[0] is not None:
+        l2 = caches[0].l2.capacity if caches[0].l2 is not None else None
+        shared_l2_caches(caches, None if l2 is None else l2 * n)
+    engines, tallies, logs = [], [], []
+    for k in range(n):
+        hooks = events.instance(k) if events is not None else None
+        tally = InstanceTally(
+            k, total, RequestStats(block.slo), on_done=None if hooks is None else hooks.request
+        )
+        log = IterationLog(
+            settings.capacity_blocks, settings.block_size, keep=False, spill_dir=spill_dir,
+            cost=settings.cost,
+        )  # fmt: skip
+        tallies.append(tally)
+        logs.append(log)
+        engines.append(Engine(settings, caches[k], sink=tally, samples=log, trace=hooks))
+    return engines, tallies, logs
+
+
+def _instance_rows(
+    tallies: list[Any], rows: list[Any], times: list[dict[str, Any]], results: list[Any]
+) -> list[dict[str, Any]]:
+    """``instances.jsonl``'s rows: each instance's summary row, hits and work."""
+    out = []
+    for k, (tally, r, t, res) in enumerate(zip(tallies, rows, times, results, strict=True)):
+        out.append({
             "instance": k, "routed": tally.routed, **r.__dict__,
             "l1_hit_pct": _pct(tally.l1_hit_tokens, tally.prompt_tokens),
             "l2_hit_pct": _pct(tally.l2_hit_tokens, tally.prompt_tokens),
-            "busy_s": round(busy / 1e6, 6), "end_s": res.end_us / 1e6,
+            "busy_s": round(t["busy_s"], 6), "end_s": res.end_us / 1e6,
         })  # fmt: skip
-    mean_busy = sum(busy_us) / n
+    return out
+
+
+def _cluster_summary(
+    spec: Any, router: Any, tallies: list[Any], instance_rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The summary's ``cluster`` block (module docstring)."""
+    n = len(tallies)
+    busy = [x["busy_s"] for x in instance_rows]
+    mean_busy = sum(busy) / n
     prompt = sum(t.prompt_tokens for t in tallies)
-    cluster_summary = {
+    return {
         "instances": n,
         "router": spec.router,
         "shared_l2": spec.shared_l2,
-        "routed_by_rule": dict(sorted(run.router.by_rule.items())),
-        "moved_by_balance": run.router.moved_by_balance,
-        "load_imbalance": round(max(busy_us) / mean_busy, 4) if mean_busy > 0 else None,
+        "routed_by_rule": dict(sorted(router.by_rule.items())),
+        "moved_by_balance": router.moved_by_balance,
+        "load_imbalance": round(max(busy) / mean_busy, 4) if mean_busy > 0 else None,
         "requests_imbalance": round(
             max(t.routed for t in tallies) * n / max(1, sum(t.routed for t in tallies)), 4
         ),
@@ -136,11 +160,6 @@ def serve_cluster(
         "l2_hit_pct": _pct(sum(t.l2_hit_tokens for t in tallies), prompt),
         "per_instance": [{k: x[k] for k in ("instance", *INSTANCE_COLUMNS)} for x in instance_rows],
     }
-    return ClusterOutcome(
-        row, total.summary(), counters, end,
-        timeline, cluster_summary, instance_rows, None if events is None else events.text(),
-        _added_time(times), policy,
-    )  # fmt: skip
 
 
 def _policy_summary(

@@ -123,12 +123,9 @@ def adder_pass(
     extend_paged_sum = cached_paged_sum = 0
     if chunk is not None and rem_chunk is not None:  # add_chunked_req
         tokens_left, max_new, prefix = chunk
-        chunk_limit = min(rem_chunk, int(room - total_offset))
-        if chunk_limit <= 0:
-            chunk_limit = rem_chunk
-        if chunk_limit > 0:
-            cut = tokens_left > chunk_limit
-            extend = chunk_limit if cut else tokens_left
+        extend = _chunk_tokens(tokens_left, rem_chunk, room - total_offset)
+        if extend:
+            cut = extend < tokens_left
             extend_paged = ceil_page(extend, page)
             total_offset += extend_paged + page + (0 if cut else max_new)
             current_offset += extend_paged + page
@@ -149,15 +146,12 @@ def adder_pass(
         candidate = next(queue, None)
         if candidate is None:
             break
-        if first and room - total_offset > 0 and room - current_offset > 0:
-            # budget_state() at the top of the scan
-            if rem_input <= 0:
-                stop = "rem_input_tokens"
-            elif rem_chunk is not None and rem_chunk <= 0:
-                stop = "rem_chunk_tokens"
-            if stop is not None:
+        if first:  # budget_state() at the top of the scan: only a spent compute budget stops
+            state = budget_state(room - total_offset, room - current_offset, rem_input, rem_chunk)
+            if state == "rem_input_tokens" or state == "rem_chunk_tokens":
+                stop = state
                 break
-        first = False
+            first = False
         if batch_requests >= max_running:
             stop = "max_running_requests"
             break
@@ -209,12 +203,30 @@ def adder_pass(
         batch_requests += 1
         admitted.append((extend, loaded, cut))
         # budget_state(): stops the scan, the request stays admitted
-        if room - total_offset <= 0:
-            stop = "rem_total_tokens"
-        elif room - current_offset <= 0:
-            stop = "cur_rem_tokens"
-        elif rem_input <= 0:
-            stop = "rem_input_tokens"
-        elif rem_chunk is not None and rem_chunk <= 0:
-            stop = "rem_chunk_tokens"
+        stop = budget_state(room - total_offset, room - current_offset, rem_input, rem_chunk)
     return PassResult(chunk_tokens, chunk_done, admitted, stop)
+
+
+def _chunk_tokens(tokens_left: int, rem_chunk: int, rem_total: float) -> int:
+    """``add_chunked_req``: the tokens the chunked request computes this pass (0: none)."""
+    limit = min(rem_chunk, int(rem_total))
+    if limit <= 0:
+        limit = rem_chunk
+    if limit <= 0:
+        return 0
+    return limit if tokens_left > limit else tokens_left
+
+
+def budget_state(
+    rem_total: float, cur_rem: float, rem_input: int, rem_chunk: int | None
+) -> str | None:
+    """SGLang's ``budget_state()``: the budget that is spent (None: the pass goes on)."""
+    if rem_total <= 0:
+        return "rem_total_tokens"
+    if cur_rem <= 0:
+        return "cur_rem_tokens"
+    if rem_input <= 0:
+        return "rem_input_tokens"
+    if rem_chunk is not None and rem_chunk <= 0:
+        return "rem_chunk_tokens"
+    return None
