@@ -7,7 +7,7 @@ passes on either backend: the ``BACKENDS`` registry), ``records`` (tick records 
 summary), ``token_ratio`` (SGLang's adaptive ``new_token_ratio``), ``scenarios`` (seeded random
 scenarios for differential tests), ``timing`` and ``run`` (the passes-mode output),
 ``sglang/`` (the real SGLang backend, imported only when asked for), ``schedule_policy/``
-(SGLang's waiting-queue order and priority preemption, for the loops to call).
+(SGLang's waiting-queue order and priority preemption, which the serving schedulers call).
 
 May import: ``cpkv.core``, ``cpkv.runs``, ``cpkv.workload``, ``cpkv.trace``.
 """

@@ -1,4 +1,4 @@
-"""Which admission-policy settings make sense together (seed 004's policy space, issue 13).
+"""Which admission-policy settings make sense together.
 
 :func:`check_policy_space` runs after the ``admit`` block's own checks and raises a
 :class:`~cpkv.core.schema.FieldError` (one line, exit 2) for a combination that nothing

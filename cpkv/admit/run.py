@@ -1,7 +1,7 @@
 """The ``admit`` kind's prepare: one config block, three capabilities.
 
 * ``mode: serving`` -> :func:`cpkv.serving.run.prepare_serving` (time around any policy);
-* ``mode: passes`` with a seed 004 policy -> :func:`cpkv.policies.output.prepare_seed_policy`;
+* ``mode: passes`` with a block policy -> :func:`cpkv.policies.output.prepare_block_policy`;
 * ``mode: passes`` with ``prefill_adder`` -> :func:`cpkv.admission.run.prepare_passes`.
 
 Each is imported only when chosen, so ``cpkv admit`` pays only for what it runs.
@@ -23,10 +23,10 @@ def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
         from cpkv.serving.run import prepare_serving
 
         return prepare_serving(cfg)
-    if block.policy != "prefill_adder":  # seed 004's policies, one shot
-        from cpkv.policies.output import prepare_seed_policy
+    if block.policy != "prefill_adder":  # the block policies, one shot
+        from cpkv.policies.output import prepare_block_policy
 
-        return prepare_seed_policy(block)
+        return prepare_block_policy(block)
     from cpkv.admission.run import prepare_passes
 
     return prepare_passes(cfg)

@@ -46,12 +46,12 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     """``admit:``: backend, policy, mode, workload, the waiting-queue policy keys (a
     SchedulePolicyConfig), then the budgets (an AdmitBudgets)."""
 
-    kv: KvBlocks = KvBlocks()  # seed 004 block policies (conservative, optimistic)
-    iteration: IterationBudget = IterationBudget()  # seed 004 iteration policy
+    kv: KvBlocks = KvBlocks()  # the conservative and optimistic block policies
+    iteration: IterationBudget = IterationBudget()  # the iteration block policy
     arrivals: ArrivalsSpec = ArrivalsSpec()  # mode serving: when requests arrive
     cost: CostSpec = CostSpec()  # mode serving: iteration time
     slo: SloSpec = SloSpec()  # mode serving: goodput
-    serving: ServingSpec = ServingSpec()  # mode serving: loop options
+    serving: ServingSpec = ServingSpec()  # mode serving: engine options
     cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router
     deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
     profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
@@ -105,7 +105,8 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     def _validate_serving(self) -> None:
         if self.backend != "model":
             raise FieldError(
-                "backend", f"{self.backend!r} has no serving loop; mode serving needs backend model"
+                "backend",
+                f"{self.backend!r} has no serving engine; mode serving needs backend model",
             )
         if self.kv.scan == "all_or_error":
             raise FieldError(

@@ -46,8 +46,8 @@ def admit(
     limits 65536 extend tokens and 8 requests per batch. admit.backend=sglang runs the same
     workload through the real sglang PrefillAdder (when installed; CP limits off).
 
-    admit.policy=iteration|conservative|optimistic runs seed 004's policies instead of the
-    PrefillAdder: iteration reads the admit.iteration token budget, conservative and
+    admit.policy=iteration|conservative|optimistic runs the block policies instead of
+    the PrefillAdder: iteration reads the admit.iteration token budget, conservative and
     optimistic the admit.kv block pool (configs/admit/seed004_iteration.yaml,
     configs/admit/seed004_blocks.yaml).
 

@@ -1,4 +1,5 @@
-"""Seed 004's admission policies (and cpkv's own variants of their choices).
+"""The block policies (conservative, optimistic, iteration) and cpkv's own variants of their
+choices.
 
 Holds: ``registry`` (``admit.policy``: ``POLICIES``), ``blocks`` (the KV block model, its
 scans, the conservative policy), ``victims`` (whom growth preempts: ``VICTIMS``), ``growth``

@@ -1,4 +1,4 @@
-"""Seed 004's KV block model, its admission scans, and the conservative policy.
+"""The KV block model of the block policies, its admission scans, and the conservative policy.
 
 A request ``r`` holds ``ceil(prompt_tokens / block_size)`` blocks once prefilled and may
 grow to ``ceil((prompt_tokens + max_new_tokens) / block_size)``. The *conservative*
@@ -7,11 +7,11 @@ admits on the current prompt blocks and preempts when growth does not fit.
 
 A *scan* decides which requests, in input order, get their blocks (``SCANS``):
 
-* ``first_fit`` (the seed's conservative scan): admit every request that still fits,
+* ``first_fit`` (the conservative policy's default scan): admit every request that still fits,
   skipping over those that do not (a later, smaller request may pass a larger one);
 * ``fcfs_stop``: stop at the first request that does not fit, like SGLang's scan loop;
-* ``all_or_error`` (the seed's optimistic admission): admit everyone; an error if the
-  blocks needed exceed the capacity (the seed asserts this).
+* ``all_or_error`` (the optimistic policy's default admission): admit everyone; an error if
+  the blocks needed exceed the capacity.
 """
 
 from __future__ import annotations
@@ -32,18 +32,18 @@ Scan = Callable[[Sequence[int], int], tuple[str, ...]]
 SCANS: Registry[Scan] = Registry("admission scan")
 
 ADMITTED, NO_ROOM, AFTER_STOP = "admitted", "no_room", "after_stop"
-SEED_SCANS = {"conservative": "first_fit", "optimistic": "all_or_error"}
-"""The scan each policy uses when ``admit.kv.scan`` is null (the seed's choices)."""
+DEFAULT_SCANS = {"conservative": "first_fit", "optimistic": "all_or_error"}
+"""The scan each policy uses when ``admit.kv.scan`` is null."""
 
 
 @dataclass(frozen=True)
 class KvBlocks:
-    """The ``admit.kv`` block: the block model and the seed-004 policies' options.
+    """The ``admit.kv`` block: the block model and the block policies' options.
 
-    ``scan`` null means the seed's choice for the policy (conservative ``first_fit``,
+    ``scan`` null means the policy's default scan (conservative ``first_fit``,
     optimistic ``all_or_error``). ``victim`` picks whom optimistic growth preempts
-    (:data:`cpkv.policies.victims.VICTIMS`). ``on_finish``: ``keep`` (the seed: a finished
-    request keeps its blocks) or ``free`` (its blocks return, with a ``finished`` event).
+    (:data:`cpkv.policies.victims.VICTIMS`). ``on_finish``: ``keep`` (the default: a
+    finished request keeps its blocks) or ``free`` (its blocks return, with a ``finished`` event).
     """
 
     block_size: int = 4
@@ -179,12 +179,14 @@ def conservative(requests: Sequence[BlockRequest], kv: KvBlocks = DEFAULT_KV) ->
     checked_kv(kv)
     check_requests(requests)
     needs = [r.reserve_blocks(kv.block_size) for r in requests]
-    return admit_by_scan("conservative", requests, needs, kv, kv.scan or SEED_SCANS["conservative"])
+    return admit_by_scan(
+        "conservative", requests, needs, kv, kv.scan or DEFAULT_SCANS["conservative"]
+    )
 
 
 @SCANS.register(
     "first_fit",
-    help="admit each request that fits, keep scanning past those that do not (seed 004)",
+    help="admit each request that fits, keep scanning past those that do not",
 )
 def first_fit(needs: Sequence[int], capacity: int) -> tuple[str, ...]:
     """Admit every request that fits in what is left, in order; skip the others."""
@@ -210,15 +212,15 @@ def fcfs_stop(needs: Sequence[int], capacity: int) -> tuple[str, ...]:
 
 @SCANS.register(
     "all_or_error",
-    help="admit every request; error if they do not all fit (seed 004's optimistic assert)",
+    help="admit every request; error if they do not all fit (optimistic default)",
 )
 def all_or_error(needs: Sequence[int], capacity: int) -> tuple[str, ...]:
-    """Admit all; ConfigError if their blocks exceed ``capacity`` (the seed asserts)."""
+    """Admit all; ConfigError if their blocks exceed ``capacity``."""
     total = sum(needs)
     if total > capacity:
         raise ConfigError(
             f"admit.kv.capacity_blocks: the requests need {total} blocks at admission but capacity is "
-            f"{capacity} (scan all_or_error, the seed's); raise the capacity or set admit.kv.scan to "
+            f"{capacity} (scan all_or_error, the optimistic default); raise the capacity or set admit.kv.scan to "
             f"first_fit or fcfs_stop"
         )
     return (ADMITTED,) * len(needs)

@@ -1,4 +1,5 @@
-"""cpkv's multi-dimensional iteration budgets (seed 004: "不是同一个数字").
+"""cpkv's multi-dimensional iteration budgets: prefill, decode and verification tokens do
+not cost the same.
 
 * :class:`TokenWeights` (``admit.iteration.weights``): what one prefill, decode and
   speculative-verification token costs of the iteration's ``budget_tokens``. An iteration
@@ -6,7 +7,7 @@
   verify_tokens``), leaves :func:`weighted_prefill_budget` prefill tokens:
   ``floor((budget - w_decode * d - w_verify * v * d) / w_prefill)`` (never below 0);
   :func:`weighted_work` is the work an iteration spent, which never exceeds the budget
-  when it carried any prefill (the invariant the serving loop checks);
+  when it carried any prefill (the invariant the serving engine checks);
 * :func:`graph_bucket`: a decode-only batch of ``n`` requests runs the CUDA graph of the
   smallest captured bucket ``>= n`` (``admit.serving.cuda_graph_buckets``); the bucket's
   ``bucket - n`` padding requests cost decode time and are reported. A batch larger than

@@ -1,21 +1,21 @@
-"""Seed 004's optimistic policy: admit on prompt blocks, grow per token, preempt on overflow.
+"""The optimistic block policy: admit on prompt blocks, grow per token, preempt on overflow.
 
-The growth loop reproduces the seed's toy model:
+The growth loop:
 
 * ``used`` starts at the admitted requests' prompt blocks;
 * each step ``s = 0 .. max(max_new_tokens) - 1`` visits the still-active requests in
   admission order. A request with ``s >= max_new_tokens`` has finished: it leaves the
-  active set without an event and, as in the seed, *keeps its blocks*
+  active set without an event and, by default, *keeps its blocks*
   (``on_finish: free`` returns them and records a ``finished`` event). Any other request
   grows by one token, taking a new block when its length crosses a block boundary;
 * if that new block does not fit, victims are preempted (all their blocks freed, dropped
-  for good; no requeue in this model) until it fits. With the seed's ``scan_order`` the
+  for good; no requeue in this model) until it fits. With the default ``scan_order`` the
   victim is the request that tried to grow, so its token is lost with it; with another
   order, the grower advances once enough others were preempted. Victims are chosen by what
   requests hold before the growth (the grower's new token and block are still pending);
 * every event records ``used_blocks`` right after it, so it never exceeds the capacity
-  (the seed adds the block, sees ``used > capacity`` and subtracts the victim's blocks
-  including the new one: the same numbers).
+  (the same numbers as adding the block, seeing ``used > capacity`` and subtracting the
+  victim's blocks including the new one).
 
 Victims are chosen by :data:`cpkv.policies.victims.VICTIMS` (``admit.kv.victim``).
 """
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from cpkv.policies.blocks import (
     DEFAULT_KV,
-    SEED_SCANS,
+    DEFAULT_SCANS,
     BlockOutcome,
     BlockRequest,
     GrowthEvent,
@@ -45,7 +45,7 @@ def optimistic(requests: Sequence[BlockRequest], kv: KvBlocks = DEFAULT_KV) -> B
     check_requests(requests)
     needs = [r.prompt_blocks(kv.block_size) for r in requests]
     admission = admit_by_scan(
-        "optimistic", requests, needs, kv, kv.scan or SEED_SCANS["optimistic"]
+        "optimistic", requests, needs, kv, kv.scan or DEFAULT_SCANS["optimistic"]
     )
     admitted = [
         Holder(i, r, r.prompt_tokens, need)

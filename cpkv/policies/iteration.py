@@ -1,16 +1,15 @@
-"""Seed 004's per-iteration token budget: decodes advance first, the prompt is chunked.
+"""The iteration block policy: a per-iteration token budget, decodes first, the prompt chunked.
 
 Every iteration (tick) has ``budget_tokens`` units of token-work. Each of the
 ``decode_requests`` running requests advances one token first; what is left of the
 budget, capped by ``chunk_tokens`` and by what is left of the prompt, goes to one
 prefill chunk of the long prompt. Ticks repeat until the prompt is fully prefilled.
-Tokens are equal-cost here, as in the seed (a teaching model, not a cost model).
+Tokens are equal-cost here (a teaching model, not a cost model).
 
-For every input the seed's toy model terminates on, the trace is the seed's. Where the
-toy model would loop forever (a prompt left while no prefill token fits a tick:
-``chunk_tokens <= 0`` or ``budget_tokens <= decode_requests``), :func:`iteration_trace`
-raises :class:`~cpkv.core.errors.ConfigError` naming the cause instead. Negative counts are
-rejected too (the toy model would also accept or loop on them).
+Where the ticks would never finish the prompt (a prompt left while no prefill token fits a
+tick: ``chunk_tokens <= 0`` or ``budget_tokens <= decode_requests``), :func:`iteration_trace`
+raises :class:`~cpkv.core.errors.ConfigError` naming the cause instead of looping forever.
+Negative counts are rejected too.
 """
 
 from __future__ import annotations
@@ -86,7 +85,7 @@ def iteration_trace(
     """The tick-by-tick trace until the prompt is prefilled (empty when there is no prompt).
 
     Raises :class:`~cpkv.core.errors.ConfigError` (naming ``key`` + field) for inputs on which
-    the seed's loop would never end.
+    the ticks would never finish the prompt.
     """
     try:
         budget.validate()

@@ -1,4 +1,4 @@
-"""Seed-004 policies as the output of a ``cpkv admit`` run: rows, summary, extra files.
+"""The block policies as the output of a ``cpkv admit`` run: rows, summary, extra files.
 
 * ``iteration``: one row per tick (:class:`~cpkv.policies.iteration.IterationTick`);
 * ``conservative`` / ``optimistic``: one row per request
@@ -15,9 +15,9 @@ from typing import Any
 
 from cpkv.core.kinds import RunContext
 from cpkv.core.schema import to_dict
-from cpkv.policies.blocks import SEED_SCANS, BlockOutcome, KvBlocks
+from cpkv.policies.blocks import DEFAULT_SCANS, BlockOutcome, KvBlocks
 from cpkv.policies.iteration import IterationBudget, IterationTick
-from cpkv.policies.registry import POLICIES, SeedInputs, run_seed_policy
+from cpkv.policies.registry import POLICIES, BlockPolicyInputs, run_block_policy
 from cpkv.policies.requests import load_block_requests
 from cpkv.runs.results import RunOutput
 
@@ -27,8 +27,8 @@ BLOCK_COLUMNS = (
 )  # fmt: skip
 
 
-def prepare_seed_policy(block: Any) -> Callable[[RunContext], RunOutput]:
-    """``cpkv admit`` for a seed-004 ``admit.policy`` (``block``: the ``admit`` config block).
+def prepare_block_policy(block: Any) -> Callable[[RunContext], RunOutput]:
+    """``cpkv admit`` when ``admit.policy`` is a block policy (``block``: the ``admit`` block).
 
     Reads the workload and runs the policy now, so that user errors surface before a run
     directory exists; the ``iteration`` policy reads no requests.
@@ -39,22 +39,22 @@ def prepare_seed_policy(block: Any) -> Callable[[RunContext], RunOutput]:
         if reads == "block_requests"
         else ()
     )
-    inputs = SeedInputs(kv=block.kv, iteration=block.iteration, requests=requests)
+    inputs = BlockPolicyInputs(kv=block.kv, iteration=block.iteration, requests=requests)
     # the policies are cheap: run now, so that their ConfigErrors (e.g. capacity) come first
-    out = seed_policy_output(block.policy, inputs)
+    out = block_policy_output(block.policy, inputs)
     if reads == "block_requests":
         out = replace(out, summary={**out.summary, "workload": block.workload.source})
 
     def execute(ctx: RunContext) -> RunOutput:
-        ctx.report(1, 1, f"seed 004 policy {block.policy}")
+        ctx.report(1, 1, f"block policy {block.policy}")
         return out
 
     return execute
 
 
-def seed_policy_output(name: str, inputs: SeedInputs) -> RunOutput:
-    """Run seed-004 policy ``name`` and shape its result for a run directory."""
-    result = run_seed_policy(name, inputs)
+def block_policy_output(name: str, inputs: BlockPolicyInputs) -> RunOutput:
+    """Run block policy ``name`` and shape its result for a run directory."""
+    result = run_block_policy(name, inputs)
     if isinstance(result, BlockOutcome):
         return _block_output(result, inputs.kv)
     return _iteration_output(result, inputs.iteration)
@@ -72,7 +72,7 @@ def _iteration_output(ticks: tuple[IterationTick, ...], budget: IterationBudget)
         "prefill_tokens": prefill,
         "budget_utilization": (decode + prefill) / capacity if capacity else 0.0,
     }
-    note = "seed 004 iteration budget: decodes first, then one prompt chunk per tick (equal-cost tokens)"
+    note = "iteration budget: decodes first, then one prompt chunk per tick (equal-cost tokens)"
     return RunOutput(
         rows=list(ticks), summary=summary, table_columns=ITERATION_COLUMNS, notes=[note]
     )
@@ -84,7 +84,7 @@ def _block_output(out: BlockOutcome, kv: KvBlocks) -> RunOutput:
         "policy": out.policy,
         "block_size": kv.block_size,
         "capacity_blocks": kv.capacity_blocks,
-        "scan": kv.scan or SEED_SCANS[out.policy],
+        "scan": kv.scan or DEFAULT_SCANS[out.policy],
         "requests": len(out.decisions),
         "admitted": len(out.admitted),
         "admitted_rids": list(out.admitted),

@@ -1,5 +1,5 @@
 """cpkv's ``profiled`` reservation: reserve the prompt plus a quantile of the output lengths
-seen so far (seed 004's "probabilistic/profiled" admission).
+seen so far (a probabilistic, profiled admission).
 
 :class:`OutputQuantile` keeps the output lengths of the last ``window`` finished requests
 and answers their ``quantile`` by nearest rank: the ``ceil(q x n)``-th smallest of the

@@ -1,4 +1,4 @@
-"""The admission policies of ``admit.policy``: SGLang's PrefillAdder and seed 004's three.
+"""The admission policies of ``admit.policy``: SGLang's PrefillAdder and the block policies.
 
 ``POLICIES`` maps each YAML name to a :class:`PolicySpec`:
 
@@ -29,8 +29,8 @@ from cpkv.policies.iteration import IterationBudget, IterationTick, iteration_tr
 
 
 @dataclass(frozen=True)
-class SeedInputs:
-    """Everything a seed-004 policy may read."""
+class BlockPolicyInputs:
+    """Everything a block policy (iteration, conservative, optimistic) may read."""
 
     kv: KvBlocks = KvBlocks()
     iteration: IterationBudget = IterationBudget()
@@ -46,7 +46,7 @@ class PolicySpec:
 
     name: str
     reads: Literal["prefill_requests", "iteration", "block_requests"]
-    run: Callable[[SeedInputs], PolicyResult] | None
+    run: Callable[[BlockPolicyInputs], PolicyResult] | None
     help: str
     serving_only: bool = False
 
@@ -61,19 +61,19 @@ for _spec in (
         "iteration",
         "iteration",
         lambda s: iteration_trace(s.iteration),
-        "seed 004: per-iteration token budget, decode first, chunked prompt",
+        "per-iteration token budget, decode first, chunked prompt",
     ),
     PolicySpec(
         "conservative",
         "block_requests",
         lambda s: conservative(s.requests, s.kv),
-        "seed 004: reserve ceil((prompt + max_new) / block) blocks",
+        "reserve ceil((prompt + max_new) / block) blocks",
     ),
     PolicySpec(
         "optimistic",
         "block_requests",
         lambda s: optimistic(s.requests, s.kv),
-        "seed 004: admit on prompt blocks, preempt when growth does not fit",
+        "admit on prompt blocks, preempt when growth does not fit",
     ),
     PolicySpec(
         "profiled",
@@ -86,8 +86,8 @@ for _spec in (
     POLICIES.register(_spec.name, _spec, help=_spec.help)
 
 
-def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
-    """Run seed-004 policy ``name``; ConfigError if unknown or if it is the tick model's."""
+def run_block_policy(name: str, inputs: BlockPolicyInputs) -> PolicyResult:
+    """Run block policy ``name``; ConfigError if unknown or if it is the tick model's."""
     try:
         spec = POLICIES.get(name)
     except ConfigError as err:
@@ -96,12 +96,12 @@ def run_seed_policy(name: str, inputs: SeedInputs) -> PolicyResult:
         raise ConfigError(f"admit.policy: {name!r} runs only with admit.mode serving")
     if spec.run is None:
         raise ConfigError(
-            f"admit.policy: {name!r} runs through the PrefillAdder tick model, not the seed 004 policies"
+            f"admit.policy: {name!r} runs through the PrefillAdder tick model, not the block policies"
         )
     return spec.run(inputs)
 
 
-def seed_policy_names() -> list[str]:
+def block_policy_names() -> list[str]:
     """Names of the policies this module runs itself."""
     return [
         n

@@ -1,4 +1,4 @@
-"""Requests for seed 004's block policies, from any ``admit.workload`` source.
+"""Requests for the block policies (conservative, optimistic), from any ``admit.workload`` source.
 
 A ``jsonl`` file may hold block requests (``rid``, ``prompt_tokens``, ``max_new_tokens``)
 or the prefill model's requests (``rid``, ``extend_tokens``, ...), line by line. Prefill

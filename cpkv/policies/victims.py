@@ -1,11 +1,11 @@
 """Whom KV growth preempts when a new block does not fit: the ``admit.kv.victim`` orders.
 
 Victim orders (``VICTIMS``), all choosing among the active requests, grower included:
-``scan_order`` (the seed), ``newest_first`` (last admitted), ``largest_first`` (most
-blocks, newest on ties), ``least_progress`` (fewest generated tokens, then longest prompt,
-then newest: the order of SGLang's ``retract_decode``).
+``scan_order`` (the default: the grower itself), ``newest_first`` (last admitted),
+``largest_first`` (most blocks, newest on ties), ``least_progress`` (fewest generated tokens,
+then longest prompt, then newest: the order of SGLang's ``retract_decode``).
 
-The optimistic policy (:mod:`cpkv.policies.growth`) and the serving loop's KV pool
+The optimistic policy (:mod:`cpkv.policies.growth`) and the serving engine's KV pool
 (:mod:`cpkv.serving.model.kv_pool`) choose with these; :class:`cpkv.policies.blocks.KvBlocks`
 validates the name against the registry.
 """
@@ -43,7 +43,7 @@ Victim = Callable[[Sequence[Holder], Holder], Holder]
 VICTIMS: Registry[Victim] = Registry("victim order")
 
 
-@VICTIMS.register("scan_order", help="the request whose growth does not fit (seed 004)")
+@VICTIMS.register("scan_order", help="the request whose growth does not fit (the default)")
 def scan_order(active: Sequence[Holder], grower: Holder) -> Holder:
     """The request that just grew past the capacity."""
     return grower

@@ -1,4 +1,4 @@
-"""Config blocks of ``admit.mode: serving``: arrivals, SLOs and the serving loop's options.
+"""Config blocks of ``admit.mode: serving``: arrivals, SLOs and the serving engine's options.
 
 The iteration-time model is :class:`cpkv.serving.cost.model.CostModel` (``admit.cost``); the KV
 pool is ``admit.kv`` (``block_size`` tokens per block, ``capacity_blocks`` blocks, ``scan``,
@@ -54,7 +54,7 @@ class SloSpec:
 
 @dataclass(frozen=True)
 class ServingSpec:
-    """``admit.serving``: options of the serving loop.
+    """``admit.serving``: options of the serving engine.
 
     * ``on_preempt``: ``requeue`` (recompute: the victim frees its KV and waits again at the
       back of the queue, its prompt now holding the tokens it generated), ``swap`` (cpkv's:
@@ -63,7 +63,7 @@ class ServingSpec:
       (the victim ends, rejected with reason ``preempted``);
     * ``queue_timeout_ms``: a request that has waited this long in the queue (since it last
       entered it) leaves it, terminal state ``timed_out`` (null: never);
-    * ``check_invariants``: assert seed 004's invariants after every iteration
+    * ``check_invariants``: assert the block model's invariants after every iteration
       (:mod:`cpkv.serving.engine.invariants`; slow: every iteration runs in full);
     * ``cuda_graph_buckets``: batch sizes of the captured decode CUDA graphs; a decode-only
       iteration is padded to the next one and pays the padding's decode time (empty: none);

@@ -162,7 +162,7 @@ def synthetic_samplers(spec) -> tuple:
     """The four no-argument samplers of one run, sharing one ``random.Random(seed)``:
     ``l1_cached_tokens``, ``l2_cached_tokens``, ``extend_tokens``, ``max_new_tokens`` (None
     when not drawn). Call them in that order, once per request, as
-    :func:`synthetic_draws` does (the serving loop draws a million requests that way,
+    :func:`synthetic_draws` does (the serving engine draws a million requests that way,
     lazily)."""
     syn: SyntheticSpec = spec.synthetic
     rng = random.Random(0 if syn.seed is None else syn.seed)

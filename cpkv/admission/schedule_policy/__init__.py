@@ -6,7 +6,7 @@ in-batch waiting-queue tree and the ``dfs-weight`` walk over trace block hashes)
 ``preempt`` (``PrefillAdder.preempt_to_schedule``: :func:`choose_preemption`). Each is
 checked against the real SGLang objects in ``tests/admission/test_schedule_policy_oracle.py``.
 
-A loop uses it as SGLang's scheduler does: once per prefill pass, before the scan,
+A scheduler uses it as SGLang's does: once per prefill pass, before the scan,
 ``order.sort(waiting, match, processed_tokens, sibling_rank)``; during the scan, when the
 batch is full and :attr:`SchedulePolicyConfig.priority_preemption` is on,
 ``choose_preemption(...)`` for the candidate.

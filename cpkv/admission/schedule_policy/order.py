@@ -1,6 +1,6 @@
 """SGLang 0.5.23's ``SchedulePolicy.calc_priority``: the waiting queue's order before a pass.
 
-:meth:`WaitingQueueOrder.sort` reorders the loop's waiting list in place, as SGLang sorts its
+:meth:`WaitingQueueOrder.sort` reorders the scheduler's waiting list in place, as SGLang sorts its
 ``waiting_queue`` in place: every sort is stable (ties keep the current order, which is the
 order the previous pass left plus the arrivals appended since), except ``hrrn`` whose ties
 go by ``rid`` (string order) and ``random``.
@@ -65,10 +65,10 @@ class WaitingRequest(Protocol):
 
     ``priority`` is already resolved (:func:`resolve_priority`); ``queue_entry_us`` is when it
     last entered the waiting queue (``time_stats.wait_queue_entry_time``; a preempted or
-    retracted request re-enters with a new one); ``arrival_processed_tokens`` is the loop's
-    prefill-token counter at that moment; ``output_tokens`` is ``len(output_ids)`` (kept by a
-    preempted request: its re-prefill covers them); ``hash_ids`` are the prompt's block
-    hashes, or None (its tokens are its own).
+    retracted request re-enters with a new one); ``arrival_processed_tokens`` is the
+    scheduler's prefill-token counter at that moment; ``output_tokens`` is
+    ``len(output_ids)`` (kept by a preempted request: its re-prefill covers them);
+    ``hash_ids`` are the prompt's block hashes, or None (its tokens are its own).
     """
 
     rid: str
@@ -82,12 +82,13 @@ class WaitingRequest(Protocol):
 
 
 Match = Callable[[Any], tuple[int, int]]
-"""``match(request) -> (device_prefix_tokens, host_hit_tokens)`` in the loop's prefix cache."""
+"""``match(request) -> (device_prefix_tokens, host_hit_tokens)`` in the scheduler's prefix cache."""
 
 
 @dataclass(slots=True)
 class QueuedRequest:
-    """A plain :class:`WaitingRequest` (tests, and loops without a request class of their own)."""
+    """A plain :class:`WaitingRequest` (tests, and schedulers without a request class of their
+    own)."""
 
     rid: str
     prompt_tokens: int
@@ -167,7 +168,7 @@ class WaitingQueueOrder:
         """Order ``queue`` in place as ``calc_priority`` orders SGLang's waiting queue.
 
         ``match`` is needed by the cache-aware policies (called once per request, in queue
-        order, before anything moves); ``processed_tokens`` (the loop's running count of
+        order, before anything moves); ``processed_tokens`` (the scheduler's running count of
         prefill tokens computed) by ``hrrn``; ``sibling_rank`` (when each device-tree node was
         created) by ``dfs-weight`` to break ties between equally heavy subtrees.
         """

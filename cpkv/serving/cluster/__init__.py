@@ -2,7 +2,7 @@
 
 Holds: ``schema`` (the ``admit.cluster`` block), ``routers`` (the router registry, the
 snapshot a router decides from and its decisions), ``prefix_tree`` (the approximate prefix
-tree of the ``prefix_aware`` router), ``driver`` (instances of the serving loop fed by a
+tree of the ``prefix_aware`` router), ``driver`` (instances of the serving engine fed by a
 router at each arrival, the loads it sees, a shared L2), ``serve`` (a cluster run's outputs:
 per instance and in total).
 

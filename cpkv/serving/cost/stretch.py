@@ -126,6 +126,21 @@ class AffinePieces:
         return _settle(total, k, first + 1, top, budget)
 
 
+def line_total(a: float, b: float, steps: int) -> float:
+    """The first ``steps`` durations ``a + b j`` (``j`` from 0), summed: one piece's
+    :meth:`AffinePieces.total`, for callers that hold the piece's two numbers."""
+    return a * steps + b * (steps - 1) * steps / 2.0
+
+
+def line_steps_within(a: float, b: float, budget: float, limit: int) -> int:
+    """:meth:`AffinePieces.steps_within` of one piece ``a + b j`` (``budget`` > 0, ``limit``
+    >= 1): the least ``k >= 1`` whose durations sum to at least ``budget``, else ``limit``."""
+    if a * limit + b * (limit - 1) * limit / 2.0 < budget:
+        return limit
+    k = _affine_steps(a, b, 0, budget)
+    return _settle(lambda n: a * n + b * (n - 1) * n / 2.0, k, 1, limit, budget)
+
+
 def _affine_steps(a: float, b: float, first: int, budget: float) -> int:
     """About how many iterations ``first, first + 1, ...`` of durations ``a + b j`` it takes
     to sum to ``budget`` (> 0): the positive root of ``c n + b n (n - 1) / 2 = budget``

@@ -50,7 +50,7 @@ from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, WAITING, Req
 from cpkv.serving.record.iteration_log import Integrals
-from cpkv.serving.schedulers.base import make_scheduler
+from cpkv.serving.schedulers.base import Scheduler, make_scheduler
 from cpkv.serving.schedulers.plan import Plan
 
 COUNTERS = (
@@ -129,6 +129,12 @@ class Engine:
         self.fast = not events and trace is None and self.invariants is None
         self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
+        self.bare = (
+            cache is None
+            and self.lifecycle is None
+            and self.invariants is None
+            and type(self.scheduler).done is Scheduler.done
+        )
 
     def _policy_parts(self, s: EngineSettings) -> None:
         opts = s.options
@@ -228,6 +234,9 @@ class Engine:
         """``r`` generated its last token in the iteration that ended at ``now``."""
         r.state = FINISHED
         r.finished_us = now
+        if self.bare:  # (nothing but the sink hears of an end)
+            self.sink.done(r)
+            return
         self.hits.insert(r)
         self.ended(r)
 
@@ -296,13 +305,16 @@ class Engine:
     def _plan(self, decoded: int) -> Plan:
         """The scheduler's order, preemptions and plan for this iteration."""
         scheduler = self.scheduler
-        scheduler.order(self)
-        for victims in scheduler.preemptions(self, decoded):
-            for victim in victims:
-                self.lifecycle.preempted(victim, self.pool.leave(victim))
+        if scheduler.options is not None:
+            scheduler.order(self)
+            for victims in scheduler.preemptions(self, decoded):
+                for victim in victims:
+                    self.lifecycle.preempted(victim, self.pool.leave(victim))
         plan = scheduler.plan(self, decoded)
-        for stop in plan.stops:
-            self.stop_counts[stop] = self.stop_counts.get(stop, 0) + 1
+        if plan.stops:
+            counts = self.stop_counts
+            for stop in plan.stops:
+                counts[stop] = counts.get(stop, 0) + 1
         return plan
 
     def _apply(self, plan: Plan) -> list[Req]:

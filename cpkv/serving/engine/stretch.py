@@ -27,7 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.cost.stretch import AffinePieces, stretch_durations
+from cpkv.serving.cost.stretch import (
+    AffinePieces,
+    line_steps_within,
+    line_total,
+    stretch_durations,
+)
 from cpkv.serving.schedulers.plan import FOREVER
 
 
@@ -56,16 +61,16 @@ def decode_stretches(engine: Any, horizon: float) -> int:
                 break  # (a model whose decode-only durations are not one line)
         intercept, per_context = line
         context = pool.context_base_sum + running * step
-        durations = AffinePieces(((0, intercept + per_context * context, per_context * running),))
-        k = durations.steps_within(horizon - now, limit)
-        end = now + durations.total(k)
+        first, slope = intercept + per_context * context, per_context * running
+        k = line_steps_within(first, slope, horizon - now, limit)
+        end = now + line_total(first, slope, k)
         grow, need = pool.growth(k)
         engine.samples.stretch(
             now, k, end, running, 0, pool.used_blocks, pool.free_blocks, 0, context, 0, 0, 0,
             grow, need,
         )  # fmt: skip
         if engine.padded:
-            cost.stretch_ran(0, running, context, k, durations)
+            cost.stretch_ran(0, running, context, k, None)
         pool.advance(k)
         engine.ratio = engine.ratio.after_decode_steps(k)
         engine.counters["decode_tokens"] += running * k

@@ -1,4 +1,4 @@
-"""Requests as they arrive: the serving loop's arrivals, built lazily, in arrival order.
+"""Requests as they arrive: the serving engine's arrivals, built lazily, in arrival order.
 
 A run's requests are given in *input order* (the order of the file, the grid, the draws);
 they arrive in *arrival order*: by arrival time (``admit.arrivals``), ties in input order.
@@ -10,7 +10,7 @@ requests never holds a million of them:
   in the same order as :func:`cpkv.workload.synthetic.synthetic_requests` (its requests have
   no arrival time: with any process they arrive in input order);
 * a repeated trace (``admit.workload.repeat``) keeps one copy of the trace and builds each
-  copy's requests when the loop gets there (:func:`repeated_trace`);
+  copy's requests when the engine gets there (:func:`repeated_trace`);
 * every other source is read whole (a file, a grid) and only its arrival order is computed
   up front.
 

@@ -1,6 +1,6 @@
 """Requests of the serving simulation and their arrival times.
 
-Every ``admit.workload`` source can feed the serving loop:
+Every ``admit.workload`` source can feed the serving engine:
 
 * ``trace``: each trace request keeps its prefix blocks (``hash_ids``); its L1/L2 hits are
   looked up in a cold tiered cache (``workload.cache``) when it is admitted, and its blocks
@@ -17,13 +17,13 @@ Every ``admit.workload`` source can feed the serving loop:
 
 A request without ``max_new_tokens`` takes ``admit.max_new_tokens``.
 
-``synthetic`` requests are drawn lazily, as the loop reaches them; a trace can be repeated
+``synthetic`` requests are drawn lazily, as the engine reaches them; a trace can be repeated
 (``admit.workload.repeat: N``): N copies back to back, copy ``c`` (from 0) of request
 ``r<i>`` named ``r<i>.<c>`` (``r<i>`` in copy 0), arriving ``c`` periods later, the period
 being the trace's span plus its mean gap between arrivals (``(last - first) * n / (n - 1)``
 for ``n`` requests: the repeated trace keeps the trace's mean rate), with block hashes
 ``h + c * 2**52`` (a copy shares prefix blocks within itself as the trace does, never with
-another copy). Copies are built as the loop reaches them
+another copy). Copies are built as the engine reaches them
 (:func:`cpkv.serving.input.arrivals.repeated_trace`).
 """
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class ServingRequest:
-    """One request of the serving loop.
+    """One request of the serving engine's input.
 
     ``l1_cached_tokens`` / ``l2_cached_tokens`` are fixed hits, used when there is no cache;
     ``hash_ids`` (trace requests) are looked up in the cache instead.
@@ -89,7 +89,7 @@ class ServingWorkload:
 
     @property
     def lazy(self) -> bool:
-        """Whether the requests are drawn as the loop reaches them (not held in memory)."""
+        """Whether the requests are drawn as the engine reaches them (not held in memory)."""
         return self.draws is not None or self.repeat > 1
 
     @property

@@ -1,4 +1,4 @@
-"""The prefix hits of the serving loop's requests.
+"""The prefix hits of the serving engine's requests.
 
 A request's hits are fixed (``l1_cached_tokens`` / ``l2_cached_tokens``) or, for trace
 requests with a tiered cache, looked up when the policy examines it (``touch=False``) and

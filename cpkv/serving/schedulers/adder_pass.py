@@ -32,7 +32,7 @@ NO_CAP = 1 << 62
 
 @dataclass(frozen=True)
 class AdderBudgets:
-    """The PrefillAdder knobs the serving loop reads (from the ``admit`` block)."""
+    """The PrefillAdder knobs the serving engine's pass reads (from the ``admit`` block)."""
 
     page: int
     max_prefill_tokens: int
@@ -62,7 +62,7 @@ class AdderBudgets:
 class Candidate(NamedTuple):
     """A waiting request as the pass sees it: fill length ``L``, device prefix and host hit
     (both page aligned), ``max_new`` left and ``max_new`` as first asked (both clipped).
-    The loop hands the pass plain tuples of these five numbers, in this order."""
+    The scheduler hands the pass plain tuples of these five numbers, in this order."""
 
     fill_tokens: int
     device_prefix: int
@@ -159,8 +159,7 @@ def adder_pass(
             stop = "prefill_max_requests"
             break
         fill, device, host, max_new_left, max_new_asked = candidate
-        # memory: (L - D) + min(max_new left, 4096) + page < rem_total
-        if not fill - device + max_new_left + page < room - total_offset:
+        if not fits_memory(fill - device, max_new_left, page, room - total_offset):
             stop = "rem_total_tokens"
             break
         # select with the host hit; a hit below the threshold is declined: select again without
@@ -205,6 +204,12 @@ def adder_pass(
         # budget_state(): stops the scan, the request stays admitted
         stop = budget_state(room - total_offset, room - current_offset, rem_input, rem_chunk)
     return PassResult(chunk_tokens, chunk_done, admitted, stop)
+
+
+def fits_memory(uncached: int, max_new_left: int, page: int, rem_total: float) -> bool:
+    """``add_one_req``'s memory check: ``(L - D) + min(max_new left, 4096) + page <
+    rem_total`` (``uncached`` = ``L - D``, ``max_new_left`` clipped)."""
+    return uncached + max_new_left + page < rem_total
 
 
 def _chunk_tokens(tokens_left: int, rem_chunk: int, rem_total: float) -> int:

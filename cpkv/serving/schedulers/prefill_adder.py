@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cpkv.serving.model.request import Req
-from cpkv.serving.schedulers.adder_pass import adder_pass
+from cpkv.serving.schedulers.adder_pass import adder_pass, fits_memory
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
@@ -89,19 +89,41 @@ class PrefillAdderScheduler(Scheduler):
             return Quiet(FOREVER)
         if waiting[0] is not self.refused:
             return NOT_QUIET  # (a head the pass has not refused yet: it is most likely taken)
-        head = waiting[:1]
-        stop = None
-        steps = 0
-        for free_blocks, decoded, headroom, ratio in engine.lookahead(min(limit, LOOKAHEAD)):
-            res = adder_pass(
-                free_blocks * engine.pool.block_size, decoded, headroom * ratio, decoded,
-                self.budgets, None, _candidates(engine, head, []),
-            )  # fmt: skip
-            if res.admitted or (steps and res.stop != stop):
-                break
-            stop = res.stop
+        return self._refused_head(engine, waiting[0], min(limit, LOOKAHEAD))
+
+    def _refused_head(self, engine: Any, head: Req, limit: int) -> Quiet:
+        """How long the pass keeps refusing ``head`` (module docstring). Refused for memory
+        with the compute budgets and slots to spare, only the memory check can change (the
+        rest is constant while only decode steps happen): it alone is evaluated ahead;
+        refused otherwise, the pass itself is run on each iteration ahead."""
+        budgets, block = self.budgets, engine.pool.block_size
+        steps, stop, memory_only = 0, None, False
+        device, _host = engine.hit(head)
+        max_new = head.max_new_tokens - head.generated
+        left = max_new if max_new < CLIP else CLIP
+        for free_blocks, decoded, headroom, ratio in engine.lookahead(limit):
+            rem_total = free_blocks * block - (decoded + headroom * ratio)  # (as the pass adds)
+            if memory_only:
+                if fits_memory(head.fill_tokens - device, left, budgets.page, rem_total):
+                    break
+            else:
+                res = adder_pass(
+                    free_blocks * block, decoded, headroom * ratio, decoded, budgets, None,
+                    _candidates(engine, [head], []),
+                )  # fmt: skip
+                if res.admitted or (steps and res.stop != stop):
+                    break
+                stop = res.stop
+                memory_only = stop == "rem_total_tokens" and _spare_compute(budgets, decoded)
             steps += 1
         return Quiet(steps, stop) if steps else NOT_QUIET
+
+
+def _spare_compute(budgets: Any, decoded: int) -> bool:
+    """Whether the compute and chunk budgets never stop a pass at its top while ``decoded``
+    tokens decode (a memory refusal then stays one until the memory check passes)."""
+    chunk = budgets.chunk_tokens
+    return budgets.max_prefill_tokens - decoded > 0 and (chunk is None or chunk - decoded > 0)
 
 
 def _candidates(
