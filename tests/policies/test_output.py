@@ -6,17 +6,17 @@ import json
 
 from cpkv.policies.blocks import BlockRequest, KvBlocks
 from cpkv.policies.iteration import IterationBudget
-from cpkv.policies.output import seed_policy_output
-from cpkv.policies.registry import SeedInputs
+from cpkv.policies.output import block_policy_output
+from cpkv.policies.registry import BlockPolicyInputs
 from cpkv.policies.requests import block_requests_from
 from cpkv.runs.results import RunRecord
 from cpkv.workload.request import Request
 
-SEED = SeedInputs(requests=(BlockRequest("A", 6, 6), BlockRequest("B", 4, 4)))
+SEED = BlockPolicyInputs(requests=(BlockRequest("A", 6, 6), BlockRequest("B", 4, 4)))
 
 
 def test_iteration_output_rows_and_summary() -> None:
-    out = seed_policy_output("iteration", SEED)
+    out = block_policy_output("iteration", SEED)
     assert [(r.tick, r.remaining_prompt_tokens) for r in out.rows] == [(0, 8), (1, 4), (2, 0)]
     # 3 ticks x 6 tokens, all spent: 3 x 2 decode + 12 prompt
     assert (out.summary["ticks"], out.summary["decode_tokens"], out.summary["prefill_tokens"]) == (
@@ -25,12 +25,14 @@ def test_iteration_output_rows_and_summary() -> None:
         12,
     )
     assert out.summary["budget_utilization"] == 1.0
-    short = seed_policy_output("iteration", SeedInputs(iteration=IterationBudget(6, 2, 10, 4)))
+    short = block_policy_output(
+        "iteration", BlockPolicyInputs(iteration=IterationBudget(6, 2, 10, 4))
+    )
     assert short.summary["budget_utilization"] == 16 / 18  # last tick carries 2 prompt tokens
 
 
 def test_optimistic_output_carries_the_growth_trace() -> None:
-    out = seed_policy_output("optimistic", SEED)
+    out = block_policy_output("optimistic", SEED)
     lines = [json.loads(line) for line in out.extras["growth.jsonl"].splitlines()]
     assert lines[4] == {"step": 2, "rid": "A", "event": "preempted", "used_blocks": 2}
     assert len(lines) == 7
@@ -41,8 +43,8 @@ def test_optimistic_output_carries_the_growth_trace() -> None:
 
 
 def test_conservative_output_and_result_roles() -> None:
-    out = seed_policy_output(
-        "conservative", SeedInputs(kv=KvBlocks(scan="fcfs_stop"), requests=SEED.requests)
+    out = block_policy_output(
+        "conservative", BlockPolicyInputs(kv=KvBlocks(scan="fcfs_stop"), requests=SEED.requests)
     )
     assert out.extras == {}
     assert (out.summary["admitted_rids"], out.summary["scan"], out.summary["waiting"]) == (

@@ -11,7 +11,7 @@ from cpkv.core.errors import ConfigError
 from cpkv.core.schema import build
 from cpkv.policies.blocks import SCANS, BlockRequest, KvBlocks
 from cpkv.policies.iteration import IterationBudget
-from cpkv.policies.registry import POLICIES, SeedInputs, run_seed_policy, seed_policy_names
+from cpkv.policies.registry import POLICIES, BlockPolicyInputs, block_policy_names, run_block_policy
 from cpkv.policies.victims import VICTIMS
 
 
@@ -20,9 +20,9 @@ def test_policy_names_and_what_they_read() -> None:
         "prefill_adder", "iteration", "conservative", "optimistic", "profiled",
     ]  # fmt: skip
     assert POLICIES.get("profiled").serving_only
-    assert list(seed_policy_names()) == ["iteration", "conservative", "optimistic"]
+    assert list(block_policy_names()) == ["iteration", "conservative", "optimistic"]
     assert POLICIES.get("prefill_adder").run is None
-    assert [POLICIES.get(n).reads for n in seed_policy_names()] == [
+    assert [POLICIES.get(n).reads for n in block_policy_names()] == [
         "iteration",
         "block_requests",
         "block_requests",
@@ -32,11 +32,11 @@ def test_policy_names_and_what_they_read() -> None:
 
 
 def test_dispatch_runs_the_seed_examples() -> None:
-    inputs = SeedInputs(requests=(BlockRequest("A", 6, 6), BlockRequest("B", 4, 4)))
-    ticks = run_seed_policy("iteration", inputs)
+    inputs = BlockPolicyInputs(requests=(BlockRequest("A", 6, 6), BlockRequest("B", 4, 4)))
+    ticks = run_block_policy("iteration", inputs)
     assert [(t.decode_tokens, t.prefill_tokens) for t in ticks] == [(2, 4)] * 3
-    assert run_seed_policy("conservative", inputs).admitted == ("A",)
-    assert run_seed_policy("optimistic", inputs).final_used_blocks == 2
+    assert run_block_policy("conservative", inputs).admitted == ("A",)
+    assert run_block_policy("optimistic", inputs).final_used_blocks == 2
 
 
 def test_unknown_and_tick_model_policies_are_config_errors() -> None:
@@ -44,9 +44,9 @@ def test_unknown_and_tick_model_policies_are_config_errors() -> None:
         ConfigError,
         match="admit.policy: unknown admission policy .*allowed: prefill_adder, iteration, conservative, optimistic",
     ):
-        run_seed_policy("greedy", SeedInputs())
+        run_block_policy("greedy", BlockPolicyInputs())
     with pytest.raises(ConfigError, match="tick model"):
-        run_seed_policy("prefill_adder", SeedInputs())
+        run_block_policy("prefill_adder", BlockPolicyInputs())
 
 
 def test_blocks_build_from_plain_config_with_full_key_paths() -> None:

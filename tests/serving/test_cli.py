@@ -151,7 +151,7 @@ def test_fit_cost_command_prints_a_config_block(cli, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("admit.backend=sglang", "admit.backend: 'sglang' has no serving loop"),
+        ("admit.backend=sglang", "admit.backend: 'sglang' has no serving engine"),
         (
             "admit.kv.scan=all_or_error",
             "admit.kv.scan: all_or_error is the passes mode's one-shot check",
