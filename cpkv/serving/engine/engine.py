@@ -48,6 +48,7 @@ from cpkv.serving.engine.stretch import decode_stretches, run_stretch
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
+from cpkv.serving.model.prefill_lane import PrefillLane
 from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, WAITING, Req
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
@@ -113,6 +114,7 @@ class Engine:
         self.scheduler = make_scheduler(s)
         self.waiting: list[Req] = []
         self.prefilling: list[Req] = []  # admitted, prompt not complete (admission order)
+        self.lane = PrefillLane(s.chunk_tokens) if self.scheduler.uses_lane else None
         self.ratio = s.ratio
         self.now, self.iterations, self.stamp, self.stalled = 0.0, 0, 0, 0
         self.hits = PrefixHits(cache, s.block_size)
@@ -324,6 +326,7 @@ class Engine:
         for r, admit in plan.admitted:
             self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
             admitted.append(r)
+        completed = self._lane_step() if plan.uniform else []
         prefill_tokens = prefill_context = pairs = 0
         for row in plan.prefills:
             r, extend = row.request, row.tokens
@@ -336,13 +339,53 @@ class Engine:
         self.prefill_tokens += prefill_tokens
         self.prefill_context += prefill_context
         self.prefill_attention_pairs += pairs
-        completed, prefilling = [], []
-        for r in (*self.prefilling, *admitted) if admitted else self.prefilling:
-            (completed if r.filled_tokens >= r.fill_tokens else prefilling).append(r)
+        lane = self.lane
+        if plan.uniform:
+            prefilling = [r for r in self.prefilling if r.lane_token] if completed else self.prefilling
+            for r in admitted:
+                if r.filled_tokens >= r.fill_tokens:
+                    completed.append(r)
+                else:
+                    prefilling.append(r)
+                    if lane is not None:
+                        lane.join(r)
+        else:
+            completed, prefilling = [], []
+            for r in (*self.prefilling, *admitted) if admitted else self.prefilling:
+                (completed if r.filled_tokens >= r.fill_tokens else prefilling).append(r)
+            if lane is not None:
+                lane.rebase(prefilling)
         self.prefilling = prefilling
         if admitted:
             self._leave_queue(admitted)
         return completed
+
+    def _lane_step(self) -> list[Req]:
+        """A uniform iteration of the prefilling requests (each computes ``min(left,
+        chunk)``): their tokens counted, the lane one step on; those whose prompt it
+        completes, in prefill order (they leave the lane)."""
+        lane = self.lane
+        chunk, due = lane.chunk, lane.due_members()
+        lane.settle(due)
+        full = lane.count - len(due)  # members computing a whole chunk
+        filled_sum = lane.filled_sum()
+        tokens, due_filled, due_pairs = chunk * full, 0, 0
+        for r in due:
+            left, filled = r.fill_tokens - r.filled_tokens, r.filled_tokens
+            tokens += left
+            due_filled += filled
+            due_pairs += left * filled + left * (left + 1) // 2
+        self.prefill_tokens += tokens
+        self.prefill_context += filled_sum + tokens
+        self.prefill_attention_pairs += (
+            chunk * (filled_sum - due_filled) + full * (chunk * (chunk + 1) // 2) + due_pairs
+        )
+        for r in due:
+            lane.leave(r)
+            r.prefilled += r.fill_tokens - r.filled_tokens
+            r.filled_tokens = r.fill_tokens
+        lane.advance(1)
+        return list(due)
 
     def _leave_queue(self, admitted: list[Req]) -> None:
         waiting, n = self.waiting, len(admitted)

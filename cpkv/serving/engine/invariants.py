@@ -88,6 +88,8 @@ class Invariants:
     def _requests(self) -> None:
         engine = self.engine
         pool, block = engine.pool, engine.pool.block_size
+        if engine.lane is not None:
+            engine.lane.settle(engine.prefilling)
         held = used = 0
         groups = (
             (pool.running_reqs(), RUNNING), (engine.prefilling, PREFILL), (engine.waiting, WAITING),

@@ -132,6 +132,8 @@ class Lifecycle:
             pool.leave(r)
         else:  # PREFILL: admitted, prompt not complete
             where = "prefilling"
+            if engine.lane is not None:
+                engine.lane.leave(r)  # (its chunks so far written out)
             engine.prefilling.remove(r)
             pool.release_prefill(r)
         r.policy.swapped_tokens = 0  # a host copy is dropped

@@ -118,10 +118,18 @@ def run_stretch(engine: Any, horizon: float) -> int:
     if quiet.steps <= 0:
         return 0
     limit = min(limit, quiet.steps)
-    shape = _prefill_shape(engine.prefilling, quiet.chunks, limit)
-    if shape is None:
-        return 0
-    limit, prefill, prefill_context, pairs, pairs_step = shape
+    prefill = prefill_context = pairs = pairs_step = 0
+    lane = engine.lane
+    if engine.prefilling:
+        if not quiet.uniform:
+            return 0
+        limit = min(limit, lane.steps_before_due())  # (the one completing a prompt: in full)
+        chunk, members = lane.chunk, lane.count
+        filled = lane.filled_sum()
+        prefill = chunk * members
+        prefill_context = filled + prefill
+        pairs = chunk * filled + members * (chunk * (chunk + 1) // 2)
+        pairs_step = members * chunk * chunk
     if limit <= 0 or not (running or prefill):
         return 0
     decode_context = pool.context_base_sum + running * step
@@ -147,37 +155,14 @@ def run_stretch(engine: Any, horizon: float) -> int:
     return k
 
 
-def _prefill_shape(prefilling: list[Any], chunks: tuple[int, ...], limit: int):
-    """``(limit, prefill tokens, prefill context, attention pairs, pairs' step)`` of the
-    first iteration of the stretch, ``limit`` lowered to end it before the iteration that
-    completes a prompt; None when the chunks do not match the prefilling requests."""
-    if len(chunks) != len(prefilling):
-        return None
-    prefill = context = pairs = pairs_step = 0
-    for r, chunk in zip(prefilling, chunks, strict=True):
-        if not chunk:
-            continue
-        filled = r.filled_tokens
-        before_last = (r.fill_tokens - filled - 1) // chunk  # full chunks before the last
-        if before_last < limit:
-            limit = before_last
-        prefill += chunk
-        context += filled + chunk
-        pairs += chunk * filled + chunk * (chunk + 1) // 2
-        pairs_step += chunk * chunk
-    return limit, prefill, context, pairs, pairs_step
-
-
 def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int) -> None:
     """The state after ``k`` quiet iterations (but the clock and the finishes)."""
     if running:
         engine.pool.advance(k)
         engine.ratio = engine.ratio.after_decode_steps(k)
         engine.stalled = 0
-    for r, chunk in zip(engine.prefilling, quiet.chunks, strict=True):
-        if chunk:
-            r.filled_tokens += chunk * k
-            r.prefilled += chunk * k
+    if prefill:
+        engine.lane.advance(k)
     counters = engine.counters
     counters["decode_tokens"] += running * k
     counters["prefill_tokens"] += prefill * k

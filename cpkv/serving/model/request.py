@@ -57,6 +57,7 @@ class Req:
         "filled_tokens", "kv_tokens", "reserved_blocks", "stamp", "kv_base", "context_base",
         "finish_step", "advanced_step", "admitted_us", "first_token_us", "finished_us",
         "preemptions", "l1_hit", "l2_hit", "recomputed", "prefilled", "reject_reason", "policy",
+        "lane_base", "lane_token",
     )  # fmt: skip
 
     @classmethod
@@ -85,6 +86,7 @@ class Req:
         r.filled_tokens = r.kv_tokens = r.reserved_blocks = r.stamp = r.kv_base = 0
         r.context_base = r.finish_step = r.preemptions = r.recomputed = r.prefilled = 0
         r.advanced_step = -1
+        r.lane_base = r.lane_token = 0
         r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
         r.reject_reason = r.policy = None
         return r

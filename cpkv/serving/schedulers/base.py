@@ -36,6 +36,9 @@ class Scheduler:
     :class:`~cpkv.serving.engine.settings.EngineSettings`."""
 
     name = "scheduler"
+    uses_lane = False
+    """Whether the engine keeps the prefilling requests in a
+    :class:`~cpkv.serving.model.prefill_lane.PrefillLane` for this scheduler's uniform plans."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings

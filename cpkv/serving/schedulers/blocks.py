@@ -37,6 +37,8 @@ class BlockScheduler(Scheduler):
     """What the block policies share: the token budget over the prefilling requests, the
     slot limit; :meth:`admissions` is each policy's own."""
 
+    uses_lane = True
+
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
         self.budget = TokenBudget(settings)
@@ -55,29 +57,54 @@ class BlockScheduler(Scheduler):
     def plan(self, engine: Any, decoded: int) -> Plan:
         stops: list[str] = []
         admitted = self.admissions(engine, stops)
-        budget = self.budget.prefill_tokens(decoded)
+        uniform, budget, _in_prefill = self.prefill_rows(
+            engine, self.budget.prefill_tokens(decoded), prefills := []
+        )
         chunk = self.budget.chunk
-        prefills = []
-        for r in engine.prefilling:
-            if budget > 0:
-                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
-                budget -= tokens
-                prefills.append(Prefill(r, tokens))
         for r, admit in admitted:
             if budget > 0:
                 tokens = chunk(r.fill_tokens - admit.device_prefix - loaded(engine, admit), budget)
                 budget -= tokens
                 prefills.append(Prefill(r, tokens))
-        return Plan(admitted, prefills, stops)
+        return Plan(admitted, prefills, stops, uniform)
 
-    def quiet_chunks(self, engine: Any) -> tuple[tuple[int, ...], int] | None:
-        """The prefill rows of the coming iterations while nothing else changes, and the
-        budget they leave; None when the options may change the plan."""
+    def prefill_rows(
+        self, engine: Any, budget: int, prefills: list[Prefill]
+    ) -> tuple[bool, int, int]:
+        """The prefilling requests' share of ``budget``, oldest admission first: ``(uniform,
+        budget left, requests still prefilling after)``. Uniform when the budget covers a
+        full chunk for every one of them (each computes ``min(left, chunk)``, the lane's
+        rule, and has no row); else their rows are appended to ``prefills``."""
+        prefilling, lane = engine.prefilling, engine.lane
+        if len(prefilling) * lane.chunk <= budget:
+            due = lane.due_members()
+            lane.settle(due)
+            used = lane.chunk * (len(prefilling) - len(due))
+            used += sum(r.fill_tokens - r.filled_tokens for r in due)
+            return True, budget - used, len(prefilling) - len(due)
+        lane.settle(prefilling)
+        chunk, in_prefill = self.budget.chunk, 0
+        for r in prefilling:
+            tokens = 0
+            if budget > 0:
+                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
+                budget -= tokens
+                prefills.append(Prefill(r, tokens))
+            in_prefill += r.filled_tokens + tokens < r.fill_tokens
+        return False, budget, in_prefill
+
+    def quiet_budget(self, engine: Any) -> int | None:
+        """The budget the prefilling requests leave in the coming iterations while nothing
+        else changes (they take a full chunk each, none ends its prompt); None when that is
+        not so, or when the options may change the plan."""
         if not self.quiet_options(engine):
             return None
-        chunks, left = self.budget.chunks(engine.prefilling, self.budget.prefill_tokens(
-            engine.pool.n_running))  # fmt: skip
-        return tuple(chunks), left
+        lane = engine.lane
+        budget = self.budget.prefill_tokens(engine.pool.n_running)
+        used = len(engine.prefilling) * lane.chunk
+        if used > budget or (engine.prefilling and lane.due_members()):
+            return None
+        return budget - used
 
 
 def loaded(engine: Any, admit: Admit) -> int:
@@ -151,14 +178,13 @@ class ScanScheduler(BlockScheduler):
         return out
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
-        rows = self.quiet_chunks(engine)
-        if rows is None:
+        if self.quiet_budget(engine) is None:
             return NOT_QUIET
         if engine.waiting:
             free_after = engine.pool.free_blocks - engine.pool.needed_blocks(1)
             if self.start(engine, free_after) is not None:
                 return NOT_QUIET
-        return Quiet(FOREVER, None, rows[0])
+        return Quiet(FOREVER, None, True)
 
 
 class ConservativeScheduler(ScanScheduler):

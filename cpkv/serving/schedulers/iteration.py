@@ -22,17 +22,11 @@ class IterationScheduler(BlockScheduler):
     name = "iteration"
 
     def plan(self, engine: Any, decoded: int) -> Plan:
-        budget = self.budget.prefill_tokens(decoded)
         chunk = self.budget.chunk
         prefills, admitted, stops = [], [], []
-        in_prefill = 0  # requests still prefilling after this iteration
-        for r in engine.prefilling:
-            tokens = 0
-            if budget > 0:
-                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
-                budget -= tokens
-                prefills.append(Prefill(r, tokens))
-            in_prefill += r.filled_tokens + tokens < r.fill_tokens
+        uniform, budget, in_prefill = self.prefill_rows(
+            engine, self.budget.prefill_tokens(decoded), prefills
+        )
         pool, waiting = engine.pool, engine.waiting
         free, taken = pool.free_blocks, 0
         while budget > 0 and taken < len(waiting):
@@ -56,20 +50,19 @@ class IterationScheduler(BlockScheduler):
             prefills.append(Prefill(r, tokens))
         if self.options is not None and budget <= 0 and taken < len(waiting):
             stops.append("token_budget")
-        return Plan(admitted, prefills, stops)
+        return Plan(admitted, prefills, stops, uniform)
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
-        rows = self.quiet_chunks(engine)
-        if rows is None:
+        left = self.quiet_budget(engine)
+        if left is None:
             return NOT_QUIET
-        chunks, left = rows
         waiting = engine.waiting
         if not waiting:
-            return Quiet(FOREVER, None, chunks)
+            return Quiet(FOREVER, None, True)
         if left <= 0:
-            return Quiet(FOREVER, "token_budget" if self.options is not None else None, chunks)
+            return Quiet(FOREVER, "token_budget" if self.options is not None else None, True)
         if self.slots_full(engine, len(engine.prefilling)):
-            return Quiet(FOREVER, "max_running_requests", chunks)
+            return Quiet(FOREVER, "max_running_requests", True)
         if self.margin:
             return NOT_QUIET  # (which of the two names a refusal takes changes as blocks go)
         pool, r = engine.pool, waiting[0]
@@ -77,4 +70,4 @@ class IterationScheduler(BlockScheduler):
         free_after = pool.free_blocks - pool.needed_blocks(1)
         if pool.blocks_for(r.fill_tokens - device, None) <= free_after:
             return NOT_QUIET
-        return Quiet(FOREVER, "kv_blocks", chunks)
+        return Quiet(FOREVER, "kv_blocks", True)

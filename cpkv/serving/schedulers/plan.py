@@ -36,24 +36,27 @@ class Prefill(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """One iteration's prefill side (module docstring)."""
+    """One iteration's prefill side (module docstring); ``uniform``: every prefilling
+    request computes ``min(left, chunk)`` tokens by its lane's rule
+    (:class:`~cpkv.serving.model.prefill_lane.PrefillLane`) and has no row."""
 
     admitted: list[tuple[Req, Admit]]
     prefills: list[Prefill]
     stops: list[str]
+    uniform: bool = False
 
 
 class Quiet(NamedTuple):
     """The iterations, the next one included, whose plans the scheduler knows without being
-    asked, as long as nothing but decode steps and these prefill rows happens in them (no
+    asked, as long as nothing but decode steps and those prefill chunks happens in them (no
     arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
-    iteration), each admitting nothing, recording ``stop`` (or nothing) and giving the
-    prefilling requests ``chunks`` tokens each (in the engine's prefilling order; 0: no
-    row)."""
+    iteration), each admitting nothing, recording ``stop`` (or nothing), and, ``uniform``,
+    each prefilling request computing its lane's chunk (without it, none may be
+    prefilling)."""
 
     steps: int
     stop: str | None = None
-    chunks: tuple[int, ...] = ()
+    uniform: bool = False
 
 
 NOT_QUIET = Quiet(0)

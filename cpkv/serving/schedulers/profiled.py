@@ -63,10 +63,9 @@ class ProfiledScheduler(BlockScheduler):
         return out
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
-        rows = self.quiet_chunks(engine)
-        if rows is None or engine.waiting:
+        if self.quiet_budget(engine) is None or engine.waiting:
             return NOT_QUIET
-        return Quiet(FOREVER, None, rows[0])
+        return Quiet(FOREVER, None, True)
 
     def done(self, r: Req) -> None:
         if r.state != FINISHED:

@@ -1,0 +1,112 @@
+"""The prefilling requests of a token budget that reaches them all: each computes the same
+chunk every iteration, so their progress is kept lazily (:class:`PrefillLane`).
+
+Under the block policies every admitted request whose prompt is not complete computes
+``min(left, chunk_tokens)`` tokens an iteration while the iteration's budget covers a full
+chunk for each of them. In such an iteration (*uniform*) nothing but a step counter
+changes: a member's filled tokens are ``base + chunk x steps``, the members' sum is one
+aggregate, and the members whose prompt ends within a chunk (*due*) come off a heap keyed by
+``fill - base``. Anything that reads or changes members one by one (a budget that runs out
+before the last of them, a cancellation, the invariants) first writes their filled tokens
+out (:meth:`PrefillLane.settle`) and, after changing them, takes them in again
+(:meth:`PrefillLane.rebase`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from cpkv.serving.model.request import Req
+
+
+class PrefillLane:
+    """Lazily advanced prefilling requests computing ``chunk`` tokens a uniform iteration."""
+
+    __slots__ = ("chunk", "steps", "count", "base_sum", "heap", "due", "due_at", "tokens")
+
+    def __init__(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.steps = 0  # uniform iterations so far
+        self.count = self.base_sum = 0
+        self.heap: list[tuple[int, int, int, Req]] = []  # (fill - base, stamp, token, member)
+        self.due: list[Req] = []  # members whose prompt ends in the next uniform iteration
+        self.due_at = -1  # the steps ``due`` was taken at
+        self.tokens = 0  # the last token handed out
+
+    # -- members -----------------------------------------------------------------------------
+    def join(self, r: Req) -> None:
+        """``r`` (its filled tokens written out) becomes a member."""
+        base = r.filled_tokens - self.chunk * self.steps
+        self.tokens += 1
+        r.lane_base, r.lane_token = base, self.tokens
+        self.count += 1
+        self.base_sum += base
+        heapq.heappush(self.heap, (r.fill_tokens - base, r.stamp, self.tokens, r))
+        self.due_at = -1
+
+    def leave(self, r: Req) -> None:
+        """``r`` stops being a member (its filled tokens written out first)."""
+        self.settle_one(r)
+        self.count -= 1
+        self.base_sum -= r.lane_base
+        r.lane_token = 0  # (its heap entry is stale)
+        self.due_at = -1
+
+    def settle_one(self, r: Req) -> None:
+        """Write member ``r``'s filled tokens out (and the tokens it computed)."""
+        filled = r.lane_base + self.chunk * self.steps
+        r.prefilled += filled - r.filled_tokens
+        r.filled_tokens = filled
+
+    def settle(self, members: Iterable[Req]) -> None:
+        """Write every member's filled tokens out."""
+        for r in members:
+            self.settle_one(r)
+
+    def rebase(self, members: Iterable[Req]) -> None:
+        """The members' filled tokens changed one by one (settled first): take them in again."""
+        self.heap, self.due, self.count, self.base_sum, self.due_at = [], [], 0, 0, -1
+        for r in members:
+            self.join(r)
+
+    # -- uniform iterations --------------------------------------------------------------------
+    def filled_sum(self) -> int:
+        """The members' filled tokens, summed."""
+        return self.base_sum + self.count * self.chunk * self.steps
+
+    def due_members(self) -> list[Req]:
+        """The members whose prompt ends within the next uniform iteration's chunk (``left <=
+        chunk``), in admission order; they stay members until they leave."""
+        if self.due_at == self.steps:
+            return self.due
+        limit = self.chunk * (self.steps + 1)  # fill - base <= chunk x (steps + 1)
+        heap = self.heap
+        due = [r for r in self.due if r.lane_token]
+        while heap and heap[0][0] <= limit:
+            _, _, token, r = heapq.heappop(heap)
+            if r.lane_token == token:
+                due.append(r)
+        due.sort(key=_stamp)
+        self.due, self.due_at = due, self.steps
+        return due
+
+    def steps_before_due(self) -> int:
+        """Uniform iterations before the next one in which a member's prompt ends."""
+        if self.due_members():
+            return 0
+        heap = self.heap
+        while heap and heap[0][3].lane_token != heap[0][2]:
+            heapq.heappop(heap)
+        if not heap:
+            return 1 << 62
+        left = heap[0][0] - self.chunk * self.steps  # the smallest member's tokens left
+        return (left - 1) // self.chunk
+
+    def advance(self, steps: int) -> None:
+        """``steps`` uniform iterations in which no member's prompt ends."""
+        self.steps += steps
+
+
+def _stamp(r: Req) -> int:
+    return r.stamp
