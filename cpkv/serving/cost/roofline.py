@@ -129,7 +129,7 @@ class RooflineCost:
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
         "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
-        "_dense_memo", "_dense_known",
+        "_dense_memo", "_dense_known", "_stretch_constants", "_stretch_rates",
     )  # fmt: skip
 
     def __init__(
@@ -190,7 +190,13 @@ class RooflineCost:
         self._flops_head = 2.0 * shape.hidden * shape.vocab
         self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
         self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
-        self._dense_known: tuple[Any, Any] | None = None  # _dense_many's: keys, (m, 3) parts
+        self._dense_known: tuple[Any, Any] | None = None
+        self._stretch_constants: dict[tuple[int, int], float] = {}
+        self._stretch_rates = (  # _parts's growth per decode context token, pair, prefill token
+            self._parts(_NO_DENSE, 1, 0, 0, 0, _flops_term)[1],
+            self._parts(_NO_DENSE, 0, 0, 1, 0, _flops_term)[1],
+            self._parts(_NO_DENSE, 0, 1, 0, 0, _kv_term)[1],
+        )  # _dense_many's: keys, (m, 3) parts
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
@@ -363,20 +369,29 @@ class RooflineCost:
         grows by ``decode_context_step``, default ``decode_requests``, a step): the token
         count is fixed, so the dense parts and the overhead are constant, decode attention
         is affine in the step, load is 0, and prefill attention is the larger of two
-        affine terms (the pairs' FLOPs and the context's KV reads). Each of the two is
-        :meth:`_parts` with that term chosen, at the first iteration and (its growth, by
-        linearity) at the steps; one piece when the same term is the larger throughout,
-        else two, split at their crossing."""
+        affine terms (the pairs' FLOPs and the context's KV reads). :meth:`_parts` is
+        linear in the contexts and pairs for a chosen term: its constant (no attention, no
+        load; remembered by token counts) and its rates per decode context token, per pair
+        and per prefill context token (:attr:`_stretch_rates`, taken from it once) give each
+        term's line; one piece when the same term is the larger throughout, else two, split
+        at their crossing."""
         step = decode_requests if decode_context_step is None else decode_context_step
-        dense = self._dense(
-            prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
-        )
-        first = (decode_context_tokens, prefill_context_tokens, prefill_attention_pairs, 0)
-        growth = (step, prefill_context_step, prefill_attention_pairs_step, 0)
-        a_flops = self._parts(dense, *first, _flops_term)[0]
-        a_kv = self._parts(dense, *first, _kv_term)[0]
-        b_flops = self._parts(_NO_DENSE, *growth, _flops_term)[1]  # attention's growth
-        b_kv = self._parts(_NO_DENSE, *growth, _kv_term)[1]
+        key = (prefill_tokens, decode_requests)
+        constant = self._stretch_constants.get(key)
+        if constant is None:  # the time with no attention and no load: the dense parts
+            if len(self._stretch_constants) >= DENSE_MEMO:
+                self._stretch_constants.clear()
+            dense = self._dense(
+                prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+            )
+            constant = self._stretch_constants[key] = self._parts(dense, 0, 0, 0, 0)[0]
+        decode_us, flops_us, kv_us = self._stretch_rates
+        base = constant + decode_us * decode_context_tokens
+        slope = decode_us * step
+        a_flops = base + flops_us * prefill_attention_pairs
+        a_kv = base + kv_us * prefill_context_tokens
+        b_flops = slope + flops_us * prefill_attention_pairs_step
+        b_kv = slope + kv_us * prefill_context_step
         if a_flops > a_kv:  # (as the per-iteration max: a tie takes the KV term)
             a, b, a_later, b_later = a_flops, b_flops, a_kv, b_kv
         else:

@@ -341,7 +341,9 @@ class Engine:
         self.prefill_attention_pairs += pairs
         lane = self.lane
         if plan.uniform:
-            prefilling = [r for r in self.prefilling if r.lane_token] if completed else self.prefilling
+            prefilling = (
+                [r for r in self.prefilling if r.lane_token] if completed else self.prefilling
+            )
             for r in admitted:
                 if r.filled_tokens >= r.fill_tokens:
                     completed.append(r)
