@@ -54,6 +54,16 @@ class AdderBudgets:
         )
 
     @cached_property
+    def slots_cap(self) -> int:
+        """``max_running_requests`` (a number no batch reaches when unset)."""
+        return NO_CAP if self.max_running_requests is None else self.max_running_requests
+
+    @cached_property
+    def prefill_cap(self) -> int:
+        """``prefill_max_requests`` (a number no batch reaches when unset)."""
+        return NO_CAP if self.prefill_max_requests is None else self.prefill_max_requests
+
+    @cached_property
     def load_threshold(self) -> int:
         """The smallest host hit that is loaded back (at least 1 token)."""
         return max(1, self.load_back_threshold)
@@ -104,43 +114,19 @@ def adder_pass(
     before the chunk)`` of the request being chunked; ``max_new`` values arrive clipped to
     4096.
 
-    The rules are those of :meth:`cpkv.admission.adder.PrefillAdderModel.run_pass`, which
-    says why the two loops are not one; the CP check is the shared
-    :func:`cpkv.admission.budgets.cp_limit_broken`. Page rounding is
-    :func:`~cpkv.workload.request.ceil_page`, inline (``-(-x // page) * page``) where it runs
-    once per candidate."""
+    The rules are those of :meth:`cpkv.admission.adder.PrefillAdderModel.run_pass` (which
+    says why the two loops are not one); the CP check is the shared
+    :func:`cpkv.admission.budgets.cp_limit_broken`."""
     page = budgets.page
-    room = free_tokens
-    total_offset = mixed_tokens + headroom
-    current_offset = mixed_tokens
-    rem_input = budgets.max_prefill_tokens - mixed_tokens
-    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
     admitted: list[tuple[int, int, bool]] = []
     stop: str | None = None
-    chunk_tokens, chunk_done = 0, False
-    batch_requests = 0
     cp_on = budgets.cp_on
-    extend_paged_sum = cached_paged_sum = 0
-    if chunk is not None and rem_chunk is not None:  # add_chunked_req
-        tokens_left, max_new, prefix = chunk
-        extend = _chunk_tokens(tokens_left, rem_chunk, room - total_offset)
-        if extend:
-            cut = extend < tokens_left
-            extend_paged = ceil_page(extend, page)
-            total_offset += extend_paged + page + (0 if cut else max_new)
-            current_offset += extend_paged + page
-            rem_input -= extend_paged
-            rem_chunk -= extend_paged
-            chunk_tokens, chunk_done = extend, not cut
-            extend_paged_sum, cached_paged_sum = extend_paged, ceil_page(prefix, page)
-            batch_requests = 1
-    max_running = (
-        NO_CAP if budgets.max_running_requests is None else budgets.max_running_requests - running
-    )
-    prefill_max_requests = (
-        NO_CAP if budgets.prefill_max_requests is None else budgets.prefill_max_requests
-    )
-    load_threshold = budgets.load_threshold
+    (
+        room, total_offset, current_offset, rem_input, rem_chunk, chunk_tokens, chunk_done,
+        batch_requests, extend_paged_sum, cached_paged_sum,
+    ) = _start(free_tokens, mixed_tokens, headroom, budgets, chunk)  # fmt: skip
+    max_running = budgets.slots_cap - running
+    prefill_max_requests, load_threshold = budgets.prefill_cap, budgets.load_threshold
     first = True
     while stop is None:
         candidate = next(queue, None)
@@ -162,33 +148,10 @@ def adder_pass(
         if not fits_memory(fill - device, max_new_left, page, room - total_offset):
             stop = "rem_total_tokens"
             break
-        # select with the host hit; a hit below the threshold is declined: select again without
-        for loaded in (host, 0) if 0 < host < load_threshold else (host,):
-            prefix = device + loaded
-            extend = fill - prefix
-            extend_paged = -(-extend // page) * page
-            cut = False
-            if rem_chunk is None:
-                if batch_requests and extend_paged >= rem_input:
-                    stop = "rem_input_tokens"
-                    break
-            elif extend_paged > rem_chunk:
-                extend_paged = extend = rem_chunk // page * page
-                if extend <= 0:
-                    stop = "rem_chunk_tokens"
-                    break
-                cut = True
-            if cp_on and batch_requests:
-                stop = cp_limit_broken(
-                    batch_requests + 1,
-                    extend_paged_sum + extend_paged,
-                    cached_paged_sum + prefix,
-                    budgets.cp_max_batch_requests,
-                    budgets.cp_max_total_extend_tokens,
-                    budgets.cp_max_total_cached_tokens,
-                )
-                if stop is not None:
-                    break
+        stop, loaded, extend, extend_paged, cut = _select(
+            fill, device, host, load_threshold, page, rem_input, rem_chunk, batch_requests,
+            extend_paged_sum, cached_paged_sum, budgets if cp_on else None,
+        )  # fmt: skip
         if stop is not None:
             break
         room -= loaded
@@ -198,12 +161,71 @@ def adder_pass(
         if rem_chunk is not None:
             rem_chunk -= extend_paged
         extend_paged_sum += extend_paged
-        cached_paged_sum += prefix
+        cached_paged_sum += device + loaded
         batch_requests += 1
         admitted.append((extend, loaded, cut))
         # budget_state(): stops the scan, the request stays admitted
         stop = budget_state(room - total_offset, room - current_offset, rem_input, rem_chunk)
     return PassResult(chunk_tokens, chunk_done, admitted, stop)
+
+
+def _start(
+    free_tokens: int, mixed_tokens: int, headroom: float, budgets: AdderBudgets,
+    chunk: tuple[int, int, int] | None,
+) -> tuple:  # fmt: skip
+    """The pass's budgets before its scan: the mixed batch's decode tokens taken off them,
+    then ``add_chunked_req`` for the chunked request (``chunk``): ``(room, total_offset,
+    current_offset, rem_input, rem_chunk, chunk tokens, chunk done, batch requests, extend
+    paged sum, cached paged sum)``."""
+    page = budgets.page
+    total_offset = mixed_tokens + headroom
+    rem_input = budgets.max_prefill_tokens - mixed_tokens
+    rem_chunk = None if budgets.chunk_tokens is None else budgets.chunk_tokens - mixed_tokens
+    if chunk is None or rem_chunk is None:
+        return free_tokens, total_offset, mixed_tokens, rem_input, rem_chunk, 0, False, 0, 0, 0
+    tokens_left, max_new, prefix = chunk
+    extend = _chunk_tokens(tokens_left, rem_chunk, free_tokens - total_offset)
+    if not extend:
+        return free_tokens, total_offset, mixed_tokens, rem_input, rem_chunk, 0, False, 0, 0, 0
+    cut = extend < tokens_left
+    extend_paged = ceil_page(extend, page)
+    return (
+        free_tokens, total_offset + extend_paged + page + (0 if cut else max_new),
+        mixed_tokens + extend_paged + page, rem_input - extend_paged, rem_chunk - extend_paged,
+        extend, not cut, 1, extend_paged, ceil_page(prefix, page),
+    )  # fmt: skip
+
+
+def _select(
+    fill: int, device: int, host: int, load_threshold: int, page: int, rem_input: int,
+    rem_chunk: int | None, batch_requests: int, extend_paged_sum: int, cached_paged_sum: int,
+    cp: AdderBudgets | None,
+) -> tuple[str | None, int, int, int, bool]:  # fmt: skip
+    """``add_one_req``'s selection of a candidate that passed the memory check: ``(stop,
+    loaded, extend, extend_paged, cut)``. With its host hit; a hit below the threshold is
+    declined: selected again without. ``cp``: the budgets when CP limits apply."""
+    for loaded in (host, 0) if 0 < host < load_threshold else (host,):
+        prefix = device + loaded
+        extend = fill - prefix
+        extend_paged = -(-extend // page) * page
+        cut = False
+        if rem_chunk is None:
+            if batch_requests and extend_paged >= rem_input:
+                return "rem_input_tokens", loaded, extend, extend_paged, cut
+        elif extend_paged > rem_chunk:
+            extend_paged = extend = rem_chunk // page * page
+            if extend <= 0:
+                return "rem_chunk_tokens", loaded, extend, extend_paged, cut
+            cut = True
+        if cp is not None and batch_requests:
+            stop = cp_limit_broken(
+                batch_requests + 1, extend_paged_sum + extend_paged, cached_paged_sum + prefix,
+                cp.cp_max_batch_requests, cp.cp_max_total_extend_tokens,
+                cp.cp_max_total_cached_tokens,
+            )  # fmt: skip
+            if stop is not None:
+                return stop, loaded, extend, extend_paged, cut
+    return None, loaded, extend, extend_paged, cut
 
 
 def fits_memory(uncached: int, max_new_left: int, page: int, rem_total: float) -> bool:
