@@ -22,7 +22,7 @@ from typing import Any
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.record.iteration_log import Integrals, IterationLog
-from cpkv.serving.record.metrics import ServingRow, log_report, row_of
+from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
 from cpkv.serving.record.requests import RequestStats
 from cpkv.serving.record.trace_events import TraceEvents
 
@@ -167,9 +167,9 @@ def _policy_summary(
 ) -> dict[str, Any]:
     """The summary's ``policy_space`` of all instances: the policy machinery's counts added
     up; a ``profiled`` run's final quantile per instance (one: its own)."""
-    from cpkv.serving.record.policy_metrics import merged_counts, policy_counts, policy_summary
+    from cpkv.serving.record.policy_metrics import policy_counts, policy_summary
 
-    counts = merged_counts([policy_counts(e) for e in engines])
+    counts = added_counts([policy_counts(e) for e in engines])
     quantiles = None
     if block.policy == "profiled":
         quantiles = [e.scheduler.estimator.value() for e in engines]
@@ -224,24 +224,13 @@ def _added(parts: list[Integrals]) -> Integrals:
 
 
 def _added_counters(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counters added up: numbers summed, counts by name merged (one instance: its own)."""
+    """Counters added up: numbers summed, counts by name merged and sorted, the final ratio
+    None (one per instance: no total; one instance: its own counters)."""
     if len(parts) == 1:
         return parts[0]
-    out: dict[str, Any] = {}
-    for part in parts:
-        for key, value in part.items():
-            if isinstance(value, dict):
-                merged = out.setdefault(key, {})
-                for name, count in value.items():
-                    merged[name] = merged.get(name, 0) + count
-            elif key == "final_new_token_ratio":
-                out[key] = None  # one per instance: no total
-            else:
-                out[key] = out.get(key, 0) + value
-    for key, value in out.items():
-        if isinstance(value, dict):
-            out[key] = dict(sorted(value.items()))
-    return out
+    out = added_counts(parts)
+    out["final_new_token_ratio"] = None
+    return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in out.items()}
 
 
 def instances_lines(rows: list[dict[str, Any]]) -> str:

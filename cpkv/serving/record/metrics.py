@@ -194,3 +194,17 @@ def log_report(
     peak = log.cost.peak_flops_per_us
     rows = [] if summary.timeline is None else summary.timeline.rows(capacity_blocks, peak)
     return summary.integrals, rows, summed_time(summary.time_totals.sums, end_us, peak)
+
+
+def added_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of several engines added up: numbers summed, counts by name merged."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part.items():
+            if isinstance(value, dict):
+                into = out.setdefault(name, {})
+                for key, count in value.items():
+                    into[key] = into.get(key, 0) + count
+            else:
+                out[name] = out.get(name, 0) + value
+    return out

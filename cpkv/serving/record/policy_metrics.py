@@ -61,20 +61,6 @@ def policy_counts(engine: Any) -> dict[str, Any]:
     return counts
 
 
-def merged_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several engines' :func:`policy_counts`, added up."""
-    out: dict[str, Any] = {}
-    for part in parts:
-        for name, value in part.items():
-            if isinstance(value, dict):
-                into = out.setdefault(name, {})
-                for key, count in value.items():
-                    into[key] = into.get(key, 0) + count
-            else:
-                out[name] = out.get(name, 0) + value
-    return out
-
-
 def _padding(settings: Any) -> PaddedDecodeCost | None:
     cost = settings.cost
     while cost is not None and not isinstance(cost, PaddedDecodeCost):
