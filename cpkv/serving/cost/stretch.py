@@ -138,6 +138,13 @@ def line_steps_within(a: float, b: float, budget: float, limit: int) -> int:
     if a * limit + b * (limit - 1) * limit / 2.0 < budget:
         return limit
     k = _affine_steps(a, b, 0, budget)
+    if k > limit:
+        k = limit
+    # the guess is nearly always right: then two sums tell, else the search settles it
+    if a * k + b * (k - 1) * k / 2.0 >= budget and (
+        k == 1 or a * (k - 1) + b * (k - 2) * (k - 1) / 2.0 < budget
+    ):
+        return k
     return _settle(lambda n: a * n + b * (n - 1) * n / 2.0, k, 1, limit, budget)
 
 

@@ -391,7 +391,9 @@ class Engine:
 
     def _leave_queue(self, admitted: list[Req]) -> None:
         waiting, n = self.waiting, len(admitted)
-        if all(a is w for a, w in zip(admitted, waiting[:n], strict=False)):
+        if n == 1 and waiting[0] is admitted[0]:
+            del waiting[0]
+        elif all(a is w for a, w in zip(admitted, waiting[:n], strict=False)):
             del waiting[:n]
         else:
             taken = set(map(id, admitted))
