@@ -6,11 +6,11 @@ iterations at a time, from their cost arguments (:func:`breakdown_columns`: colu
 a column equal in every iteration of the batch as one float); :class:`TimeTotals` sums them
 over the run, in iteration order (the summary's ``time`` needs nothing else), and the
 columns are spilled with the samples for the per-bucket sums, which wait for the makespan
-(:mod:`cpkv.serving.bucket_sums`).
+(:mod:`cpkv.serving.record.timeline`).
 
 Per bucket of the timeline (``admit.serving.timeline_points`` equal spans of [0, makespan];
-an iteration that spans a bucket edge is split by time, each part in proportion, its pieces
-added after the bucket's whole iterations: :func:`add_crossing`): ``<part>_ms`` (time in each
+an iteration that spans a bucket edge is split by time, each part in proportion):
+``<part>_ms`` (time in each
 of :data:`~cpkv.serving.cost.base.PARTS`), ``busy_pct`` (iteration time / bucket span) and
 ``mfu_pct`` (model FLOPs / (bucket span x peak FLOP/s of all GPUs); null without FLOPs)
 (:func:`breakdown_row`). Summed (the summary's ``time``, :func:`summed_time`): ``busy_s``,
@@ -82,26 +82,6 @@ def breakdown_columns(model: Any, *arguments: Any) -> list[Any]:
         seen.add(id(column))
         out.append(column)
     return out
-
-
-def add_crossing(
-    sums: Any, crossing: list[tuple[int, float, Any]], width: float, points: int
-) -> None:
-    """Add to the ``(points, 8)`` per-bucket ``sums`` of the whole iterations those that cross
-    a bucket edge, ``(first bucket, start, row)`` in iteration order, split by time."""
-    import numpy as np
-
-    for k, t, rec in crossing:
-        rec = np.asarray(rec, dtype=float)
-        dt = float(rec[0])
-        stop = t + dt
-        while True:
-            bucket_edge = (k + 1) * width if k < points - 1 else stop
-            part = min(stop, bucket_edge) - t
-            sums[k] += rec * (part / dt)
-            if stop <= bucket_edge or k == points - 1:
-                break
-            t, k = bucket_edge, k + 1
 
 
 def breakdown_row(sums: Any, width: float, peak: float | None) -> dict[str, float | None]:

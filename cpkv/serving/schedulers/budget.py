@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from cpkv.policies.budgets import TokenWeights, weighted_prefill_budget
-from cpkv.serving.model.request import Req
 
 
 class TokenBudget:
@@ -40,15 +39,3 @@ class TokenBudget:
         if chunk < left:
             left = chunk
         return budget if budget < left else left
-
-    def chunks(self, prefilling: list[Req], budget: int) -> tuple[list[int], int]:
-        """Each prefilling request's tokens this iteration, in order, and the budget left."""
-        out = []
-        for r in prefilling:
-            if budget > 0:
-                tokens = self.chunk(r.fill_tokens - r.filled_tokens, budget)
-                budget -= tokens
-            else:
-                tokens = 0
-            out.append(tokens)
-        return out, budget
