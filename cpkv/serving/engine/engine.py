@@ -327,9 +327,13 @@ class Engine:
             self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
             admitted.append(r)
         completed = self._lane_step() if plan.uniform else []
-        prefill_tokens = prefill_context = pairs = 0
+        prefill_tokens = prefill_context = pairs = members = 0
+        lane = self.lane
         for row in plan.prefills:
             r, extend = row.request, row.tokens
+            if r.lane_token:  # a prefilling request's row (a budget that runs out)
+                lane.leave(r)
+                members += 1
             filled = r.filled_tokens
             prefill_tokens += extend
             prefill_context += filled + extend
@@ -339,7 +343,6 @@ class Engine:
         self.prefill_tokens += prefill_tokens
         self.prefill_context += prefill_context
         self.prefill_attention_pairs += pairs
-        lane = self.lane
         if plan.uniform:
             prefilling = (
                 [r for r in self.prefilling if r.lane_token] if completed else self.prefilling
@@ -351,12 +354,27 @@ class Engine:
                     prefilling.append(r)
                     if lane is not None:
                         lane.join(r)
-        else:
+        elif lane is None:
             completed, prefilling = [], []
             for r in (*self.prefilling, *admitted) if admitted else self.prefilling:
                 (completed if r.filled_tokens >= r.fill_tokens else prefilling).append(r)
-            if lane is not None:
-                lane.rebase(prefilling)
+        else:  # the rows' requests left the lane: those still prefilling join it again
+            prefilling = self.prefilling
+            completed = []
+            for r in prefilling[:members] if members else ():
+                if r.filled_tokens >= r.fill_tokens:
+                    completed.append(r)
+                else:
+                    lane.join(r)
+            if completed:
+                kept = [r for r in prefilling[:members] if r.filled_tokens < r.fill_tokens]
+                prefilling = kept + prefilling[members:]
+            for r in admitted:
+                if r.filled_tokens >= r.fill_tokens:
+                    completed.append(r)
+                else:
+                    prefilling.append(r)
+                    lane.join(r)
         self.prefilling = prefilling
         if admitted:
             self._leave_queue(admitted)

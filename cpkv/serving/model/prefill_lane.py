@@ -6,10 +6,9 @@ Under the block policies every admitted request whose prompt is not complete com
 chunk for each of them. In such an iteration (*uniform*) nothing but a step counter
 changes: a member's filled tokens are ``base + chunk x steps``, the members' sum is one
 aggregate, and the members whose prompt ends within a chunk (*due*) come off a heap keyed by
-``fill - base``. Anything that reads or changes members one by one (a budget that runs out
-before the last of them, a cancellation, the invariants) first writes their filled tokens
-out (:meth:`PrefillLane.settle`) and, after changing them, takes them in again
-(:meth:`PrefillLane.rebase`).
+``fill - base``. Anything that reads members one by one (the invariants) first writes their
+filled tokens out (:meth:`PrefillLane.settle`); one whose tokens change alone (a row of a
+budget that runs out before the last member) leaves and joins again.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ class PrefillLane:
         self.steps = 0  # uniform iterations so far
         self.count = self.base_sum = 0
         self.heap: list[tuple[int, int, int, Req]] = []  # (fill - base, stamp, token, member)
-        self.due: list[Req] = []  # members whose prompt ends in the next uniform iteration
+        self.due: list[tuple[int, Req]] = []  # (token, member): prompt ends in the next step
         self.due_at = -1  # the steps ``due`` was taken at
         self.tokens = 0  # the last token handed out
 
@@ -42,7 +41,11 @@ class PrefillLane:
         r.lane_base, r.lane_token = base, self.tokens
         self.count += 1
         self.base_sum += base
-        heapq.heappush(self.heap, (r.fill_tokens - base, r.stamp, self.tokens, r))
+        heap = self.heap
+        if len(heap) > 4 * self.count + 64:  # mostly entries of members that left
+            heap[:] = [e for e in heap if e[3].lane_token == e[2]]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (r.fill_tokens - base, r.stamp, self.tokens, r))
         self.due_at = -1
 
     def leave(self, r: Req) -> None:
@@ -64,12 +67,6 @@ class PrefillLane:
         for r in members:
             self.settle_one(r)
 
-    def rebase(self, members: Iterable[Req]) -> None:
-        """The members' filled tokens changed one by one (settled first): take them in again."""
-        self.heap, self.due, self.count, self.base_sum, self.due_at = [], [], 0, 0, -1
-        for r in members:
-            self.join(r)
-
     # -- uniform iterations --------------------------------------------------------------------
     def filled_sum(self) -> int:
         """The members' filled tokens, summed."""
@@ -79,17 +76,17 @@ class PrefillLane:
         """The members whose prompt ends within the next uniform iteration's chunk (``left <=
         chunk``), in admission order; they stay members until they leave."""
         if self.due_at == self.steps:
-            return self.due
+            return [r for _, r in self.due]
         limit = self.chunk * (self.steps + 1)  # fill - base <= chunk x (steps + 1)
         heap = self.heap
-        due = [r for r in self.due if r.lane_token]
+        due = [(token, r) for token, r in self.due if r.lane_token == token]
         while heap and heap[0][0] <= limit:
             _, _, token, r = heapq.heappop(heap)
             if r.lane_token == token:
-                due.append(r)
+                due.append((token, r))
         due.sort(key=_stamp)
         self.due, self.due_at = due, self.steps
-        return due
+        return [r for _, r in due]
 
     def steps_before_due(self) -> int:
         """Uniform iterations before the next one in which a member's prompt ends."""
@@ -108,5 +105,5 @@ class PrefillLane:
         self.steps += steps
 
 
-def _stamp(r: Req) -> int:
-    return r.stamp
+def _stamp(entry: tuple[int, Req]) -> int:
+    return entry[1].stamp

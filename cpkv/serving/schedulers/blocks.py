@@ -74,7 +74,8 @@ class BlockScheduler(Scheduler):
         """The prefilling requests' share of ``budget``, oldest admission first: ``(uniform,
         budget left, requests still prefilling after)``. Uniform when the budget covers a
         full chunk for every one of them (each computes ``min(left, chunk)``, the lane's
-        rule, and has no row); else their rows are appended to ``prefills``."""
+        rule, and has no row); else the rows of those the budget reaches are appended to
+        ``prefills`` (their tokens written out of the lane)."""
         prefilling, lane = engine.prefilling, engine.lane
         if len(prefilling) * lane.chunk <= budget:
             due = lane.due_members()
@@ -82,16 +83,17 @@ class BlockScheduler(Scheduler):
             used = lane.chunk * (len(prefilling) - len(due))
             used += sum(r.fill_tokens - r.filled_tokens for r in due)
             return True, budget - used, len(prefilling) - len(due)
-        lane.settle(prefilling)
-        chunk, in_prefill = self.budget.chunk, 0
-        for r in prefilling:
-            tokens = 0
-            if budget > 0:
-                tokens = chunk(r.fill_tokens - r.filled_tokens, budget)
-                budget -= tokens
-                prefills.append(Prefill(r, tokens))
-            in_prefill += r.filled_tokens + tokens < r.fill_tokens
-        return False, budget, in_prefill
+        chunk, settle, completing = self.budget.chunk, lane.settle_one, 0
+        for r in prefilling:  # the budget runs out: the rest keep their tokens
+            if budget <= 0:
+                break
+            settle(r)
+            left = r.fill_tokens - r.filled_tokens
+            tokens = chunk(left, budget)
+            budget -= tokens
+            prefills.append(Prefill(r, tokens))
+            completing += tokens >= left
+        return False, budget, len(prefilling) - completing
 
     def quiet_budget(self, engine: Any) -> int | None:
         """The budget the prefilling requests leave in the coming iterations while nothing
