@@ -79,13 +79,3 @@ def _epilog() -> str:
 
 
 app.info.epilog = _epilog()
-
-
-def main() -> None:
-    from cpkv.core import signals
-
-    signals.install()  # SIGTERM / SIGHUP stop a run as Ctrl-C does; SIGXFSZ is an OSError
-    try:
-        app()
-    finally:
-        signals.ignore_late()

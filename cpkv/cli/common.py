@@ -100,6 +100,7 @@ def interrupted(err: BaseException, then: str = "", *, run: bool = True) -> type
     if where is not None:
         line += f"; {where} is marked incomplete"
     typer.echo(line + then, err=True)
+    signals.reported()
     return typer.Exit(signals.exit_code(err))
 
 

@@ -57,6 +57,7 @@ def reason(err: BaseException) -> str:
 
 _raised = False
 _last: int | None = None  # the stop signal the handler saw
+_reported = False  # the command's last line named it
 _worker = False  # in a sweep's worker process
 _busy = False  # a worker is running a point
 
@@ -85,10 +86,21 @@ def busy() -> Iterator[None]:
         _busy = False
 
 
+def reported() -> None:
+    """The command's last line named the stop signal (:func:`unreported` is then None)."""
+    global _reported
+    _reported = True
+
+
+def unreported() -> int | None:
+    """The stop signal the handler saw when no line named it yet, else None."""
+    return None if _reported else _last
+
+
 def install() -> None:
     """Handle the stop signals in this process (the ``cpkv`` command calls it first)."""
-    global _raised, _last
-    _raised, _last = False, None
+    global _raised, _last, _reported
+    _raised, _last, _reported = False, None, False
     for name in STOP_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _raise)

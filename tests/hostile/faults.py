@@ -407,3 +407,80 @@ def check_second_sweep(folder: Path) -> list[str]:
     elif json.loads((sweep / "summary.json").read_text())["status"] != "complete":
         problems.append("the first sweep did not complete")
     return problems
+
+
+STARTUP_PRELUDE = """\
+import sys
+sys.argv = ["cpkv", *sys.argv[1:]]
+from cpkv.core import signals
+from cpkv.__main__ import main
+handle = signals.install
+def install():
+    handle()
+    print("ready", flush=True)
+signals.install = install
+main()
+"""
+"""The entry point, saying when it handles the stop signals (its first step; before that
+only the interpreter starts)."""
+
+
+def check_startup_signal(folder: Path, sig: int, delay: float) -> list[str]:
+    """Stop ``cpkv`` ``delay`` s after it started (while it imports, parses, loads the
+    config, builds the workload, or runs): the same one line and status as mid-run."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARTUP_PRELUDE, *LONG_RUN, "-o", "out"],
+        cwd=folder, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    if proc.stdout.readline() != "ready\n":
+        proc.kill()
+        return ["the entry point never started"]
+    time.sleep(delay)
+    proc.send_signal(sig)
+    out = finish(proc, timeout=30)
+    name = signal.Signals(sig).name
+    problems = []
+    if out.code != stop_signal_code(sig):
+        problems.append(f"exit {out.code}, expected {stop_signal_code(sig)}")
+    runs = run_dirs(folder / "out") if (folder / "out").exists() else []
+    expected = f"cpkv: interrupted ({name})"
+    if runs:
+        expected += f"; {runs[0].relative_to(folder)} is marked incomplete"
+        if (runs[0] / "results.json").exists():
+            problems.append("an interrupted run has results.json")
+    if one_line(out.stderr) != expected:
+        problems.append(f"stderr {out.stderr[-400:]!r}, expected {expected!r}")
+    return problems
+
+
+PARSING_PRELUDE = """\
+import os, signal, sys
+sys.argv = ["cpkv", *sys.argv[1:]]
+from cpkv.cli.usage import OneLineGroup
+resolve = OneLineGroup.resolve_command
+def stopped_while_parsing(self, ctx, args):
+    os.kill(os.getpid(), signal.SIG{name})
+    return resolve(self, ctx, args)
+OneLineGroup.resolve_command = stopped_while_parsing
+from cpkv.__main__ import main
+main()
+"""
+"""The entry point, stopped while the command line is parsed (the command not yet called)."""
+
+
+def check_parsing_signal(folder: Path, sig: int) -> list[str]:
+    """A stop signal while the command line is parsed: one line, exit 128 + signal."""
+    name = signal.Signals(sig).name
+    prelude = PARSING_PRELUDE.replace("{name}", name[3:])
+    out = finish(subprocess.Popen(
+        [sys.executable, "-c", prelude, *LONG_RUN, "-o", "out"],
+        cwd=folder, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ))  # fmt: skip
+    problems = []
+    if out.code != stop_signal_code(sig):
+        problems.append(f"exit {out.code}, expected {stop_signal_code(sig)}")
+    if one_line(out.stderr) != f"cpkv: interrupted ({name})":
+        problems.append(f"stderr {out.stderr[-400:]!r}")
+    if (folder / "out").exists():
+        problems.append("a run directory was made")
+    return problems

@@ -40,6 +40,26 @@ def test_a_stopped_run_says_why(tmp_path: Path, sig: int) -> None:
     assert F.check_run_signal(tmp_path, sig, RNG.uniform(0.05, 0.4)) == []
 
 
+STARTUP_DELAYS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35)
+"""Seconds after the entry point started: importing the command line, parsing it, loading
+the config, building the workload, the first iterations."""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", STARTUP_DELAYS)
+def test_a_stop_during_start_up_is_the_same_one_line(
+    tmp_path: Path, sig: int, delay: float
+) -> None:
+    assert F.check_startup_signal(tmp_path, sig, delay) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_while_the_command_line_is_parsed_is_the_same_one_line(
+    tmp_path: Path, sig: int
+) -> None:
+    assert F.check_parsing_signal(tmp_path, sig) == []
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     return F.reference_rows(tmp_path_factory.mktemp("reference"))
