@@ -83,7 +83,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
 
     def _validate_schedule_policy(self) -> None:
         if self.schedule_policy != "deadline":  # cpkv's own order (cpkv.policies.deadline)
-            self.validate_schedule()
+            self.validate_schedule(own="deadline")
         elif self.enable_priority_scheduling:
             raise FieldError(
                 "enable_priority_scheduling",

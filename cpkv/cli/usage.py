@@ -71,4 +71,7 @@ class OneLineGroup(TyperGroup):
 def _one_line(err: UsageError) -> UsageError:
     if isinstance(err, OneLineUsageError) or _no_args_help(err):
         return err
-    return OneLineUsageError(err.format_message(), err.ctx)
+    message = err.format_message()
+    if getattr(err, "option_name", None) == "--format":  # a command that runs something
+        message += "; a run's results as JSON or CSV: `cpkv show RUN --format json`"
+    return OneLineUsageError(message, err.ctx)

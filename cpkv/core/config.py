@@ -200,6 +200,8 @@ def check_seed(seed: int) -> None:
 
 
 def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | None) -> dict:
+    if _plain(file_data) and _plain(override_data):  # what OmegaConf would merge as it is
+        return _merge_plain(_merge_plain(defaults, file_data), override_data)
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -213,6 +215,21 @@ def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | N
         key = getattr(err, "full_key", None)
         where = source or "overrides"
         raise ConfigError(f"{where}: {key + ': ' if key else ''}{_first_line(err)}") from None
+
+
+_PLAIN_VALUES = (str, int, float, bool, type(None))
+
+
+def _plain(tree: Any) -> bool:
+    """Whether ``tree`` holds only string keys, mappings, lists and plain values, and no
+    interpolation (``${``): merging it needs nothing of OmegaConf's."""
+    if isinstance(tree, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in tree.items())
+    if isinstance(tree, list):
+        return all(_plain(v) for v in tree)
+    if isinstance(tree, str):
+        return "${" not in tree
+    return isinstance(tree, _PLAIN_VALUES)
 
 
 def check_interpolations(tree: Any, at: str = "", root: Any = None) -> None:

@@ -132,6 +132,18 @@ def _show(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
+def _as_list(item: Any, value: Any, key: str) -> str:
+    """``"; a list of one: [8]"`` when ``value`` is a valid item of the list expected."""
+    if isinstance(value, Mapping | bytes):
+        return ""
+    try:
+        _convert(item, value, key)
+    except (FieldError, TypeError):
+        return ""
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    return f"; a list of one: [{shown}]"
+
+
 def _is_union(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType)
 
@@ -171,11 +183,12 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if origin in (tuple, list):
         if origin is tuple and get_args(tp)[1:] != (Ellipsis,):
             raise TypeError(f"schema type {tp!r} at {key} is not supported: use tuple[X, ...]")
+        item = get_args(tp)[0]
         if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
             raise FieldError(
-                key, f"expected a list of {_describe(get_args(tp)[0])}, got {_show(value)}"
+                key,
+                f"expected a list of {_describe(item)}, got {_show(value)}{_as_list(item, value, key)}",
             )
-        item = get_args(tp)[0]
         items = [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin in (dict, Mapping):

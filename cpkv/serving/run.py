@@ -220,6 +220,22 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
     return out
 
 
+SNAPSHOT_KEYS = (
+    "available_tokens",
+    "evictable_tokens",
+    "page_size",
+    "running",
+    "release_each_tick",
+)
+"""The passes mode's snapshot of one instant, which a serving run does not read."""
+
+
+def _snapshot_keys_set(block: Any) -> list[str]:
+    """The snapshot keys ``block`` sets to other than their defaults."""
+    default = type(block)()
+    return [k for k in SNAPSHOT_KEYS if getattr(block, k) != getattr(default, k)]
+
+
 def _notes(block: Any, s: EngineSettings, fit: Any, time: dict[str, Any]) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
@@ -251,10 +267,12 @@ def _notes(block: Any, s: EngineSettings, fit: Any, time: dict[str, Any]) -> lis
             f"cost model fitted to {fit.points} points of {block.cost.fit_points}: {shown}; rms error "
             f"{fit.rms_error_us:.1f} us, mean relative error {fit.mean_rel_error_pct:.2f}%, r2 {fit.r2:.4f}"
         )
-    notes.append(
-        "admit.available_tokens, evictable_tokens, page_size, running and release_each_tick describe the "
-        "passes mode's snapshot and are not read here (the pool and its page are admit.kv)"
-    )
+    snapshot = _snapshot_keys_set(block)
+    if snapshot:
+        notes.append(
+            f"admit.{', '.join(snapshot)} describe the passes mode's snapshot and are not read "
+            "here (the pool and its page are admit.kv)"
+        )
     notes.append(time_note(time))
     notes.append(
         "requests.jsonl: one line per request; timeline.jsonl: KV utilisation and where the time went over time"

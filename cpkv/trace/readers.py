@@ -10,8 +10,11 @@ tokens (see `TraceRequest.block_tokens`).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +97,39 @@ def read_trace(
         )
     file = Path(path)
     require_file(file, path_key, "trace file")
+    key = _read_key(file, name, block_size, start, limit, prefix if synthetic else None)
+    if key in _READ:
+        _READ.move_to_end(key)
+        return dataclasses.replace(_READ[key], path=str(file))
     requests = tuple(reader(file, block_size, start, limit))
     if synthetic:
         requests = tuple(apply_prefix(requests, prefix, block_size))
-    return Trace(str(file), name, block_size, requests)
+    trace = Trace(str(file), name, block_size, requests)
+    if key is not None:
+        _READ[key] = trace
+        while len(_READ) > KEPT_TRACES:
+            _READ.popitem(last=False)
+    return trace
+
+
+KEPT_TRACES = 4
+KEPT_FILE_BYTES = 32 << 20
+_READ: OrderedDict[tuple, Trace] = OrderedDict()
+"""The last traces read from files of at most KEPT_FILE_BYTES, by content (a trace is
+immutable): the points of a sweep, or of its dry run, that read one file parse it once."""
+
+
+def _read_key(file: Path, *reading: object) -> tuple | None:
+    """What identifies one reading of ``file`` as it is now: its content's digest and the
+    reading's arguments (None: too large to keep, or a prefix model that is not hashable)."""
+    if file.stat().st_size > KEPT_FILE_BYTES:
+        return None
+    key = (hashlib.blake2b(file.read_bytes(), digest_size=16).digest(), *reading)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _bad(file: Path, lineno: int, field: str, allowed: str, value: object) -> InputError:

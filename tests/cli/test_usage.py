@@ -85,3 +85,20 @@ def test_unknown_config_keys_and_names_suggest_the_close_one() -> None:
         load_config("admit", None, ["admit.workload.source=jsnol"])
     except ConfigError as err:
         assert "did you mean 'jsonl'?" in str(err)
+
+
+def test_small_mistakes_get_the_fix_in_their_line() -> None:
+    for args, expected in (
+        (("admit", "--format", "json"), "`cpkv show RUN --format json`"),
+        (
+            ("admit", "admit.schedule_policy=dedline"),
+            "unknown policy 'dedline'; did you mean 'deadline'? (allowed: fcfs, lof, random, "
+            "lpm, dfs-weight, hrrn, shortest-prefill-first; cpkv's own: deadline)",
+        ),
+        (("alloc", "host", "alloc_host.request_pages=8"), "got 8 (int); a list of one: [8]"),
+    ):
+        res = run(*args)
+        assert res.exit_code == 2, res.output
+        assert len(res.output.strip().splitlines()) == 1 and expected in res.output, res.output
+    res = run("alloc", "host", "alloc_host.request_pages=abc")  # no list of one to offer
+    assert res.exit_code == 2 and "a list of one" not in res.output

@@ -52,3 +52,42 @@ def test_an_override_cannot_hide_a_bad_value_in_the_file(tmp_path) -> None:
     path.write_text("kind: admit\nadmit: 5\n")
     with pytest.raises(ConfigError, match=r"c.yaml:2: admit: expected a mapping"):
         load_config("admit", path, ["admit.backend=model"])
+
+
+def _omegaconf_merge(defaults: dict, file_data: dict, override_data: dict) -> dict:
+    from omegaconf import OmegaConf
+
+    parts = (OmegaConf.create(x) for x in (defaults, file_data, override_data))
+    return OmegaConf.to_container(OmegaConf.merge(*parts), resolve=True)
+
+
+def test_a_plain_merge_is_what_omegaconf_merges_for_every_shipped_config() -> None:
+    from cpkv.core import config as C
+    from cpkv.core.kinds import KINDS
+    from cpkv.core.schema import to_dict
+    from tests.helpers.paths import REPO
+
+    overrides = C.parse_overrides(["seed=3", "name=x", "admit.kv.capacity_blocks=64"])
+    checked = 0
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        data = C.read_yaml(path)
+        for key in C.SWEEP_KEYS:
+            data.pop(key, None)
+        kind = data.get("kind")
+        if kind not in KINDS:
+            continue
+        defaults = to_dict(KINDS.get(kind).config_cls()())
+        extra = overrides if kind == "admit" else {}
+        assert C._plain(data) and C._plain(extra)
+        assert C._merge(defaults, data, extra, str(path)) == _omegaconf_merge(defaults, data, extra)
+        checked += 1
+    assert checked >= 30
+
+
+def test_an_interpolation_or_another_type_goes_through_omegaconf() -> None:
+    from cpkv.core import config as C
+
+    assert not C._plain({"a": "${b}"}) and not C._plain({"a": [1, {"b": b"x"}]})
+    assert not C._plain({1: "a"}) and C._plain({"a": [1, 2.5, None, True, "x"]})
+    merged = C._merge({"b": 3, "a": 0}, {"a": "${b}"}, {}, "f.yaml")
+    assert merged == {"b": 3, "a": 3}

@@ -94,6 +94,18 @@ def test_seed_block_requests_served(cli) -> None:
     assert cli.results(run)["rows"][0]["preemptions"] == 0
 
 
+def test_the_snapshot_keys_are_named_only_when_set(cli) -> None:
+    args = [str(ROOT / "configs/admit/seed004_blocks.yaml"), "admit.mode=serving"]
+    assert cli("admit", *args).exit_code == 0
+    assert cli("admit", *args, "admit.page_size=4", "admit.available_tokens=5").exit_code == 0
+    plain, set_ = sorted(
+        ([n for n in cli.results(run)["notes"] if "not read here" in n] for run in cli.run_dirs()),
+        key=len,
+    )
+    assert plain == [] and len(set_) == 1
+    assert set_[0].startswith("admit.available_tokens, page_size describe")
+
+
 def _points(tmp_path: Path) -> tuple[Path, CostModel]:
     truth = CostModel(3000.0, 20.0, 15.0, 0.05, 131072, 40.0)
     rows = []

@@ -107,3 +107,24 @@ def test_replay_turns_a_trace_into_admission_requests(tmp_path):
         CachedRequest(1, "r1", 5, 9, 8, 0, 1, 2),
         CachedRequest(2, "r2", 9, 10, 8, 1, 1, 1),
     )
+
+
+def test_a_file_read_again_is_parsed_once_until_it_changes(tmp_path, monkeypatch):
+    import os
+
+    from cpkv.trace import readers
+
+    path = write(tmp_path, [row(0, 5, 3, [1, 2]), row(1, 4, 1, [1])])
+    parsed = []
+    real = readers._parse_mooncake
+    monkeypatch.setattr(readers, "_parse_mooncake", lambda *a: parsed.append(a[1]) or real(*a))
+    first = read_trace(path, "mooncake", block_size=4)
+    again = read_trace(str(path), "mooncake", block_size=4)
+    assert again == first and parsed == [1, 2]
+    other = read_trace(path, "mooncake", block_size=4, limit=1)  # another reading of the file
+    assert len(other.requests) == 1 and len(parsed) == 3
+    size = os.stat(path).st_size
+    write(tmp_path, [row(0, 5, 3, [1, 2]), row(1, 4, 2, [1])])  # new content, the same size
+    assert os.stat(path).st_size == size
+    changed = read_trace(path, "mooncake", block_size=4)
+    assert changed.requests[1].output_length == 2 and len(parsed) == 5

@@ -70,16 +70,19 @@ class SchedulePolicyConfig:
     in_batch_prefix_check_threshold: int = 32
     in_batch_prefix_deprioritize_threshold: int = 32
 
-    def validate_schedule(self) -> None:
-        """Raise :class:`FieldError` for an unknown policy or a combination SGLang refuses."""
+    def validate_schedule(self, own: str = "") -> None:
+        """Raise :class:`FieldError` for an unknown policy or a combination SGLang refuses;
+        ``own`` names an order of the caller's own, allowed beside SGLang's (it is
+        suggested and listed too, as ``own``)."""
         policy = self.schedule_policy
         if policy in _NOT_MODELLED:
             raise FieldError("schedule_policy", _NOT_MODELLED[policy])
         if policy not in SCHEDULE_POLICIES:
+            names = (*SCHEDULE_POLICIES, own) if own else SCHEDULE_POLICIES
+            allowed = ", ".join(SCHEDULE_POLICIES) + (f"; cpkv's own: {own}" if own else "")
             raise FieldError(
                 "schedule_policy",
-                f"unknown policy {policy!r}{did_you_mean(policy, SCHEDULE_POLICIES)} "
-                f"(allowed: {', '.join(SCHEDULE_POLICIES)})",
+                f"unknown policy {policy!r}{did_you_mean(policy, names)} (allowed: {allowed})",
             )
         if self.enable_priority_scheduling and policy not in PRIORITY_POLICIES:
             raise FieldError(
