@@ -174,12 +174,12 @@ def load_config(
             )
             raise ConfigError(f"override {k}=...: {k} keys belong in a config file or {hint}")
     defaults = to_dict(spec.config_cls()())
-    if path is not None:  # the file alone must be valid: an override may not hide a bad value
-        try:
-            build(spec.config_cls(), {**_merge(defaults, file_data, {}, source), "kind": kind})
-        except FieldError as err:
-            raise ConfigError(_locate(err, path, file_data, ())) from None
-    try:
+    inside = _value_under_overrides(file_data, override_data)
+    if inside is not None:  # an override sets a key inside what the file made a value
+        key, value = inside
+        err = FieldError(key, f"expected a mapping, got {value!r} ({type(value).__name__})")
+        raise ConfigError(_locate(err, path, file_data, ()))
+    try:  # the defaults, then the file, then the overrides; the result is what is validated
         merged = _merge(defaults, file_data, override_data, source)
         merged["kind"] = kind
         experiment = build(spec.config_cls(), merged)
@@ -215,6 +215,25 @@ def _merge(defaults: dict, file_data: dict, override_data: dict, source: str | N
         key = getattr(err, "full_key", None)
         where = source or "overrides"
         raise ConfigError(f"{where}: {key + ': ' if key else ''}{_first_line(err)}") from None
+
+
+def _value_under_overrides(
+    file_data: Mapping, override_data: Mapping, at: str = ""
+) -> tuple[str, Any] | None:
+    """``(key, value)`` of a value (not a mapping, not null) in the file at a key an override
+    sets keys inside, else None."""
+    for key, value in override_data.items():
+        if not isinstance(value, Mapping) or key not in file_data:
+            continue
+        dotted = f"{at}.{key}" if at else str(key)
+        held = file_data[key]
+        if isinstance(held, Mapping):
+            found = _value_under_overrides(held, value, dotted)
+            if found is not None:
+                return found
+        elif held is not None:
+            return dotted, held
+    return None
 
 
 _PLAIN_VALUES = (str, int, float, bool, type(None))
