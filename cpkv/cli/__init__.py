@@ -42,14 +42,23 @@ app.command("plot")(runs_cli.plot)
 
 def _version(value: bool) -> None:
     if value:
+        from cpkv import MIRRORS
+
         typer.echo(f"cpkv {__version__}")
+        for engine, version, what in MIRRORS:
+            typer.echo(f"  mirrors {engine} {version}: {what}")
+        typer.echo("  serving loop: cpkv's own around SGLang's admission pass; vLLM: not modelled")
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Show the version, the engines whose semantics cpkv mirrors, and exit.",
     ),
 ) -> None:
     """cpkv: an offline lab for SGLang CP shared-KV prefill admission and hierarchical KV allocators."""

@@ -102,3 +102,15 @@ def test_small_mistakes_get_the_fix_in_their_line() -> None:
         assert len(res.output.strip().splitlines()) == 1 and expected in res.output, res.output
     res = run("alloc", "host", "alloc_host.request_pages=abc")  # no list of one to offer
     assert res.exit_code == 2 and "a list of one" not in res.output
+
+
+def test_version_names_the_engines_it_mirrors() -> None:
+    from cpkv import MIRRORS, __version__
+
+    res = run("--version")
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert lines[0] == f"cpkv {__version__}"
+    for engine, version, _what in MIRRORS:
+        assert any(line.strip().startswith(f"mirrors {engine} {version}:") for line in lines)
+    assert ("sglang", "0.5.23") in {(e, v) for e, v, _ in MIRRORS}
