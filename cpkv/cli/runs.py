@@ -103,6 +103,16 @@ def diff(
        15 rows, with counts of the rest (--all: every row and metric).
 
     \b
+    Two serving runs (admit.mode=serving) get one ranked verdict instead: goodput
+    first, then requests lost (timed out, rejected, cancelled: each counts against
+    its run), then latency (TTFT, TPOT, E2E at p50 and p99), then costs (recompute
+    and swap bytes, preemptions); the first tier in which a metric moved (by more than
+    1% for goodput and latency, at all for lost requests and costs; -t sets it) decides,
+    and the verdict names it (IMPROVEMENT (decided by goodput_requests_per_s ...)). A table
+    shows one metric a row; then the requests that changed, matched on rid in
+    requests.jsonl (lost, preempted, admitted later or earlier), with their rids.
+
+    \b
     A metric changes when |change| exceeds its threshold (default 10% for timings, 0% for
     the rest, which are deterministic). A timing metric (p50_us, p99_us, ...) also needs
     its rows' raw samples to differ: a two-sided Mann-Whitney U test, p < --alpha (0.05),

@@ -16,6 +16,10 @@ row gets A, B, ratio B/A, change % and a verdict:
 
 Any ``worse`` (of a row metric or of a summary number with a direction) is a regression
 (``cpkv diff`` exits 1).
+
+Two serving runs are judged instead by one ranked verdict (:mod:`cpkv.diff.serving`): their
+row becomes the serving table, their requests are compared one by one
+(:mod:`cpkv.diff.requests`), and the rest of their summary is reported as ``changed``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ from cpkv.diff.rules import (
     samples_field,
     spread,
 )
-from cpkv.diff.summary import SummaryChange, compare_summaries
+from cpkv.diff.serving import REGRESSION, ServingDiff, check_metrics, compare_serving, is_serving
+from cpkv.diff.summary import CHANGED, SummaryChange, compare_summaries
 from cpkv.runs.results import RunRecord
 from cpkv.runs.rundir import LoadedRun, load_run
 from cpkv.sweep.listing import SweepView, open_target
@@ -58,6 +63,7 @@ __all__ = [
     "WORSE",
     "Diff",
     "MetricChange",
+    "ServingDiff",
     "SummaryChange",
     "Thresholds",
     "compare_metric",
@@ -86,10 +92,14 @@ class Diff:
     alpha: float = DEFAULT_ALPHA
     views: list[str] = field(default_factory=list)  # how rows were turned before matching
     tested_rows: int = 0  # row pairs whose raw samples were rank-tested
+    serving: list[ServingDiff] = field(default_factory=list)  # one per pair of serving runs
 
     @property
-    def regressions(self) -> list[MetricChange | SummaryChange]:
-        return [c for c in [*self.summary, *self.changes] if c.verdict == WORSE]
+    def regressions(self) -> list[MetricChange | SummaryChange | ServingDiff]:
+        worse: list[MetricChange | SummaryChange | ServingDiff] = [
+            c for c in [*self.summary, *self.changes] if c.verdict == WORSE
+        ]
+        return worse + [s for s in self.serving if s.verdict == REGRESSION]
 
     def counts(self) -> dict[str, int]:
         """Verdicts of the row metrics."""
@@ -166,6 +176,7 @@ class _Acc:
         self.changes: list[MetricChange] = []
         self.outcomes: list[tuple[str | None, dict[str, Any], str, Any, Any]] = []
         self.notes: list[str] = []
+        self.serving: list[ServingDiff] = []
 
     def configs(self, point: str | None, ra: LoadedRun, rb: LoadedRun) -> None:
         for key, va, vb in config_changes(ra.config or {}, rb.config or {}):
@@ -173,6 +184,9 @@ class _Acc:
                 self.config_changes.append((key, va, vb))
 
     def records(self, point: str | None, run_a: LoadedRun, run_b: LoadedRun) -> None:
+        if is_serving(run_a.record) and is_serving(run_b.record):
+            self.serving_records(point, run_a, run_b)
+            return
         self.summary += compare_summaries(point, run_a.record, run_b.record, self.th)
         ra, rb = _view(run_a), _view(run_b)
         if ra is None or rb is None:  # no view, or only one run's rows have one: its own rows
@@ -181,12 +195,31 @@ class _Acc:
             self.views.append(ra.notes[0])
         self.rows(point, ra, rb)
 
-    def rows(self, point: str | None, ra: RunRecord, rb: RunRecord) -> None:
-        bad = [c for c in self.ignore if c not in ra.columns.identity]
+    def serving_records(self, point: str | None, run_a: LoadedRun, run_b: LoadedRun) -> None:
+        """Two serving runs: the ranked serving table and the requests; the summary values
+        that are not the row's, as ``changed`` (the serving verdict alone judges)."""
+        ra, rb = run_a.record, run_b.record
+        self.check_ignore(ra)
+        check_metrics(self.metrics, ra)
+        dirs = (Path(run_a.path), Path(run_b.path))
+        found = compare_serving(point, ra, rb, dirs, self.th, self.metrics)
+        self.serving.append(found)
+        covered = found.covered() | set(ra.columns.metrics) | set(rb.columns.metrics)
+        for c in compare_summaries(point, ra, rb, self.th):
+            if c.key.rsplit(".", 1)[-1] in covered:
+                continue
+            self.summary.append(replace(c, verdict=CHANGED) if c.verdict in (WORSE, BETTER) else c)
+        self.notes += [f"{point}: {n}" if point else n for n in found.notes]
+
+    def check_ignore(self, record: RunRecord) -> None:
+        bad = [c for c in self.ignore if c not in record.columns.identity]
         if bad:
             raise ConfigError(
-                f"--ignore {bad[0]}: not an identity column of kind {ra.kind} (identity: {', '.join(ra.columns.identity)})"
+                f"--ignore {bad[0]}: not an identity column of kind {record.kind} (identity: {', '.join(record.columns.identity)})"
             )
+
+    def rows(self, point: str | None, ra: RunRecord, rb: RunRecord) -> None:
+        self.check_ignore(ra)
         identity = [
             c for c in ra.columns.identity if c in rb.columns.identity and c not in self.ignore
         ]
@@ -265,7 +298,7 @@ class _Acc:
         self.adjust()
         return Diff(self.a, self.b, self.kind, self.config_changes, self.identity, self.matched, self.only_a,
                     self.only_b, self.changes, self.outcomes, self.notes, self.th, self.summary,
-                    self.alpha, self.views, len(self.tested))  # fmt: skip
+                    self.alpha, self.views, len(self.tested), self.serving)  # fmt: skip
 
 
 def _view(run: LoadedRun) -> RunRecord | None:

@@ -3,18 +3,21 @@
 Text and Markdown lead with what changed and end with the verdict: config differences, the
 summary (headline numbers always, other summary values when they changed), then the rows
 that changed, worst first, at most ``ROW_LINES`` of them (``--all`` shows every row and
-metric), with counts of the rest. JSON holds everything.
+metric), with counts of the rest. Serving runs show their ranked table and their requests
+instead of the row (:mod:`cpkv.diff.render_serving`). JSON holds everything, the verdict's
+words included.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cpkv.core.schema import to_dict
+from cpkv.diff.cells import clip, num, pct, show, val
 from cpkv.diff.compare import BETTER, NOISE, SAME, WORSE, Diff, MetricChange
+from cpkv.diff.render_serving import serving_json, serving_section, serving_verdict
 from cpkv.diff.rules import DEFAULT_OTHER_PCT, DEFAULT_TIMING_PCT, INTERVAL, RANK, THRESHOLD
 from cpkv.diff.summary import CHANGED, INFO
 from cpkv.runs.report import table
@@ -45,9 +48,14 @@ def render_diff(diff: Diff, fmt: str = "text", show_all: bool = False) -> str:
         "",
         _heading("config differences (A -> B)", md),
     ]
-    out += [f"- {k}: {_val(a)} -> {_val(b)}" for k, a, b in diff.config_changes] or ["(none)"]
-    out += ["", *_summary_section(diff, tfmt, md, show_all)]
-    out += ["", *_rows_section(diff, tfmt, md, show_all)]
+    out += [f"- {k}: {val(a)} -> {val(b)}" for k, a, b in diff.config_changes] or ["(none)"]
+    if diff.serving:
+        out += ["", *serving_section(diff.serving, tfmt, md, show_all)]
+        out += _summary_section(diff, tfmt, md, show_all)
+    else:
+        out += ["", *_summary_section(diff, tfmt, md, show_all)]
+    if diff.changes or diff.only_a or diff.only_b or not diff.serving:
+        out += ["", *_rows_section(diff, tfmt, md, show_all)]
     out += _lists(diff, md, show_all)
     out += [f"note: {n}" for n in [*diff.notes, *_drift_note(diff)]]
     timing = _timing_line(diff)
@@ -75,14 +83,13 @@ def _summary_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str
         return [head, "(no summary numbers)"]
     line = f"{len(items)} values, {moved} changed"
     if not show_all and len(shown) < len(items):
-        line += " (unchanged values left out" + ("" if has_point else " after the headline") + ")"
+        after = "" if has_point or not any(c.headline for c in items) else " after the headline"
+        line += f" (unchanged values left out{after})"
     cut = shown if show_all else shown[:SUMMARY_LINES]
     rows = []
     for c in cut:
         row: dict[str, Any] = {"point": c.point} if has_point else {}
-        row.update(
-            key=c.key, A=_show(c.a), B=_show(c.b), change=_pct(c.change_pct), verdict=c.verdict
-        )
+        row.update(key=c.key, A=show(c.a), B=show(c.b), change=pct(c.change_pct), verdict=c.verdict)
         rows.append(row)
     columns = (["point"] if has_point else []) + ["key", "A", "B", "change", "verdict"]
     body = [head, line, ""]
@@ -114,7 +121,7 @@ def _rows_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str]:
     )
     constant, varying = _split_identity(diff)
     if constant:
-        lines.append("every row: " + ", ".join(f"{k}={_val(v)}" for k, v in constant.items()))
+        lines.append("every row: " + ", ".join(f"{k}={val(v)}" for k, v in constant.items()))
     keys = [k for k in groups if show_all or verdicts[k] in (WORSE, BETTER)]
     keys.sort(key=lambda k: _ORDER.get(verdicts[k], 9))
     cut = keys if show_all else keys[:ROW_LINES]
@@ -199,9 +206,9 @@ def _table(
 def _cell(c: MetricChange) -> str:
     """``A``, or ``A -> B (+x%)``; a change that is not significant (noise) ends in `` ns``."""
     if c.a == c.b:
-        return _num(c.a)
-    change = "" if c.change_pct is None else f" ({_pct(c.change_pct)})"
-    return f"{_num(c.a)} -> {_num(c.b)}{change}" + (" ns" if c.verdict == NOISE else "")
+        return num(c.a)
+    change = "" if c.change_pct is None else f" ({pct(c.change_pct)})"
+    return f"{num(c.a)} -> {num(c.b)}{change}" + (" ns" if c.verdict == NOISE else "")
 
 
 def _lists(diff: Diff, md: bool, show_all: bool) -> list[str]:
@@ -209,14 +216,14 @@ def _lists(diff: Diff, md: bool, show_all: bool) -> list[str]:
     _, varying = _split_identity(diff)
     if diff.outcome_changes:
         items = [
-            f"- {_label(p, r, varying)} {col}: {_val(a)} -> {_val(b)}"
+            f"- {_label(p, r, varying)} {col}: {val(a)} -> {val(b)}"
             for p, r, col, a, b in diff.outcome_changes
         ]
         out += ["", _heading("outcome changes", md), *_capped(items, show_all, "outcome changes")]
     for title, rows in (("only in A", diff.only_a), ("only in B", diff.only_b)):
         if rows:
             items = [
-                f"- {', '.join(f'{k}={_val(v)}' for k, v in r.items() if k in varying or k == 'point')}"
+                f"- {', '.join(f'{k}={val(v)}' for k, v in r.items() if k in varying or k == 'point')}"
                 for r in rows
             ]
             out += ["", _heading(f"rows {title}", md), *_capped(items, show_all, f"rows {title}")]
@@ -266,6 +273,24 @@ def _drift_note(diff: Diff) -> list[str]:
 
 
 def _verdict(diff: Diff) -> str:
+    """The last line: the plain verdict, or for serving runs the ranked one (both when a
+    sweep holds serving points and others)."""
+    if not diff.serving:
+        return _plain_verdict(diff)
+    head, detail = serving_verdict(diff.serving)
+    served = {s.point for s in diff.serving}
+    others = bool(diff.changes) or any(
+        c.point not in served and c.verdict != SAME for c in diff.summary
+    )
+    if not others:
+        return f"verdict: {head}" + (f" ({detail})" if detail else "")
+    plain = _plain_verdict(diff).removeprefix("verdict: ")
+    if plain.startswith("REGRESSION"):
+        head = "REGRESSION"
+    return f"verdict: {head} (serving: {detail or head}; other points: {plain})"
+
+
+def _plain_verdict(diff: Diff) -> str:
     counts = diff.counts()
     worse_summary = [c for c in diff.summary if c.verdict == WORSE]
     worse_rows = counts[WORSE]
@@ -273,7 +298,7 @@ def _verdict(diff: Diff) -> str:
         parts = []
         if worse_summary:
             keys = ", ".join(dict.fromkeys(c.key for c in worse_summary))
-            parts.append(f"summary: {len(worse_summary)} worse ({_clip(keys, 80)})")
+            parts.append(f"summary: {len(worse_summary)} worse ({clip(keys, 80)})")
         if worse_rows:
             groups = _by_row(diff.changes)
             bad = sum(_row_verdict(cs) == WORSE for cs in groups.values())
@@ -291,10 +316,6 @@ def _verdict(diff: Diff) -> str:
     if counts[NOISE]:
         tally.append(f"{counts[NOISE]} timing changes within the noise")
     return f"verdict: no regression ({', '.join(tally) or 'nothing worse'})"
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _thresholds(diff: Diff) -> str:
@@ -315,6 +336,8 @@ def _json(diff: Diff) -> str:
         "outcome_changes": [{"point": p, "row": r, "column": col, "a": a, "b": b} for p, r, col, a, b in diff.outcome_changes],
         "notes": diff.notes, "thresholds": dict(diff.thresholds.by_name), "alpha": diff.alpha,
         "timing_rules": diff.rules(), "rule": RULE, "threshold_defaults": _thresholds(diff),
+        "serving": [serving_json(s) for s in diff.serving],
+        "verdict": _verdict(diff).removeprefix("verdict: "),
     }  # fmt: skip
     return json.dumps(finite_json(doc), indent=1) + "\n"
 
@@ -323,7 +346,7 @@ def _json(diff: Diff) -> str:
 
 
 def _label(point: str | None, row: Mapping[str, Any], varying: Sequence[str]) -> str:
-    parts = [f"{k}={_val(row.get(k))}" for k in varying]
+    parts = [f"{k}={val(row.get(k))}" for k in varying]
     return (f"[{point}] " if point else "") + (", ".join(parts) or "row")
 
 
@@ -333,32 +356,3 @@ def _heading(text: str, md: bool) -> str:
 
 def _code(text: str, md: bool) -> str:
     return f"`{text}`" if md else text
-
-
-def _val(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, list | dict) else str(value)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "-" if value is None else _clip(_val(value), 40)
-    return _num(float(value))
-
-
-def _num(value: float | None) -> str:
-    """Four significant digits, without exponents for everyday magnitudes."""
-    if value is None:
-        return "-"
-    if value == 0 or not math.isfinite(value) or not 1e-4 <= abs(value) < 1e12:
-        return f"{value:.4g}"
-    if value.is_integer():
-        return str(int(value))
-    decimals = min(6, max(0, 3 - math.floor(math.log10(abs(value)))))
-    text = f"{value:.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _pct(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "inf" if math.isinf(value) else f"{value:+.1f}%"
