@@ -344,14 +344,18 @@ def test_bounded_waiting_tree_decides_deferral_like_the_whole_tree():
                 bounded.insert(hashes, prompt)
 
 
-def test_readme_example_prints_what_it_says(capsys):
+@pytest.mark.parametrize(
+    "page, heading",
+    [("README.md", "## A policy in code"), ("docs/admission.md", "## SGLang's waiting-queue policies")],
+)
+def test_docs_example_prints_what_it_says(capsys, page, heading):
     from tests.helpers.paths import REPO
 
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### SGLang's waiting-queue policies") :]
+    text = (REPO / page).read_text()
+    section = text[text.index(heading) :]
     code = section[
         section.index("```python\n") + 10 : section.index("```\n", section.index("```python"))
     ]
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, page, "exec"), {})
     assert capsys.readouterr().out == "['c', 'a', 'b']\n"
     assert "# ['c', 'a', 'b']" in code
