@@ -18,6 +18,7 @@ load average, not judged (the machine is shared).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -103,7 +104,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:  # the admission path alone, then with plots/
         found = imports(["admit", "--no-plots", "-o", tmp], cwd=tmp)
-        plotted = imports(["admit", "-o", tmp], cwd=tmp)
+        drawn = ["--plots"] if importlib.util.find_spec("matplotlib") else []
+        plotted = imports(["admit", *drawn, "-o", tmp], cwd=tmp)
     bad = heavy(found, ADMIT_FORBIDDEN)
     ok &= not bad
     print(f"[3] `python -X importtime -m cpkv admit --no-plots` (default experiment): {len(found)} "

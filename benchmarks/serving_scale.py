@@ -177,9 +177,7 @@ class Row:
 
 def admit(code: Path, args: list[str], plots: bool) -> tuple[float, int]:
     """One ``cpkv admit`` run of the tree ``code``: (wall seconds, peak tree RSS in kB)."""
-    env = dict(os.environ)
-    if not plots:
-        env["CPKV_PLOTS"] = "0"
+    env = {**os.environ, "CPKV_PLOTS": "1" if plots else "0"}
     with tempfile.TemporaryDirectory() as out:
         wall, peak, _ = measured(code, ["-m", "cpkv", "admit", *args, "-o", out], env)
     return wall, peak

@@ -10,9 +10,17 @@ counts that the real allocator holds in whole pages (``available_tokens``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from cpkv.core.schema import non_negative, positive
+from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY, Tokens
+from cpkv.core.schema import Range
 from cpkv.workload.request import RunningDecode, floor_page
+
+Positive = Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)]
+"""A size of at least one token (or request): every request holds a token."""
+Ratio = Annotated[
+    float, Range(0, 1, why="a share of a running request's remaining output; SGLang caps it at 1")
+]
 
 
 @dataclass(frozen=True)
@@ -24,14 +32,9 @@ class CpBudgets:
     """
 
     enabled: bool = True
-    max_total_extend_tokens: int | None = 65536
-    max_total_cached_tokens: int | None = None
-    max_batch_requests: int | None = 8
-
-    def validate(self) -> None:
-        positive("max_total_extend_tokens", self.max_total_extend_tokens, allow_none=True)
-        positive("max_total_cached_tokens", self.max_total_cached_tokens, allow_none=True)
-        positive("max_batch_requests", self.max_batch_requests, allow_none=True)
+    max_total_extend_tokens: Positive | None = 65536
+    max_total_cached_tokens: Positive | None = None
+    max_batch_requests: Positive | None = 8
 
     @property
     def active(self) -> bool:
@@ -85,36 +88,23 @@ class AdmitBudgets:
       evictable cache; by default (the seed's model) nothing is released.
     """
 
-    available_tokens: int = 20000
-    evictable_tokens: int = 0
-    max_prefill_tokens: int = 16384
-    chunked_prefill_size: int | None = None
-    page_size: int = 1
-    new_token_ratio: float = 0.7
-    max_new_tokens: int = 128
-    max_running_requests: int | None = None
-    prefill_max_requests: int | None = None
-    load_back_threshold: int = 10
-    load_back_quota_tokens: int | None = None
+    available_tokens: Tokens = 20000
+    evictable_tokens: Tokens = 0
+    max_prefill_tokens: Positive = 16384
+    chunked_prefill_size: Annotated[int, Range(high=MAX_TOKENS, why=TOKENS_WHY)] | None = None
+    page_size: Positive = 1
+    new_token_ratio: Ratio = 0.7
+    max_new_tokens: Tokens = 128
+    max_running_requests: Positive | None = None
+    prefill_max_requests: Positive | None = None
+    load_back_threshold: Tokens = 10
+    load_back_quota_tokens: Tokens | None = None
     running: tuple[RunningDecode, ...] = ()
     cp: CpBudgets = CpBudgets()
     release_each_tick: bool = False
 
     def validate(self) -> None:
-        non_negative("available_tokens", self.available_tokens)
-        non_negative("evictable_tokens", self.evictable_tokens)
-        positive("max_prefill_tokens", self.max_prefill_tokens)
-        positive("page_size", self.page_size)
-        non_negative("new_token_ratio", self.new_token_ratio)
-        non_negative("max_new_tokens", self.max_new_tokens)
-        positive("max_running_requests", self.max_running_requests, allow_none=True)
-        positive("prefill_max_requests", self.prefill_max_requests, allow_none=True)
-        non_negative("load_back_threshold", self.load_back_threshold)
-        non_negative("load_back_quota_tokens", self.load_back_quota_tokens, allow_none=True)
-        for k, run in enumerate(self.running):
-            non_negative(f"running[{k}].max_new_tokens", run.max_new_tokens)
-            non_negative(f"running[{k}].output_len", run.output_len)
-        self.cp.validate()
+        """Every bound is its key's type's (a built config has checked them all)."""
 
     @property
     def chunk_tokens(self) -> int | None:

@@ -117,6 +117,25 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         if self.policy != "prefill_adder":
             positive("iteration.budget_tokens", self.iteration.budget_tokens)
             positive("iteration.chunk_tokens", self.iteration.chunk_tokens)
+        self._validate_graph_buckets()
+
+    def _validate_graph_buckets(self) -> None:
+        """No CUDA-graph bucket larger than the most requests that can run at once: SGLang
+        captures none larger than its request pool (every decode would be padded to it)."""
+        buckets = self.serving.cuda_graph_buckets
+        if not buckets:
+            return
+        if self.max_running_requests is not None:
+            most, cap = self.max_running_requests, "admit.max_running_requests"
+        else:
+            most, cap = self.kv.capacity_blocks, "admit.kv.capacity_blocks: each holds a block"
+        if buckets[-1] > most:
+            raise FieldError(
+                "serving.cuda_graph_buckets",
+                f"bucket {buckets[-1]} is larger than the {most} request{'s' * (most != 1)} that "
+                f"can run at once ({cap}); SGLang captures no graph larger than its request "
+                f"pool, and every decode would be padded to it; allowed: batch sizes up to {most}",
+            )
 
     def budgets(self) -> AdmitBudgets:
         """The budgets alone (what the backends read)."""
@@ -138,6 +157,20 @@ BYTES_PER_INPUT_BYTE = 3  # a requests file read whole, then parsed into request
 
 
 def memory_need(cfg: AdmitConfig) -> MemoryNeed | None:
+    """A lower bound of the memory the run takes: its requests' (:func:`requests_need`) and,
+    in mode serving, its outputs' (:func:`cpkv.serving.record.memory.output_need`)."""
+    from cpkv.serving.record.memory import output_need
+
+    need = requests_need(cfg)
+    size, what = output_need(cfg.admit)
+    if not size:
+        return need
+    if need is not None:
+        size, what = size + need.bytes, [need.what, *what]
+    return MemoryNeed(size, " and ".join(what))
+
+
+def requests_need(cfg: AdmitConfig) -> MemoryNeed | None:
     """A lower bound of the memory the run's requests take: from the grid's size, the synthetic
     count or the size of the requests / trace file."""
     from math import prod

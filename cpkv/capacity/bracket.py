@@ -17,6 +17,10 @@ so the threshold lies in ``[low, low * (1 + tolerance)]``. A search also ends af
 load tried), ``below_range`` when every load missed (even the lowest load tried misses: the
 SLO is out of reach at any load), ``point_limit`` when the bisection had not reached the
 tolerance yet (the bracket is reported).
+
+Loads stay within ``[floor, ceiling]`` (the lowest and highest load a run can take: the load
+key's bounds, the simulation clock's range): bracketing that would step past one tries the
+bound itself, and ends there (``below_range`` or ``above_range``) once it has been tried.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class LoadSearch:
     tried: list[tuple[float, bool]] = field(default_factory=list)
     low: float | None = None
     high: float | None = None
+    floor: float | None = None  # the lowest load allowed (None: any above 0)
+    ceiling: float | None = None  # the highest (None: any finite one)
 
     def __post_init__(self) -> None:
         if not self.tolerance >= MIN_TOLERANCE:
@@ -67,13 +73,33 @@ class LoadSearch:
         if len(self.tried) >= self.max_points or self.converged:
             return None
         if self.low is None:
-            return round_load(self.high / self.growth)  # type: ignore[operator]
+            return self._down(self.high)  # type: ignore[arg-type]
         if self.high is None:
-            return round_load(self.low * self.growth)
+            return self._up(self.low)
         mid = round_load(math.sqrt(self.low * self.high))
         return (
             mid if self.low < mid < self.high else None
         )  # rounding met an end: as close as it gets
+
+    def _down(self, high: float) -> float | None:
+        """The next load below ``high`` while bracketing (the floor at the lowest), or None."""
+        raw = high / self.growth
+        load = round_load(raw) if raw > 0 else None  # 0: an underflow, no load
+        if self.floor is not None:
+            least = _at_least(self.floor)
+            load = least if load is None or load < least else load
+        return load if load is not None and load < high else None
+
+    def _up(self, low: float) -> float | None:
+        """The next load above ``low`` while bracketing (the ceiling at the highest), or None."""
+        raw = low * self.growth
+        load = round_load(raw) if math.isfinite(raw) else None
+        if load is not None and not math.isfinite(load):  # rounded up past the largest float
+            load = None
+        if self.ceiling is not None:
+            most = _at_most(self.ceiling)
+            load = most if load is None or load > most else load
+        return load if load is not None and load > low else None
 
     def record(self, load: float, met: bool) -> None:
         """The load just tried (the one :meth:`next_load` returned) met the target or not."""
@@ -111,3 +137,15 @@ class LoadSearch:
         if not self.converged and len(self.tried) >= self.max_points:
             return POINT_LIMIT
         return FOUND  # within the tolerance (or a midpoint that rounds onto an end)
+
+
+def _at_least(bound: float) -> float:
+    """The smallest load of :data:`SIGNIFICANT_DIGITS` digits that is >= ``bound``."""
+    load = round_load(bound)
+    return load if load >= bound else round_load(bound * (1 + 10.0 ** (1 - SIGNIFICANT_DIGITS)))
+
+
+def _at_most(bound: float) -> float:
+    """The largest load of :data:`SIGNIFICANT_DIGITS` digits that is <= ``bound``."""
+    load = round_load(bound)
+    return load if load <= bound else round_load(bound * (1 - 10.0 ** (1 - SIGNIFICANT_DIGITS)))

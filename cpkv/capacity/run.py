@@ -25,6 +25,7 @@ from typing import Any
 
 from cpkv import __version__
 from cpkv.capacity.bracket import LoadSearch
+from cpkv.capacity.load_range import load_range
 from cpkv.capacity.plan import SearchPlan, plan_search
 from cpkv.capacity.store import (
     PointOutcome,
@@ -35,6 +36,7 @@ from cpkv.capacity.store import (
     write_search,
 )
 from cpkv.core.errors import CpkvError
+from cpkv.core.files import remove_stale_tmp_files
 from cpkv.runs.rundir import (
     DEFAULT_ROOT,
     MARKER,
@@ -161,6 +163,7 @@ def resume_capacity(
     sweep_plan, _ = read_plan(search_dir)
     launch = _launch(executor, jobs, address, argv, plots, on_start, on_point)
     with SweepLock.acquire(search_dir, launch.argv):
+        remove_stale_tmp_files(search_dir)  # those of a killed search (their process is gone)
         found: dict[int, PointResult] = {}
         reconcile(search_dir, sweep_plan, found)  # what each point directory says
         done = {i: r for i, r in found.items() if r.status == STATUS_COMPLETE}
@@ -219,10 +222,19 @@ class _Search:
     ) -> None:
         self.path, self.plan, self.points, self.results = path, plan, points, done
         spec = plan.spec
-        self.searches = [
-            LoadSearch(plan.start, spec.tolerance, spec.growth, spec.max_points)
-            for _ in plan.values
-        ]
+        self.searches = []
+        for av in plan.values:
+            floor, ceiling = load_range(plan.load_key, av.config)
+            self.searches.append(
+                LoadSearch(
+                    plan.start,
+                    spec.tolerance,
+                    spec.growth,
+                    spec.max_points,
+                    floor=floor,
+                    ceiling=ceiling,
+                )  # fmt: skip
+            )
         self.tried: list[list[PointOutcome]] = [[] for _ in plan.values]
         self.errors: dict[int, str] = {}
         self.by_key = {}

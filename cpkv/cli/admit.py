@@ -9,8 +9,8 @@ import typer
 
 from cpkv.cli.common import (
     FullOpt,
-    NoPlotsOpt,
     OutputDirOpt,
+    PlotsOpt,
     PrintConfigOpt,
     args_arg,
     run_kind,
@@ -35,7 +35,7 @@ def admit(
     args: ArgsArg = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
-    no_plots: NoPlotsOpt = False,
+    plots: PlotsOpt = None,
     full: FullOpt = False,
     write_workload: WriteWorkloadOpt = None,
 ) -> None:
@@ -74,7 +74,7 @@ def admit(
     if write_workload is not None:
         _write_workload(args, write_workload)
         return
-    run_kind("admit", args, output_dir, print_config, "cpkv admit", no_plots, full)
+    run_kind("admit", args, output_dir, print_config, "cpkv admit", plots, full)
 
 
 def _write_workload(args: list[str] | None, path: Path) -> None:

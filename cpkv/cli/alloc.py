@@ -6,8 +6,8 @@ import typer
 
 from cpkv.cli.common import (
     FullOpt,
-    NoPlotsOpt,
     OutputDirOpt,
+    PlotsOpt,
     PrintConfigOpt,
     args_arg,
     run_kind,
@@ -30,7 +30,7 @@ def host(
     args: args_arg("alloc_host.page_size=16") = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
-    no_plots: NoPlotsOpt = False,
+    plots: PlotsOpt = None,
     full: FullOpt = False,
 ) -> None:
     """Benchmark the host (L2 / HiCache) KV allocator: FIFO vs contiguous-preferred selection.
@@ -48,7 +48,7 @@ def host(
 
     Example: cpkv alloc host alloc_host.request_pages=[8,64] alloc_host.protocol=warm
     """
-    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", no_plots, full)
+    run_kind("alloc_host", args, output_dir, print_config, "cpkv alloc host", plots, full)
 
 
 @app.command("l1")
@@ -57,7 +57,7 @@ def l1(
     args: args_arg("alloc_l1.cp_size=4") = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
-    no_plots: NoPlotsOpt = False,
+    plots: PlotsOpt = None,
     full: FullOpt = False,
 ) -> None:
     """Benchmark the CP shared paged L1 allocator: stats, selection and allocation per owner lane.
@@ -73,4 +73,4 @@ def l1(
 
     Example: cpkv alloc l1 alloc_l1.impls=[fifo,fast_fifo] alloc_l1.protocol=warm
     """
-    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1", no_plots, full)
+    run_kind("alloc_l1", args, output_dir, print_config, "cpkv alloc l1", plots, full)

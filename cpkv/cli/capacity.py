@@ -10,12 +10,14 @@ import typer
 
 from cpkv.cli.common import (
     ExecutorOpt,
-    NoPlotsOpt,
     OutputDirOpt,
     RayAddressOpt,
     interrupted,
     is_path_arg,
+    plot_or_warn,
+    plots_option,
     user_errors,
+    wants_plots,
 )
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
@@ -96,7 +98,7 @@ def capacity(
     name: Annotated[
         str | None, typer.Option("--name", help="Search name (default: the config's name).")
     ] = None,
-    no_plots: NoPlotsOpt = False,
+    plots: plots_option("plots/capacity.png when the search ends") = None,
 ) -> None:
     """Find the highest load at which the SLO holds for a target share of requests.
 
@@ -118,10 +120,10 @@ def capacity(
     \b
     The search directory is a sweep directory (cpkv ls, show, diff and plot read it):
     one ordinary run directory per point, capacity.json / capacity.txt (the points tried
-    and the capacities) and plots/capacity.png (attainment and goodput against the
-    offered load, capacities marked). Points draw no plots of their own (cpkv plot
-    SEARCH --points draws them). Exit code: 0 when every search ended, 1 when a point
-    failed, 2 for bad input; 130 / 143 / 129 when stopped (finish with --resume).
+    and the capacities) and, with --plots, plots/capacity.png (attainment and goodput
+    against the offered load, capacities marked). Points draw no plots of their own
+    (cpkv plot SEARCH --points draws them). Exit code: 0 when every search ended, 1 when
+    a point failed, 2 for bad input; 130 / 143 / 129 when stopped (finish with --resume).
 
     \b
     Examples:
@@ -147,11 +149,14 @@ def capacity(
             "cpkv capacity: name one config file (kind admit, admit.mode serving, admit.slo set)"
             + (f"; got {', '.join(configs)}" if configs else "")
         )
-    _run(configs, overrides, flags, name, output_dir, jobs, executor, ray_address, resume, no_plots)
+    draw_plots = wants_plots(plots)
+    _run(
+        configs, overrides, flags, name, output_dir, jobs, executor, ray_address, resume, draw_plots
+    )
 
 
 def _run(
-    configs, overrides, flags, name, output_dir, jobs, executor, address, resume, no_plots
+    configs, overrides, flags, name, output_dir, jobs, executor, address, resume, draw_plots
 ) -> None:  # noqa: ANN001
     from cpkv.capacity import resume_capacity, run_capacity
 
@@ -194,7 +199,7 @@ def _run(
         then = f"; finish with: cpkv capacity --resume {where[0]}" if where else ""
         raise interrupted(err, then, run=False) from None
     typer.echo(result.text, nl=False)
-    if not no_plots:
+    if draw_plots:
         _plot(result.path)
     typer.echo(str(result.path))
     if result.status == "failed":
@@ -203,19 +208,9 @@ def _run(
 
 
 def _plot(path: Path) -> None:
-    from cpkv.runs.runner import plots_wanted
-
-    if not plots_wanted():
-        return
-    import warnings
-
     from cpkv.capacity.store import read_result
     from cpkv.plots.capacity import plot_capacity
 
     doc = read_result(path)
-    if doc is None:
-        return
-    try:
-        plot_capacity(doc, path / "plots")
-    except Exception as err:  # noqa: BLE001 - the results are written; a plot is a bonus
-        warnings.warn(f"{path}/plots: not drawn ({type(err).__name__}: {err})", stacklevel=2)
+    if doc is not None:
+        plot_or_warn(path, lambda: plot_capacity(doc, path / "plots"))

@@ -41,14 +41,24 @@ OutputDirOpt = Annotated[
 PrintConfigOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved config and exit without running.")
 ]
-NoPlotsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-plots",
-        help="Draw no plots/ in the run directory (they are drawn when matplotlib is installed; "
-        "CPKV_PLOTS=0 does the same).",
-    ),
-]
+
+
+def plots_option(what: str) -> Any:
+    """The ``--plots/--no-plots`` flag (None when not given: ``CPKV_PLOTS`` decides), its help
+    naming ``what`` is drawn."""
+    return Annotated[
+        bool | None,
+        typer.Option(
+            "--plots/--no-plots",
+            help=f"Draw {what}; needs matplotlib. Off by default (importing it and drawing "
+            "take longer than a small run); CPKV_PLOTS=1 turns plots on; cpkv plot draws them "
+            "later.",
+            show_default=False,
+        ),
+    ]
+
+
+PlotsOpt = plots_option("the run's PNG plots into RUN/plots/ when it ends")
 
 
 EXECUTOR_NAMES = ("serial", "process", "ray")  # tests check this against cpkv.sweep.EXECUTORS
@@ -142,13 +152,36 @@ def progress_printer() -> Callable[[int, int, str], None] | None:
     return show
 
 
+def wants_plots(plots: bool | None) -> bool:
+    """The ``--plots`` / ``--no-plots`` flag when given, else ``CPKV_PLOTS``; ``--plots``
+    without matplotlib is an error (exit 2) before anything runs."""
+    from cpkv.runs.runner import plots_wanted
+
+    if plots:
+        from cpkv.plots.common import require_matplotlib
+
+        require_matplotlib()
+    return plots_wanted(plots)
+
+
+def plot_or_warn(path: Path, draw: Callable[[], object]) -> None:
+    """Call ``draw`` (the plots of ``path``, whose results are written): a plot that fails is
+    a warning naming ``path/plots``, never a failed command."""
+    import warnings
+
+    try:
+        draw()
+    except Exception as err:  # noqa: BLE001 - the results are written; a plot is a bonus
+        warnings.warn(f"{path}/plots: not drawn ({type(err).__name__}: {err})", stacklevel=2)
+
+
 def run_kind(
     kind: str,
     args: Sequence[str] | None,
     output_dir: Path,
     print_config: bool,
     command: str,
-    no_plots: bool = False,
+    plots: bool | None = None,
     full: bool = False,
 ) -> None:
     """Load, validate, run and report one experiment of ``kind``: the table (its first and
@@ -167,7 +200,7 @@ def run_kind(
         output_dir,
         argv=sys.argv,
         progress=progress_printer(),
-        plots=False if no_plots else None,
+        plots=wants_plots(plots),
     )
     typer.echo(render(result.record, "text", terminal=not full), nl=False)
     typer.echo(str(result.path))

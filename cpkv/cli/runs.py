@@ -45,15 +45,23 @@ def diff(
             "--threshold",
             "-t",
             metavar="METRIC:PCT",
-            help="Change (%) a metric must exceed to count; METRIC may be a name, 'timing', 'other' or '*' (repeatable; default timing:10, other:0).",
+            help="Change (%) a metric must exceed to count; METRIC may be a name, 'timing', 'other' or '*' (repeatable; default other:0). On a timing metric (a name or 'timing') it sets that metric's factor to 1 + PCT/100; '*' and 'other' cover the other metrics.",
         ),
     ] = None,
+    factor: Annotated[
+        float,
+        typer.Option(
+            "--factor",
+            metavar="F",
+            help="A timing change counts only when B/A or A/B exceeds F (and it is significant), as asv.",
+        ),
+    ] = 1.1,
     alpha: Annotated[
         float,
         typer.Option(
             "--alpha",
             metavar="P",
-            help="Significance level of the rank test on timing samples: a timing change counts only when p < P.",
+            help="Significance level of the test on timing samples (the rank test; with --rerun the paired test), after Benjamini-Hochberg: a timing change counts only when p < P.",
         ),
     ] = 0.05,
     metric: Annotated[
@@ -86,6 +94,29 @@ def diff(
             "--only-changed", hidden=True, help="(The default now: only changes are listed.)"
         ),
     ] = False,
+    rerun: Annotated[
+        bool,
+        typer.Option(
+            "--rerun",
+            help="Run A's and B's configs again, interleaved A, B, A, B, ... on this machine, and judge each row in pairs (timed kinds only).",
+        ),
+    ] = False,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            metavar="N",
+            help="With --rerun: rounds of A then B (default 5, at least 3).",
+        ),
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="With --rerun: keep the runs in a new folder under this one (default: a temporary folder, removed).",
+        ),
+    ] = None,
     fmt: Annotated[
         str, typer.Option("--format", "-f", metavar="FORMAT", help="text, markdown or json.")
     ] = "text",
@@ -113,26 +144,52 @@ def diff(
     requests.jsonl (lost, preempted, admitted later or earlier), with their rids.
 
     \b
-    A metric changes when |change| exceeds its threshold (default 10% for timings, 0% for
-    the rest, which are deterministic). A timing metric (p50_us, p99_us, ...) also needs
-    its rows' raw samples to differ: a two-sided Mann-Whitney U test, p < --alpha (0.05),
-    as pyperf and asv do; otherwise it is 'noise'. Rows without raw samples (results
-    written before cpkv kept them) fall back to the interval rule: the change counts when
-    the rows' intervals do not overlap (a median: p50 +- 1.58 IQR/sqrt(n)).
+    A timing metric (p50_us, p99_us, ...) changes only when it moved by more than
+    --factor (1.1: B/A > 1.1 or A/B > 1.1) and its rows' raw samples differ: a two-sided
+    Mann-Whitney U test, p < --alpha (0.05) after Benjamini-Hochberg over the rows, as asv
+    and pyperf do; beyond the factor but not significant, it is 'noise'. Rows without raw
+    samples (results written before cpkv kept them) fall back to the interval rule (a
+    median: p50 +- 1.58 IQR/sqrt(n)). Other metrics are deterministic: they change when
+    |change| exceeds their threshold (default 0%).
+
+    \b
+    --rerun settles a timing question on this machine: it runs A's and B's configs again
+    (config.yaml, same seeds), A, B, A, B, ... for --rounds rounds, and judges each row's
+    statistics in pairs: the change is the geometric mean of the rounds' B/A, and it counts
+    when beyond --factor and significant by a paired t-test of log(B/A) over the rounds.
+    For timed kinds (alloc_host, alloc_l1); the runs go to a temporary folder (-o DIR
+    keeps them), never beside A and B.
 
     \b
     Exit code: 0 no regression, 1 something got worse (a CI gate), 2 unusable input
-    (not a run, unsupported schema version, different kinds, no rows matched).
+    (not a run, unsupported schema version, different kinds, no rows matched; with
+    --rerun: a kind without timings, a config that cannot run here).
 
-    Example: cpkv diff experiments/2026-05-01/10-00-00-000000_host experiments/2026-05-02/09-00-00-000000_host -t p99_us:20
+    \b
+    Examples:
+      cpkv diff experiments/2026-05-01/10-00-00-000000_host experiments/2026-05-02/09-00-00-000000_host -t p99_us:20
+      cpkv diff RUN_A RUN_B --rerun --rounds 5
     """
+    import sys
+
+    from cpkv.cli.common import progress_printer
     from cpkv.diff.compare import Thresholds, diff_paths
     from cpkv.diff.render import DIFF_FORMATS, render_diff
 
     _format(fmt, DIFF_FORMATS)
-    result = diff_paths(
-        str(a), str(b), Thresholds.parse(threshold or []), metric or [], ignore or [], alpha
-    )
+    th = Thresholds.parse(threshold or [], factor)
+    if not rerun and (rounds is not None or output_dir is not None):
+        given = "--rounds" if rounds is not None else "-o/--output-dir"
+        raise ConfigError(f"{given}: only with --rerun (a plain diff reads the saved results)")
+    if rerun:
+        from cpkv.diff.rerun import DEFAULT_ROUNDS, rerun_paths
+
+        result = rerun_paths(
+            str(a), str(b), DEFAULT_ROUNDS if rounds is None else rounds, output_dir, th,
+            metric or [], ignore or [], alpha, argv=sys.argv, progress=progress_printer(),
+        )  # fmt: skip
+    else:
+        result = diff_paths(str(a), str(b), th, metric or [], ignore or [], alpha)
     typer.echo(render_diff(result, fmt, show_all), nl=False)
     if result.regressions:
         raise typer.Exit(1)

@@ -11,12 +11,14 @@ import typer
 
 from cpkv.cli.common import (
     ExecutorOpt,
-    NoPlotsOpt,
     OutputDirOpt,
     RayAddressOpt,
     interrupted,
     is_path_arg,
+    plot_or_warn,
+    plots_option,
     user_errors,
+    wants_plots,
 )
 from cpkv.core.errors import ConfigError
 from cpkv.runs.rundir import DEFAULT_ROOT
@@ -77,7 +79,10 @@ def sweep(
     name: Annotated[
         str | None, typer.Option("--name", help="Sweep name (default: the configs' names).")
     ] = None,
-    no_plots: NoPlotsOpt = False,
+    plots: plots_option(
+        "the sweep's own plots into SWEEP/plots/ when it ends (the headline metrics against "
+        "each swept key; the points draw none, cpkv plot SWEEP --points does)"
+    ) = None,
 ) -> None:
     """Run every config and every point of its grid into one sweep directory.
 
@@ -91,13 +96,14 @@ def sweep(
 
     \b
     Each point is an ordinary run directory inside the sweep directory, beside
-    sweep.yaml (the plan) and summary.json / summary.txt (one table per kind: each
+    sweep.yaml (the plan), summary.json / summary.txt (one table per kind: each
     point's swept values and headline metrics; then the points that did not complete
-    and why). A failing point does not stop the others; a point that cannot run on this
-    machine (a CUDA config without CUDA, a missing optional package) is skipped with its
-    reason. Exit code: 0 when every point completed or was skipped, 1 when one failed,
-    2 for bad input (or a sweep directory another cpkv sweep holds); 130 / 143 / 129 when
-    stopped by Ctrl-C / SIGTERM / SIGHUP (finish it with --resume).
+    and why) and, with --plots, plots/ (those metrics against each swept key). A
+    failing point does not stop the others; a point that cannot run on this machine (a
+    CUDA config without CUDA, a missing optional package) is skipped with its reason.
+    Exit code: 0 when every point completed or was skipped, 1 when one failed, 2 for bad
+    input (or a sweep directory another cpkv sweep holds); 130 / 143 / 129 when stopped
+    by Ctrl-C / SIGTERM / SIGHUP (finish it with --resume).
 
     \b
     \b
@@ -137,7 +143,7 @@ def sweep(
         ray_address,
         allow_parallel_timing,
         resume,
-        no_plots,
+        wants_plots(plots),
     )
 
 
@@ -203,7 +209,7 @@ def _run(
     address,
     allow_timing,
     resume,
-    no_plots,
+    draw_plots,
 ) -> None:  # noqa: ANN001
     from cpkv.sweep import resume_sweep, run_sweep
 
@@ -216,7 +222,7 @@ def _run(
         "argv": sys.argv,
         "on_start": progress.start,
         "on_result": progress.point,
-        "plots": False if no_plots else None,
+        "plots": False,  # points draw no plots of their own: the sweep draws its own below
     }
     try:
         if resume is not None:
@@ -232,6 +238,14 @@ def _run(
     finally:
         progress.stop()
     typer.echo(result.summary_text, nl=False)
+    if draw_plots:  # the sweep's own plots, from the summary just written
+        from cpkv.plots.sweep import plot_sweep
+        from cpkv.plots.targets import sweep_title
+        from cpkv.sweep.store import read_summary
+
+        summary = read_summary(result.path)
+        where = result.path / "plots"
+        plot_or_warn(result.path, lambda: plot_sweep(summary, where, sweep_title(result.path)))
     typer.echo(str(result.path))
     skipped = [r for r in result.results.values() if r.status == "skipped"]
     if skipped:

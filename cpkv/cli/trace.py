@@ -11,8 +11,8 @@ import typer
 
 from cpkv.cli.common import (
     FullOpt,
-    NoPlotsOpt,
     OutputDirOpt,
+    PlotsOpt,
     PrintConfigOpt,
     is_path_arg,
     run_kind,
@@ -68,7 +68,7 @@ def stats(
     args: TraceArgs = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
-    no_plots: NoPlotsOpt = False,
+    plots: PlotsOpt = None,
     full: FullOpt = False,
 ) -> None:
     """Trace statistics: lengths, arrivals, and the cache ratio unlimited and at L1/L2 capacities.
@@ -82,7 +82,7 @@ def stats(
     """
     run_kind(
         "trace_stats", with_trace_path(args), output_dir, print_config, "cpkv trace stats",
-        no_plots, full,
+        plots, full,
     )  # fmt: skip
 
 
@@ -92,10 +92,10 @@ def curve(
     args: TraceArgs = None,
     output_dir: OutputDirOpt = DEFAULT_ROOT,
     print_config: PrintConfigOpt = False,
-    no_plots: NoPlotsOpt = False,
+    plots: PlotsOpt = None,
     full: FullOpt = False,
 ) -> None:
-    """Hit ratio against cache capacity (a table, and plots/capacity_curve.png with matplotlib).
+    """Hit ratio against cache capacity (a table; with --plots, plots/capacity_curve.png).
 
     L1 capacity is each of curve.fractions times the working set (the tokens of all distinct
     blocks); L2 is curve.hicache_ratio x L1, or off when null (the default, as in the Mooncake
@@ -105,5 +105,5 @@ def curve(
     """
     run_kind(
         "trace_curve", with_trace_path(args), output_dir, print_config, "cpkv trace curve",
-        no_plots, full,
+        plots, full,
     )  # fmt: skip

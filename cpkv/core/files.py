@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from cpkv.core.errors import OutputError
@@ -62,6 +63,47 @@ def remove_tmp_files(folder: Path) -> None:
         for p in folder.rglob(f".*{mine}"):
             with contextlib.suppress(OSError):
                 p.unlink()
+
+
+_TMP_NAME = re.compile(rf"^\..+{re.escape(TMP_TAG)}(\d+)$")
+
+
+def stale_tmp_files(folder: Path) -> list[Path]:
+    """The temporary files under ``folder`` (:func:`tmp_path`'s names) whose writer is gone:
+    no process of their PID runs on this machine (a process killed while it wrote them).
+    Those of a process that runs, this one included, are not stale."""
+    out = []
+    with contextlib.suppress(OSError):
+        for p in folder.rglob(f".*{TMP_TAG}*"):
+            match = _TMP_NAME.match(p.name)
+            if match and not process_exists(int(match.group(1))) and p.is_file():
+                out.append(p)
+    return sorted(out)
+
+
+def remove_stale_tmp_files(folder: Path) -> list[Path]:
+    """Remove :func:`stale_tmp_files` under ``folder`` (a resume's first step); those removed."""
+    removed = []
+    for p in stale_tmp_files(folder):
+        with contextlib.suppress(OSError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user's included)."""
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError) as err:
+        return isinstance(err, PermissionError)
+    return True
 
 
 class StreamedFile:

@@ -1,14 +1,29 @@
-"""Reading JSON Lines input files: every error names the file (and line) and what is allowed."""
+"""Reading JSON Lines input files (every error names the file, line and what is allowed), and
+writing strict ones (:func:`json_lines`: no NaN or Infinity, which no JSON reader accepts)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
 from cpkv.core.suggest import did_you_mean
+
+
+def json_lines(rows: Iterable[Any], name: str) -> str:
+    """One compact JSON object per line; RuntimeError naming ``name`` and the line for a
+    number that is not finite (a bug: every output is finite or the run is refused)."""
+    out = []
+    for lineno, row in enumerate(rows, 1):
+        try:
+            out.append(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n")
+        except ValueError:
+            raise RuntimeError(
+                f"internal error: {name}:{lineno} would hold NaN or Infinity: {row!r}"[:400]
+            ) from None
+    return "".join(out)
 
 
 def require_file(path: Path, key: str, what: str = "") -> None:

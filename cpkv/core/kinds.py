@@ -66,6 +66,8 @@ class KindSpec:
     memory: str | None = None  # estimate(config) -> MemoryNeed | None (cpkv.core.memory)
     input_files: tuple[str, ...] = ()  # dotted keys naming input files (resolved for Ray workers)
     diff_view: str | None = None  # the rows cpkv diff matches instead of the run's (see above)
+    # (config) -> µs of the run's last arrival (a load search keeps it in the clock's range)
+    last_arrival: str | None = None
 
     def config_cls(self) -> type:
         return _import_ref(self.config)
@@ -85,6 +87,9 @@ class KindSpec:
 
     def diff_view_fn(self) -> Callable[..., Any] | None:
         return _import_ref(self.diff_view) if self.diff_view else None
+
+    def last_arrival_fn(self) -> Callable[[Any], float] | None:
+        return _import_ref(self.last_arrival) if self.last_arrival else None
 
 
 KINDS: Registry[KindSpec] = Registry("config kind")
@@ -153,5 +158,6 @@ register_kind(
         memory="cpkv.admit.schema:memory_need",
         input_files=("admit.workload.path", "admit.cost.fit_points"),
         diff_view="cpkv.admission.per_request:request_view",
+        last_arrival="cpkv.admit.arrival_span:last_arrival_us",
     )
 )

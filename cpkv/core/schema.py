@@ -5,8 +5,13 @@ overrides into plain containers, and :func:`build` checks them against a datacla
 schema. Supported field types: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``,
 ``X | None``, ``tuple[X, ...]``, ``dict[str, X]`` and nested dataclasses.
 
-Schemas may define ``validate(self)``, raising :class:`FieldError` (or calling the
-helpers below) for constraints that types cannot say (positive sizes, known names).
+A key's physical bounds sit next to its type: ``Annotated[float, Range(...)]`` (a
+:class:`Range` says the lowest and highest value allowed and why: the float clock's
+resolution, a GPU faster than any made, ...); :func:`build` checks them after the type, and
+:func:`field_form` says a field's type and bounds (:mod:`cpkv.core.schema_keys` walks a
+whole schema with it). Schemas may define ``validate(self)``, raising :class:`FieldError`
+(or calling the helpers below) for constraints that types and bounds cannot say (rules
+across keys, known names).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.suggest import did_you_mean
@@ -73,6 +78,54 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a number may take: ``low`` and ``high`` (None: no bound), each included
+    unless ``low_open`` / ``high_open``; ``why`` says where the upper bound comes from and
+    ``low_why`` the lower one (shown in the refusal)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+    low_why: str = ""
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range (``must be <= 1 (...)``), or None."""
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            op = ">" if self.low_open else ">="
+            return f"must be {op} {_number(self.low)}{_why(self.low_why)}"
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            op = "<" if self.high_open else "<="
+            return f"must be {op} {_number(self.high)}{_why(self.why)}"
+        return None
+
+    def check(self, key: str, value: Any) -> None:
+        """FieldError naming ``key`` when ``value`` (a number, or None: no value) is out of range."""
+        if value is None:
+            return
+        problem = self.problem(value)
+        if problem is not None:
+            raise FieldError(key, f"{problem}, got {_number(value)}")
+
+
+def field_form(cls: type, name: str) -> tuple[Any, bool, bool, tuple[Range, ...]]:
+    """Field ``name`` of the schema ``cls``: its type without bounds, null or list around it,
+    whether null is allowed, whether it is a list of such values, and its bounds (those of
+    the value, or of each item of the list)."""
+    tp, ranges = _unannotated(_hints(cls)[name])
+    nullable = _is_optional(tp)
+    if nullable:
+        tp, more = _unannotated(_strip_none(tp))
+        ranges += more
+    is_list = get_origin(tp) in (tuple, list)
+    if is_list:
+        tp, more = _unannotated(get_args(tp)[0])
+        ranges += more
+    return tp, nullable, is_list, ranges
+
+
 # -- helpers for validate() ------------------------------------------------------
 
 
@@ -101,11 +154,11 @@ def each_positive(key: str, values: Iterable[float]) -> None:
 def choices(key: str, values: Iterable[str], allowed: Iterable[str]) -> None:
     allowed = list(allowed)
     for v in values:
-        require(
-            v in allowed,
-            key,
-            f"unknown value {v!r}{did_you_mean(v, allowed)} (allowed: {', '.join(allowed)})",
-        )
+        if v not in allowed:
+            raise FieldError(
+                key,
+                f"unknown value {v!r}{did_you_mean(v, allowed)} (allowed: {', '.join(allowed)})",
+            )
 
 
 def non_empty(key: str, values: tuple[Any, ...]) -> None:
@@ -117,7 +170,32 @@ def non_empty(key: str, values: tuple[Any, ...]) -> None:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _unannotated(tp: Any) -> tuple[Any, tuple[Range, ...]]:
+    """``tp`` without ``Annotated``, and the ranges it carried."""
+    if get_origin(tp) is Annotated:
+        base, *meta = get_args(tp)
+        return base, tuple(m for m in meta if isinstance(m, Range))
+    return tp, ()
+
+
+def _number(value: float) -> str:
+    """A bound or a value as a user reads it: integers whole, floats by ``repr`` (``1e+30``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    if isinstance(value, int) and abs(value) >= 10**16:
+        return (
+            f"{value:.6g}"
+            if abs(value) < 10**300
+            else f"an integer of {len(str(abs(value)))} digits"
+        )
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _why(text: str) -> str:
+    return f" ({text})" if text else ""
 
 
 def _join(path: str, name: str) -> str:
@@ -159,20 +237,51 @@ def _strip_none(tp: Any) -> Any:
     return args[0]
 
 
-def _convert(tp: Any, value: Any, key: str) -> Any:
+_ANY, _ANNOTATED, _UNION, _LITERAL, _SEQUENCE, _MAPPING, _DATACLASS, _SCALAR = range(8)
+
+
+@functools.cache
+def _form(tp: Any) -> tuple:
+    """What kind of schema type ``tp`` is, with the parts :func:`_convert` reads (once per
+    type: configs are built often, from the same few hundred types)."""
     if tp is Any:
+        return (_ANY,)
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return (_ANNOTATED, *_unannotated(tp))
+    if origin in (Union, types.UnionType):
+        return (_UNION, type(None) in get_args(tp))
+    if origin is Literal:
+        return (_LITERAL, get_args(tp))
+    if origin in (tuple, list):
+        return (_SEQUENCE, origin, get_args(tp))
+    if origin in (dict, Mapping):
+        return (_MAPPING, get_args(tp)[1])
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return (_DATACLASS,)
+    return (_SCALAR,)
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    form = _form(tp)
+    kind = form[0]
+    if kind == _ANY:
         return value
-    if _is_union(tp):
+    if kind == _ANNOTATED:
+        out = _convert(form[1], value, key)
+        for r in form[2]:
+            r.check(key, out)
+        return out
+    if kind == _UNION:
         if value is None:
-            if type(None) in get_args(tp):
+            if form[1]:
                 return None
             raise FieldError(key, "must not be null")
         return _convert(_strip_none(tp), value, key)
     if value is None:
         raise FieldError(key, f"must not be null (expected {_describe(tp)})")
-    origin = get_origin(tp)
-    if origin is Literal:
-        allowed = get_args(tp)
+    if kind == _LITERAL:
+        allowed = form[1]
         if value not in allowed:
             raise FieldError(
                 key,
@@ -180,10 +289,11 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
                 f"(allowed: {', '.join(map(str, allowed))})",
             )
         return value
-    if origin in (tuple, list):
-        if origin is tuple and get_args(tp)[1:] != (Ellipsis,):
+    if kind == _SEQUENCE:
+        origin, args = form[1], form[2]
+        if origin is tuple and args[1:] != (Ellipsis,):
             raise TypeError(f"schema type {tp!r} at {key} is not supported: use tuple[X, ...]")
-        item = get_args(tp)[0]
+        item = args[0]
         if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
             raise FieldError(
                 key,
@@ -191,12 +301,12 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             )
         items = [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
-    if origin in (dict, Mapping):
+    if kind == _MAPPING:
         if not isinstance(value, Mapping):
             raise FieldError(key, f"expected a mapping, got {_show(value)}")
-        _, vt = get_args(tp)
+        vt = form[1]
         return {str(k): _convert(vt, v, f"{key}.{k}") for k, v in value.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+    if kind == _DATACLASS:
         return build(tp, value, key)
     return _scalar(tp, value, key)
 
@@ -226,6 +336,8 @@ def _scalar(tp: Any, value: Any, key: str) -> Any:
 
 
 def _describe(tp: Any) -> str:
+    if get_origin(tp) is Annotated:
+        return _describe(_unannotated(tp)[0])
     if _is_union(tp):
         return " or ".join(_describe(a) for a in get_args(tp))
     if get_origin(tp) is Literal:

@@ -7,9 +7,10 @@ turn its rows into rows that identify better (``diff_view`` of :mod:`cpkv.core.k
 admission run's ticks become one row per admitted request). Each compared metric of a matched
 row gets A, B, ratio B/A, change % and a verdict:
 
-* ``same``: |change| is within the metric's threshold (default: 10% for timing
-  metrics, 0% for others, which are deterministic);
-* ``noise``: a timing metric moved beyond its threshold, but the move is not significant:
+* ``same``: the change is within the metric's limit: for a timing metric a factor (B/A and
+  A/B at most ``--factor``, default 1.1), for the others a threshold (default 0 %: they are
+  deterministic);
+* ``noise``: a timing metric moved beyond its factor, but the move is not significant:
   the rows' raw samples do not differ by a Mann–Whitney U test at ``alpha`` (rows without
   samples: their uncertainty intervals overlap; :mod:`cpkv.diff.rules`);
 * ``worse`` / ``better``: a significant move, in the metric's bad / good direction.
@@ -20,18 +21,22 @@ Any ``worse`` (of a row metric or of a summary number with a direction) is a reg
 Two serving runs are judged instead by one ranked verdict (:mod:`cpkv.diff.serving`): their
 row becomes the serving table, their requests are compared one by one
 (:mod:`cpkv.diff.requests`), and the rest of their summary is reported as ``changed``.
+
+``cpkv diff --rerun`` measures instead of reading: :mod:`cpkv.diff.rerun` runs both configs
+again, interleaved, and judges each row's rounds in pairs (:mod:`cpkv.diff.paired`); its
+:class:`Diff` says how (:class:`Rerun`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.kinds import KINDS
+from cpkv.diff.match import column_values, config_changes, index_rows
 from cpkv.diff.ranktest import RankTest, benjamini_hochberg
 from cpkv.diff.rules import (
     BETTER,
@@ -73,6 +78,19 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """How a ``--rerun`` diff measured: ``rounds`` of A then B; ``runs``: one
+    ``{round, side, path, start_utc, end_utc}`` per run, in the order they ran; ``kept``: the
+    folder holding them (None: a temporary folder, removed); ``tests``: paired tests
+    (row x metric) adjusted together."""
+
+    rounds: int
+    runs: tuple[dict[str, Any], ...]
+    kept: str | None
+    tests: int
+
+
+@dataclass(frozen=True)
 class Diff:
     """Everything ``cpkv diff`` reports; ``regressions`` decides the exit code."""
 
@@ -93,6 +111,7 @@ class Diff:
     views: list[str] = field(default_factory=list)  # how rows were turned before matching
     tested_rows: int = 0  # row pairs whose raw samples were rank-tested
     serving: list[ServingDiff] = field(default_factory=list)  # one per pair of serving runs
+    rerun: Rerun | None = None  # set when both sides were measured again, in rounds
 
     @property
     def regressions(self) -> list[MetricChange | SummaryChange | ServingDiff]:
@@ -109,7 +128,7 @@ class Diff:
         }
 
     def rules(self) -> dict[str, int]:
-        """How the timing changes beyond their threshold were judged (rank, interval, threshold)."""
+        """How the timing changes beyond their factor were judged (rank, interval, threshold, paired)."""
         out: dict[str, int] = {}
         for c in self.changes:
             if c.rule:
@@ -130,8 +149,7 @@ def diff_paths(
     ``ignore``: identity columns not to match rows on (to compare runs that differ in them);
     ``alpha``: the rank test's significance level for timing metrics.
     """
-    if not 0 < alpha < 1:
-        raise ConfigError(f"--alpha {alpha:g}: must be between 0 and 1 (exclusive), e.g. 0.05")
+    check_alpha(alpha)
     ta, tb = open_target(a), open_target(b)
     th = thresholds or Thresholds()
     if isinstance(ta, SweepView) != isinstance(tb, SweepView):
@@ -152,6 +170,27 @@ def diff_paths(
         acc.configs(None, ta, tb)
         acc.records(None, ta, tb)
     return acc.result()
+
+
+def check_alpha(alpha: float) -> None:
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha {alpha:g}: must be between 0 and 1 (exclusive), e.g. 0.05")
+
+
+def row_metrics(ra: RunRecord, rb: RunRecord, wanted: Sequence[str]) -> list[str]:
+    """The row metrics to compare: ``wanted`` (ConfigError for one the kind lacks), else the
+    metrics of the kind's table, else every metric; only those both runs have."""
+    unknown = [m for m in wanted if m not in ra.columns.metrics]
+    if unknown:
+        raise ConfigError(
+            f"--metric {unknown[0]}: not a metric of kind {ra.kind} (metrics: {', '.join(ra.columns.metrics)})"
+        )
+    metrics = (
+        list(wanted)
+        or [c for c in ra.table_columns or () if c in ra.columns.metrics]
+        or list(ra.columns.metrics)
+    )
+    return [m for m in metrics if m in rb.columns.metrics]
 
 
 class _Acc:
@@ -235,19 +274,9 @@ class _Acc:
                 f"{point or 'runs'}: identity columns differ; rows matched on {', '.join(identity)}"
             )
         self.identity += [c for c in identity if c not in self.identity]
-        metrics = (
-            self.metrics
-            or [c for c in ra.table_columns or () if c in ra.columns.metrics]
-            or list(ra.columns.metrics)
-        )
-        unknown = [m for m in self.metrics if m not in ra.columns.metrics]
-        if unknown:
-            raise ConfigError(
-                f"--metric {unknown[0]}: not a metric of kind {ra.kind} (metrics: {', '.join(ra.columns.metrics)})"
-            )
-        metrics = [m for m in metrics if m in rb.columns.metrics]
-        rows_b = _index(rb.rows, identity)
-        for key, row_a in _index(ra.rows, identity).items():
+        metrics = row_metrics(ra, rb, self.metrics)
+        rows_b = index_rows(rb.rows, identity)
+        for key, row_a in index_rows(ra.rows, identity).items():
             row_b = rows_b.pop(key, None)
             ident = {c: row_a.get(c) for c in identity}
             if row_b is None:
@@ -273,7 +302,7 @@ class _Acc:
             ident = {c: row_b.get(c) for c in identity}
             self.only_b.append({"point": point, **ident} if point else ident)
         if ra.rows and rb.rows and not any(c.point == point for c in self.changes):
-            apart = [c for c in identity if _values(ra.rows, c) != _values(rb.rows, c)]
+            apart = [c for c in identity if column_values(ra.rows, c) != column_values(rb.rows, c)]
             hint = (
                 f" (they differ in {', '.join(apart)}: --ignore {' --ignore '.join(apart)})"
                 if apart
@@ -348,40 +377,3 @@ def _status(view: SweepView, point: Any) -> str | None:
         if entry.get("index") == point.index:
             return entry.get("status")
     return None
-
-
-def config_changes(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """Dotted keys whose values differ between two config trees (lists compared whole)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out = []
-        for key in [*a, *(k for k in b if k not in a)]:
-            out.extend(
-                config_changes(a.get(key, _MISSING), b.get(key, _MISSING), f"{prefix}{key}.")
-            )
-        return out
-    return [] if a == b else [(prefix.rstrip("."), _shown(a), _shown(b))]
-
-
-_MISSING = object()
-
-
-def _shown(value: Any) -> Any:
-    return "(absent)" if value is _MISSING else value
-
-
-def _index(
-    rows: Sequence[Mapping[str, Any]], identity: Sequence[str]
-) -> dict[tuple[str, ...], Mapping[str, Any]]:
-    """Rows keyed by their identity values (a repeated identity gets an occurrence number)."""
-    out: dict[tuple[str, ...], Mapping[str, Any]] = {}
-    for row in rows:
-        key = tuple(json.dumps(row.get(c), sort_keys=True) for c in identity)
-        n = 0
-        while (*key, str(n)) in out:
-            n += 1
-        out[(*key, str(n))] = row
-    return out
-
-
-def _values(rows: Sequence[Mapping[str, Any]], column: str) -> set[str]:
-    return {json.dumps(r.get(column), sort_keys=True) for r in rows}

@@ -18,7 +18,7 @@ from cpkv.core.schema import to_dict
 from cpkv.diff.cells import clip, num, pct, show, val
 from cpkv.diff.compare import BETTER, NOISE, SAME, WORSE, Diff, MetricChange
 from cpkv.diff.render_serving import serving_json, serving_section, serving_verdict
-from cpkv.diff.rules import DEFAULT_OTHER_PCT, DEFAULT_TIMING_PCT, INTERVAL, RANK, THRESHOLD
+from cpkv.diff.rules import DEFAULT_OTHER_PCT, INTERVAL, PAIRED, RANK, THRESHOLD
 from cpkv.diff.summary import CHANGED, INFO
 from cpkv.runs.report import table
 from cpkv.runs.results import finite_json
@@ -28,10 +28,17 @@ ROW_LINES = 15  # changed rows shown by default
 SUMMARY_LINES = 16  # summary lines shown by default (the headline always)
 LIST_LINES = 8  # outcome changes, rows only in A / B
 RULE = (
-    "a metric changes when |change| > its threshold; a timing metric also needs its rows' raw "
-    "samples to differ (two-sided Mann-Whitney U, p < alpha); rows without raw samples fall "
-    "back to their uncertainty intervals not overlapping (a median: p50 +- 1.58 IQR/sqrt(n); "
-    "a mean: +- 2 stdev/sqrt(n); else p05..p95, value +- stdev or min..max)"
+    "a timing metric changes when B/A or A/B exceeds its factor and its rows' raw samples "
+    "differ (two-sided Mann-Whitney U, p < alpha after Benjamini-Hochberg over the rows); rows "
+    "without raw samples fall back to their uncertainty intervals not overlapping (a median: "
+    "p50 +- 1.58 IQR/sqrt(n); a mean: +- 2 stdev/sqrt(n); else p05..p95, value +- stdev or "
+    "min..max); another metric changes when |change| > its threshold"
+)
+RERUN_RULE = (
+    "each side ran its config in rounds, A then B; a timing metric changes when the geometric "
+    "mean of the rounds' B/A exceeds its factor either way and a paired t-test of log(B/A) "
+    "over the rounds gives p < alpha after Benjamini-Hochberg over every paired test; "
+    "another metric changes when the median of its rounds moved beyond its threshold"
 )
 _ORDER = {WORSE: 0, BETTER: 1, CHANGED: 2, NOISE: 3, INFO: 4, SAME: 5}
 
@@ -45,14 +52,15 @@ def render_diff(diff: Diff, fmt: str = "text", show_all: bool = False) -> str:
         f"{'# ' if md else ''}cpkv diff ({diff.kind})",
         f"A: {_code(diff.a, md)}",
         f"B: {_code(diff.b, md)}",
-        "",
-        _heading("config differences (A -> B)", md),
     ]
+    if diff.rerun:
+        out.append(_rerun_line(diff))
+    out += ["", _heading("config differences (A -> B)", md)]
     out += [f"- {k}: {val(a)} -> {val(b)}" for k, a, b in diff.config_changes] or ["(none)"]
     if diff.serving:
         out += ["", *serving_section(diff.serving, tfmt, md, show_all)]
         out += _summary_section(diff, tfmt, md, show_all)
-    else:
+    elif not diff.rerun:  # a rerun compares rows measured in pairs, not saved summaries
         out += ["", *_summary_section(diff, tfmt, md, show_all)]
     if diff.changes or diff.only_a or diff.only_b or not diff.serving:
         out += ["", *_rows_section(diff, tfmt, md, show_all)]
@@ -104,6 +112,11 @@ def _summary_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str
 
 def _rows_section(diff: Diff, fmt: str, md: bool, show_all: bool) -> list[str]:
     view = f" ({'; '.join(diff.views)})" if diff.views else ""
+    if diff.rerun:
+        view = (
+            f" (A, B: geometric means over {diff.rerun.rounds} rounds; change: the geometric "
+            "mean of the rounds' B/A)"
+        )
     lines = [_heading(f"rows{view}", md), _rows_line(diff)]
     if not diff.changes:
         return [*lines, "(no metrics compared)"]
@@ -247,18 +260,21 @@ def _timing_line(diff: Diff) -> str:
     for rule, how in (
         (RANK, f"Mann-Whitney U on the raw samples, false discovery rate {diff.alpha:g} over {diff.tested_rows} rows"),
         (INTERVAL, "the interval rule: these rows have no raw samples (results written before cpkv kept them)"),
-        (THRESHOLD, "the threshold alone (no samples, no spread)"),
+        (THRESHOLD, "the factor alone (no samples, no spread)"),
+        (PAIRED, f"a paired t-test of log(B/A) over {diff.rerun.rounds if diff.rerun else 0} rounds, false discovery rate {diff.alpha:g} over {diff.tested_rows} tests"),
     ):  # fmt: skip
         mine = [c for c in judged if c.rule == rule]
         if mine:
             sig = sum(c.verdict in (WORSE, BETTER) for c in mine)
             parts.append(f"{len(mine)} by {how}: {sig} significant, {len(mine) - sig} noise")
-    return "timing changes beyond their threshold: " + "; ".join(parts)
+    return "timing changes beyond their factor: " + "; ".join(parts)
 
 
 def _drift_note(diff: Diff) -> list[str]:
     """A warning when every significant timing change points the same way in 3 rows or more:
     that is what a machine-wide change between the runs (load, clock) looks like too."""
+    if diff.rerun:  # interleaved rounds: a change of the machine weighs on both sides
+        return []
     moved = [c for c in diff.changes if c.rule and c.verdict in (WORSE, BETTER)]
     rows = {json.dumps([c.point, c.row], sort_keys=True, default=str) for c in moved}
     ways = {(c.b or 0) > (c.a or 0) for c in moved}
@@ -267,8 +283,9 @@ def _drift_note(diff: Diff) -> list[str]:
     way = "slower" if ways.pop() else "faster"
     return [
         f"every significant timing change ({len(rows)} rows) is {way} in B: a change of the "
-        "machine between the runs (load, clock) looks the same; rerun both on a quiet machine, "
-        "or compare ratios measured side by side in one run (vs_reference, vs_fifo_*)"
+        "machine between the runs (load, clock) looks the same; `cpkv diff A B --rerun` measures "
+        "both again, interleaved, or compare ratios measured side by side in one run "
+        "(vs_reference, vs_fifo_*)"
     ]
 
 
@@ -291,6 +308,14 @@ def _verdict(diff: Diff) -> str:
 
 
 def _plain_verdict(diff: Diff) -> str:
+    line = _verdict_words(diff)
+    if not diff.rerun:
+        return line
+    head, _, rest = line.partition(" (")
+    return f"{head} over {diff.rerun.rounds} interleaved rounds" + (f" ({rest}" if rest else "")
+
+
+def _verdict_words(diff: Diff) -> str:
     counts = diff.counts()
     worse_summary = [c for c in diff.summary if c.verdict == WORSE]
     worse_rows = counts[WORSE]
@@ -320,8 +345,18 @@ def _plain_verdict(diff: Diff) -> str:
 
 def _thresholds(diff: Diff) -> str:
     given = ", ".join(f"{k}:{v:g}%" for k, v in diff.thresholds.by_name.items())
-    default = f"default timing:{DEFAULT_TIMING_PCT:g}%, other:{DEFAULT_OTHER_PCT:g}%"
+    default = f"timings: factor {diff.thresholds.factor:g} either way, other:{DEFAULT_OTHER_PCT:g}%"
     return given + ("; " if given else "") + default
+
+
+def _rerun_line(diff: Diff) -> str:
+    assert diff.rerun is not None
+    kept = diff.rerun.kept
+    where = f"in {kept}" if kept else "in a temporary folder since removed; -o DIR keeps them"
+    return (
+        f"re-run here: {diff.rerun.rounds} rounds, interleaved A, B, A, B, ... "
+        f"({len(diff.rerun.runs)} runs, {where})"
+    )
 
 
 def _json(diff: Diff) -> str:
@@ -335,7 +370,9 @@ def _json(diff: Diff) -> str:
         "changes": [to_dict(c) for c in diff.changes],
         "outcome_changes": [{"point": p, "row": r, "column": col, "a": a, "b": b} for p, r, col, a, b in diff.outcome_changes],
         "notes": diff.notes, "thresholds": dict(diff.thresholds.by_name), "alpha": diff.alpha,
-        "timing_rules": diff.rules(), "rule": RULE, "threshold_defaults": _thresholds(diff),
+        "timing_rules": diff.rules(), "rule": RERUN_RULE if diff.rerun else RULE,
+        "threshold_defaults": _thresholds(diff), "factor": diff.thresholds.factor,
+        "rerun": to_dict(diff.rerun) if diff.rerun else None,
         "serving": [serving_json(s) for s in diff.serving],
         "verdict": _verdict(diff).removeprefix("verdict: "),
     }  # fmt: skip

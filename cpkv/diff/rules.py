@@ -1,16 +1,22 @@
 """The verdict rule of ``cpkv diff``: thresholds, the rank test, and one metric of one row pair.
 
-A change counts when |change| exceeds the metric's threshold (default 10% for timing
-metrics, 0% for the others, which are deterministic). A timing change counts only when, in
-addition, the two rows' raw samples differ, in the direction of the change: a two-sided
-Mann–Whitney U test on them gives p < ``alpha`` (default 0.05; :mod:`cpkv.diff.ranktest`)
-and B's samples tend to be larger when the metric grew, smaller when it shrank (a p99 that
-grew while the samples as a whole got faster is a tail burst, not a regression). Over a
-whole diff the p-values are adjusted for the number of rows tested (Benjamini–Hochberg), so
-that a diff of many rows of identical code does not find regressions by chance. Rows without
-raw samples (results written before cpkv kept them) fall back to the interval rule: the
-change counts when the two rows' uncertainty intervals do not overlap (see :func:`spread`).
-A timing change that exceeds its threshold but does not pass the test is ``noise``.
+A timing change counts only when it is both larger than a factor and significant (as asv
+and pyperf judge benchmarks). *Larger than a factor*: B/A > ``factor`` or A/B > ``factor``
+(``--factor``, default 1.1); a ``--threshold`` that names the metric, or ``timing``, sets
+that metric's factor to 1 + PCT/100 instead, so one knob covers a timing at a time.
+*Significant*: the two rows' raw samples differ, in the direction of the change: a
+two-sided Mann–Whitney U test on them gives p < ``alpha`` (default 0.05;
+:mod:`cpkv.diff.ranktest`) and B's samples tend to be larger when the metric grew, smaller
+when it shrank (a p99 that grew while the samples as a whole got faster is a tail burst, not
+a regression). Over a whole diff the p-values are adjusted for the number of rows tested
+(Benjamini–Hochberg), so that a diff of many rows of identical code does not find
+regressions by chance. Rows without raw samples (results written before cpkv kept them) fall
+back to the interval rule: the change counts when the two rows' uncertainty intervals do not
+overlap (see :func:`spread`). A timing change beyond its factor that does not pass the test
+is ``noise``; one within its factor is ``same``, however significant.
+
+Other metrics are deterministic: they change when |change| exceeds their threshold in
+percent (``--threshold METRIC:PCT``, ``other:PCT`` or ``*:PCT``; default 0 %).
 """
 
 from __future__ import annotations
@@ -25,23 +31,37 @@ from cpkv.core.errors import ConfigError
 from cpkv.diff.ranktest import MIN_SAMPLES, RankTest, mann_whitney_u
 from cpkv.runs.results import RunRecord
 
-DEFAULT_TIMING_PCT, DEFAULT_OTHER_PCT = 10.0, 0.0
+DEFAULT_FACTOR = 1.1
+"""A timing change must exceed this ratio either way (B/A or A/B), as asv's default."""
+DEFAULT_OTHER_PCT = 0.0
 DEFAULT_ALPHA = 0.05
 WORSE, BETTER, NOISE, SAME, NA, INFO = "worse", "better", "noise", "same", "n/a", "info"
-RANK, INTERVAL, THRESHOLD = "rank", "interval", "threshold"
-"""How a timing verdict was reached: the rank test on raw samples, the interval fallback, or
-the threshold alone (a timing metric whose rows have neither samples nor spread columns)."""
+RANK, INTERVAL, THRESHOLD, PAIRED = "rank", "interval", "threshold", "paired"
+"""How a timing verdict was reached: the rank test on raw samples, the interval fallback, the
+factor alone (a timing metric whose rows have neither samples nor spread columns), or the
+paired test of a rerun's rounds (:mod:`cpkv.diff.paired`)."""
 _FAMILY = re.compile(r"^(?P<pre>.*?)(?P<stat>mean|median|min|max|stdev|p\d+)_(?P<unit>[A-Za-z]+)$")
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Per-metric thresholds in percent: by name, then ``timing`` / ``*`` groups, then defaults."""
+    """How large a change must be to count.
+
+    A timing metric's limit is a factor (B/A or A/B beyond it): ``by_name[metric]``, else
+    ``by_name["timing"]``, as 1 + PCT/100; else ``factor``. Any other metric's limit is a
+    percentage: ``by_name[metric]``, else ``other``, else ``*``, else 0 %.
+    """
 
     by_name: Mapping[str, float] = field(default_factory=dict)
+    factor: float = DEFAULT_FACTOR
 
     @classmethod
-    def parse(cls, specs: Sequence[str]) -> Thresholds:
+    def parse(cls, specs: Sequence[str], factor: float = DEFAULT_FACTOR) -> Thresholds:
+        if not math.isfinite(factor) or factor < 1:
+            raise ConfigError(
+                f"--factor {factor:g}: expected a ratio >= 1 (1.1: a timing must move by more "
+                "than 10 % either way to count; 1: any significant move counts)"
+            )
         out = {}
         for spec in specs:
             metric, _, pct = spec.rpartition(":")
@@ -54,13 +74,30 @@ class Thresholds:
                     f"--threshold {spec!r}: expected METRIC:PCT (p50_us:5, timing:10%, *:0)"
                 )
             out[metric.strip()] = value
-        return cls(out)
+        return cls(out, factor)
 
-    def pct(self, metric: str, timing: bool) -> float:
-        for key in (metric, "timing" if timing else "other", "*"):
+    def pct(self, metric: str, timing: bool = False) -> float:
+        """The limit in percent (a timing's: its factor's, on the rising side)."""
+        for key in (metric, "timing") if timing else (metric, "other", "*"):
             if key in self.by_name:
                 return self.by_name[key]
-        return DEFAULT_TIMING_PCT if timing else DEFAULT_OTHER_PCT
+        return (self.factor - 1) * 100.0 if timing else DEFAULT_OTHER_PCT
+
+    def factor_for(self, metric: str) -> float:
+        """The factor a timing ``metric`` must exceed, either way."""
+        for key in (metric, "timing"):
+            if key in self.by_name:
+                return 1 + self.by_name[key] / 100.0
+        return self.factor
+
+    def exceeds(self, metric: str, timing: bool, a: float, b: float) -> bool:
+        """Whether A -> B is larger than the metric's limit (see the class docstring)."""
+        if a == b:
+            return False
+        if timing and a > 0 and b > 0:
+            return max(b / a, a / b) > self.factor_for(metric)
+        change = (b - a) / abs(a) * 100.0 if a else math.inf
+        return abs(change) > self.pct(metric, timing)
 
 
 @dataclass(frozen=True)
@@ -74,10 +111,11 @@ class MetricChange:
     change_pct: float | None
     verdict: str
     timing: bool
-    rule: str | None = None  # timing metrics beyond their threshold: RANK, INTERVAL or THRESHOLD
+    rule: str | None = None  # timing metrics beyond their factor: RANK, INTERVAL, THRESHOLD, PAIRED
     p_value: float | None = None  # the row's rank test (adjusted over the rows of a diff)
     moved: str | None = None  # WORSE / BETTER by direction alone, before the significance test
     agrees: bool = True  # the rank test's shift has the direction of this metric's change
+    rounds: tuple[float, ...] = ()  # a rerun's per-round ratios B/A (PAIRED)
 
 
 def rank_test(
@@ -113,7 +151,7 @@ def compare_metric(
     if timing and samples_field(record, row_a, metric) is None and _has_samples(record, row_a):
         verdict = INFO if b != a else SAME
         return MetricChange(point, ident, metric, a, b, ratio, change, verdict, timing)
-    if b != a and abs(change) > th.pct(metric, timing):
+    if th.exceeds(metric, timing, a, b):
         worse = (b > a) == (metric in record.columns.lower_is_better)
         verdict = moved = WORSE if worse else BETTER
         if timing:

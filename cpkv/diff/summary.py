@@ -10,7 +10,7 @@ because it is one of the row metrics
 (``ttft_p50_ms``), or a mean of one (``mean_cache_pct``). A headline that summarises timing
 rows (``gmean_p50_us``, ``median_vs_reference``) is ``info``: its rows are rank-tested one by one, and they decide.
 Ratios of timings in a summary (keys under ``vs_*``, such as an allocator run's
-``vs_reference_p50``) are ``info`` beyond the timing threshold, like a timing headline.
+``vs_reference_p50``) are ``info`` beyond the timing factor, like a timing headline.
 Any other change is ``changed`` (reported, never a regression). Wall-clock parts of a summary
 (the ``timing`` mapping and the row timing columns, such as ``duration_us``) are left out:
 single wall-clock numbers have no samples to test. Nested mappings are flattened
@@ -97,7 +97,7 @@ def _judge(
     change = (fb - fa) / abs(fa) * 100.0 if fa else (0.0 if fa == fb else math.inf)
     way = direction(key, record)
     verdict = SAME
-    if fa != fb and abs(change) > th.pct(key, way == INFO):
+    if th.exceeds(key, way == INFO, fa, fb):
         if way in ("lower", "higher"):
             verdict = WORSE if (fb > fa) == (way == "lower") else BETTER
         else:

@@ -5,7 +5,7 @@ the SLO attainment (%) with the target as a dashed line, and the goodput (reques
 the SLO). The x axis is the offered load in requests per second when every point knows it
 (from its arrival times), else the searched key itself; it turns logarithmic when the points
 span 16x or more. Each search's capacity is a dotted vertical line with a marker, labelled in
-the legend.
+the legend, which stands beside the panels.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.capacity.store import PLOT_FILE
-from cpkv.plots.common import axis_label, is_number, pyplot, save
+from cpkv.plots.common import axis_label, is_number
+from cpkv.plots.figures import figure, save, series_styles
 
 LOG_SPAN = 16.0
 
@@ -31,11 +32,11 @@ def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
     x_key = "offered_requests_per_s" if offered else "load"
     load_key = str(doc.get("load_key", "load"))
     axis_key = doc.get("axis_key")
-    plt = pyplot()
-    fig, (ax_att, ax_good) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    fig = figure(10.0, 4.4)
+    ax_att, ax_good = fig.subplots(1, 2)
     xs_all = []
-    for n, s in enumerate(searches):
-        color = f"C{n % 10}"
+    for s, style in zip(searches, series_styles(len(searches)), strict=True):
+        color = style["color"]
         points = sorted(_finished(s), key=lambda p: p["load"])
         xs = [p[x_key] for p in points]
         xs_all.extend(xs)
@@ -46,12 +47,11 @@ def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
             where = at[x_key]
             unit = " req/s" if offered else f" ({load_key.split('.')[-1]})"
             name += f": capacity {where:.3g}{unit}"
-        ax_att.plot(xs, [p["attainment_pct"] for p in points], marker="o", ms=4, color=color,
-                    label=name)  # fmt: skip
+        ax_att.plot(xs, [p["attainment_pct"] for p in points], ms=4, label=name, **style)
         goodput = [p.get("goodput_requests_per_s") for p in points]
         pairs = [(x, g) for x, g in zip(xs, goodput, strict=True) if is_number(g)]
         if pairs:
-            ax_good.plot(*zip(*pairs, strict=True), marker="o", ms=4, color=color, label=name)
+            ax_good.plot(*zip(*pairs, strict=True), ms=4, label=name, **style)
         if at is not None:
             for ax, y in (
                 (ax_att, at["attainment_pct"]),
@@ -80,8 +80,6 @@ def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
     ax_att.set_ylim(-3, 103)
     ax_good.set_ylabel("goodput (requests/s)")
     ax_good.set_ylim(bottom=0)
-    ax_att.legend(fontsize=7, loc="lower left")
-    ax_good.legend(fontsize=7, loc="best")
     slo = ", ".join(f"{k} {v:g}" for k, v in (doc.get("slo") or {}).items() if v is not None)
     tol = 100 * float(doc.get("tolerance") or 0)
     shown = f"{target:g}%" if is_number(target) else "the target"
@@ -90,7 +88,7 @@ def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
         f"the SLO ({slo}), to {tol:g}%\n(stars: the capacity found; dotted: its load)",
         fontsize=10,
     )
-    return save(fig, out / PLOT_FILE)
+    return save(fig, out / PLOT_FILE, legend=True)
 
 
 def _finished(search: Mapping[str, Any]) -> list[Mapping[str, Any]]:

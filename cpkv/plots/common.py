@@ -1,4 +1,5 @@
-"""Shared plumbing for plots: the optional matplotlib import, figure saving, labels."""
+"""Shared plumbing for plots: the optional matplotlib import, labels, grouping, axes
+(figures, styles and saving: :mod:`cpkv.plots.figures`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,9 @@ import importlib.util
 import json
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from cpkv.core.errors import OutputError, UnsupportedError
-from cpkv.core.files import reason
+from cpkv.core.errors import UnsupportedError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
@@ -19,34 +18,6 @@ def require_matplotlib() -> None:
     """UnsupportedError (exit 2) with an install hint when matplotlib is missing."""
     if importlib.util.find_spec("matplotlib") is None:
         raise UnsupportedError("plots need matplotlib: pip install 'cpkv[plot]'")
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot on the non-interactive Agg backend."""
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save(fig: Any, path: Path) -> Path:
-    """Write ``fig`` as a PNG through a temporary name, then close it."""
-    plt = pyplot()
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(path)
-    except OSError as err:  # a full disk, a read-only folder: one line naming the file
-        raise OutputError(f"{path}: cannot write ({reason(err)})") from None
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves nothing
-    return path
 
 
 def file_stem(prefix: str, values: Mapping[str, Any]) -> str:
@@ -108,11 +79,12 @@ def axis_label(name: str) -> str:
 
 
 def integer_axis(ax: Any, axis: str = "y") -> None:
-    """Ticks at whole numbers only (counts, ticks, tokens): never 1.5 ticks."""
+    """Ticks at whole numbers only (counts, ticks, tokens): never 1.5 ticks; as many as the
+    axis has room for (matplotlib's automatic density, not ten on a short panel)."""
     from matplotlib.ticker import MaxNLocator
 
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(MaxNLocator(integer=True))
+    target.set_major_locator(MaxNLocator(nbins="auto", integer=True))
 
 
 def all_integers(values: Sequence[Any]) -> bool:

@@ -13,8 +13,8 @@
 * ``serving``: serving runs (``timeline.jsonl``, ``requests.jsonl``): KV utilisation over time
   and the TTFT/TPOT CDFs.
 
-The runner draws them into every run directory when matplotlib is installed; ``cpkv plot``
-draws them again.
+The runner draws them into a run directory when asked (``--plots``, ``CPKV_PLOTS=1``);
+``cpkv plot`` draws them for any saved run.
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ from cpkv.plots.common import (
     integer_axis,
     is_number,
     label,
-    pyplot,
-    save,
     varying,
 )
+from cpkv.plots.figures import figure, save, series_styles
 from cpkv.runs.results import RunRecord
 
 SERIES_COLUMNS = ("impl", "method", "backend", "policy")
@@ -76,9 +75,9 @@ def latency(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Pat
 def _latency_figure(
     rows: list, facets: list[str], series: list[str], metrics: tuple, path: Path, title: str
 ) -> Path:
-    """p50 (solid) and p99 (dashed) against request pages, one colour per impl/method; with a
-    single request size, bars instead (a line through one point shows nothing)."""
-    plt = pyplot()
+    """p50 (solid) and p99 (dashed) against request pages, one colour (and past ten, marker)
+    per impl/method; with a single request size, bars instead (a line through one point
+    shows nothing)."""
     from matplotlib.lines import Line2D
 
     panels = group_by(rows, facets)
@@ -87,12 +86,10 @@ def _latency_figure(
         " ".join(label(g[0].get(c)) for c in series) or "run"
         for g in group_by(rows, series).values()
     ]
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour = {n: colours[i % len(colours)] for i, n in enumerate(names)}
+    styles = dict(zip(names, series_styles(len(names)), strict=True))
     width = max(4.2, 0.55 * len(names) + 1.5) if len(sizes) == 1 else 4.2
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(width * len(panels) + 2.4, 3.9), squeeze=False, sharey=True
-    )
+    fig = figure(width * len(panels), 3.9)
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     stats = [(m, style) for m, style in zip(metrics, ("-", "--"), strict=True) if m]
     for ax, panel_rows in zip(axes[0], panels.values(), strict=True):
         groups = list(group_by(panel_rows, series).values())
@@ -101,7 +98,7 @@ def _latency_figure(
                 name = " ".join(label(group[0].get(c)) for c in series) or "run"
                 for j, (metric, _) in enumerate(stats):
                     ax.bar(i + (j - 0.5) * 0.38 * (len(stats) > 1), group[0].get(metric), 0.36,
-                           color=colour[name], alpha=1.0 if j == 0 else 0.45,
+                           color=styles[name]["color"], alpha=1.0 if j == 0 else 0.45,
                            hatch=None if j == 0 else "//", edgecolor="white")  # fmt: skip
             ax.set_xticks(range(len(groups)), [" ".join(label(g[0].get(c)) for c in series) or "run" for g in groups],
                           rotation=25, ha="right", fontsize=8)  # fmt: skip
@@ -116,9 +113,9 @@ def _latency_figure(
                         xs,
                         [r.get(metric) for r in group],
                         style,
-                        marker="o",
+                        marker=styles[name]["marker"],
                         ms=3,
-                        color=colour[name],
+                        color=styles[name]["color"],
                     )
             ticks = sorted({r["request_pages"] for r in panel_rows})
             ax.set_xscale("log", base=2)
@@ -141,13 +138,15 @@ def _latency_figure(
                 Patch(facecolor="grey", alpha=0.45, hatch="//", label=stats[1][0].split("_")[0])
             )
     else:
-        handles = [Line2D([], [], color=colour[n], label=n) for n in names]
+        handles = [
+            Line2D([], [], color=styles[n]["color"], marker=styles[n]["marker"], ms=3, label=n)
+            for n in names
+        ]
         handles += [
             Line2D([], [], color="black", ls=style, label=m.split("_")[0]) for m, style in stats
         ]
-    axes[0][-1].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.suptitle(title, fontsize=10)
-    return save(fig, path)
+    return save(fig, path, legend=handles)
 
 
 def tick_fields(
@@ -188,26 +187,26 @@ def per_tick(record: RunRecord, run_dir: Path, out: Path, title: str) -> list[Pa
 def _per_tick_figure(
     rows: list[dict[str, Any]], series: list[str], fields: list[str], path: Path, title: str
 ) -> Path:
-    plt = pyplot()
     cols = 2 if len(fields) > 3 else 1
     nrows = math.ceil(len(fields) / cols)
-    fig, axes = plt.subplots(
-        nrows, cols, figsize=(6.4 * cols, 2.3 * nrows + 0.9), squeeze=False, sharex=True
-    )
+    fig = figure(6.4 * cols, 2.3 * nrows + 0.9)
+    axes = fig.subplots(nrows, cols, squeeze=False, sharex=True)
     lines = [sorted(line, key=lambda r: r["tick"]) for line in group_by(rows, series).values()]
+    styles = series_styles(len(lines))
     binned = max(len(line) for line in lines) > BIN_OVER
     for ax, name in zip(axes.flat, fields, strict=False):
-        for line in lines:
+        for line, style in zip(lines, styles, strict=True):
             who = " ".join(label(line[0].get(c)) for c in series) or None
             points = [(r["tick"], r.get(name)) for r in line if is_number(r.get(name))]
             if not points:
                 continue
             if binned:
-                _binned(ax, points, who)
+                _binned(ax, points, who, style)
             else:
                 xs, ys = zip(*points, strict=True)
                 few = len(xs) <= 60  # a value per tick, not a curve: steps, each tick marked
-                ax.plot(xs, ys, marker="o" if few else None, ms=3.5, lw=1, label=who,
+                ax.plot(xs, ys, ms=3.5, lw=1, label=who, color=style["color"],
+                        linestyle=style["linestyle"], marker=style["marker"] if few else None,
                         drawstyle="steps-mid" if few else "default")  # fmt: skip
         ax.set_title(axis_label(name), fontsize=9)
         integer_axis(ax, "x")
@@ -219,18 +218,18 @@ def _per_tick_figure(
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("tick")
-    if series:
-        axes[0][0].legend(fontsize=7)
     how = (
         f"\n{len(lines[0])} ticks: mean per bin of ~{max(1, len(lines[0]) // BINS)} (line), min..max (band)"
         if binned
         else ""
     )
     fig.suptitle(title + how, fontsize=10)
-    return save(fig, path)
+    return save(fig, path, legend=bool(series))
 
 
-def _binned(ax: Any, points: list[tuple[Any, Any]], who: str | None) -> None:
+def _binned(
+    ax: Any, points: list[tuple[Any, Any]], who: str | None, style: Mapping[str, Any]
+) -> None:
     """The mean of each of BINS equal tick ranges as a line, their min..max as a band."""
     lo, hi = points[0][0], points[-1][0]
     width = max(1.0, (hi - lo + 1) / BINS)
@@ -240,9 +239,9 @@ def _binned(ax: Any, points: list[tuple[Any, Any]], who: str | None) -> None:
     keys = sorted(bins)
     xs = [lo + (k + 0.5) * width for k in keys]
     mean = [sum(bins[k]) / len(bins[k]) for k in keys]
-    line = ax.plot(xs, mean, lw=1.1, label=who)[0]
+    ax.plot(xs, mean, lw=1.1, label=who, color=style["color"], linestyle=style["linestyle"])
     ax.fill_between(xs, [min(bins[k]) for k in keys], [max(bins[k]) for k in keys],
-                    color=line.get_color(), alpha=0.22, lw=0)  # fmt: skip
+                    color=style["color"], alpha=0.22, lw=0)  # fmt: skip
 
 
 def plot_run(record: RunRecord, run_dir: Path, out: Path) -> list[Path]:

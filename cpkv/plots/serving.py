@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpkv.plots.common import pyplot, save
+from cpkv.plots.figures import figure, save
 
 CDF_POINTS = 4000
 """Most points a latency CDF is drawn through."""
@@ -91,9 +91,9 @@ def plot_serving(
     """Write ``kv_utilization.png`` and ``latency_cdf.png`` (``latencies``: the finished
     requests' ``ttft`` and ``tpot`` values in ms; the SLO limits as dashed lines, ``slo``:
     ``ttft_ms``/``tpot_ms``) into ``folder``; returns the paths."""
-    plt = pyplot()
     out = []
-    fig, ax = plt.subplots(figsize=(8.2, 3.6))
+    fig = figure(8.2, 3.6)
+    ax = fig.subplots()
     instances = sorted({p["instance"] for p in points if "instance" in p})
     if instances:  # a cluster: one series per instance (admit.cluster)
         for k in instances:
@@ -114,7 +114,8 @@ def plot_serving(
     ax.set_title(f"{title}: KV pool utilisation" if title else "KV pool utilisation", fontsize=10)
     out.append(save(fig, folder / "kv_utilization.png"))
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig = figure(9, 3.6)
+    axes = fig.subplots(1, 2)
     for ax, key, label in zip(axes, ("ttft", "tpot"), ("TTFT (ms)", "TPOT (ms)"), strict=True):
         values: Any = latencies.get(key) or ()
         if len(values):

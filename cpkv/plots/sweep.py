@@ -4,10 +4,12 @@ One PNG per swept key (``sweep_<key>.png``; ``sweep_<key>_2.png``, ... when the 
 key have more than ``PANELS_PER_FILE`` headline metrics: none is dropped), one panel per
 headline metric, drawn from the completed points that swept that key (in a sweep of several
 configs, the others do not have it). One line per combination of the other swept values
-that vary among those points (and of the config, when several swept the key); the legend
-names only what varies. A numeric key (or a one-element list of a number, as
-``host_pages: [600]``) is a numeric axis; any other key is categorical. Every figure's title
-names the sweep; every axis names its unit.
+that vary among those points (and of the config, when several swept the key), named by one
+legend beside the panels (only what varies); past ten lines the ten colours repeat with
+other line styles and markers, no two lines alike. A numeric key (or a one-element list of a
+number, as ``host_pages: [600]``) is a numeric axis, ticked at its values when it has at most
+``FEW_VALUES``; any other key is categorical. Every figure's title names the sweep; every
+axis names its unit.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from cpkv.plots.common import (
     integer_axis,
     is_number,
     label,
-    pyplot,
-    save,
 )
+from cpkv.plots.figures import figure, save, series_styles
 
 PANELS_PER_FILE = 6
+FEW_VALUES = 8
+"""A numeric key with at most this many values has a tick at each value, and only there."""
 _ABSENT = object()
 
 
@@ -69,18 +72,19 @@ def _row(point: Mapping[str, Any]) -> dict[str, Any]:
 def _figure(
     rows: list[dict], key: str, others: list[str], metrics: list[str], title: str, path: Path
 ) -> Path:
-    plt = pyplot()
     numeric = all(is_number(r[key]) for r in rows)
     categories = list(dict.fromkeys(_word(r[key]) for r in rows))
     series_cols = [
         c for c in ["config", *others] if len({label(r.get(c, _ABSENT)) for r in rows}) > 1
     ]
+    lines = list(group_by(rows, series_cols).values())
+    styles = series_styles(len(lines))
     cols = 2 if len(metrics) > 1 else 1
     nrows = math.ceil(len(metrics) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.6 * cols, 3.4 * nrows + 0.8), squeeze=False)
+    fig = figure(5.6 * cols, 3.4 * nrows + 0.8)
+    axes = fig.subplots(nrows, cols, squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
-        drawn = False
-        for line in group_by(rows, series_cols).values():
+        for line, style in zip(lines, styles, strict=True):
             line = [r for r in line if is_number(r.get(metric))]
             if not line:
                 continue
@@ -89,10 +93,8 @@ def _figure(
                 xs: Sequence[Any] = [r[key] for r in line]
             else:
                 xs = [categories.index(_word(r[key])) for r in line]
-            ax.plot(
-                xs, [r[metric] for r in line], marker="o", ms=4, label=_legend(line[0], series_cols)
-            )
-            drawn = True
+            ax.plot(xs, [r[metric] for r in line], ms=4, label=_legend(line[0], series_cols),
+                    **style)  # fmt: skip
         if not numeric:
             ax.set_xticks(range(len(categories)), categories, rotation=20, fontsize=8)
         else:
@@ -100,6 +102,8 @@ def _figure(
             if _log_scale(ticks):
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
+            elif len(ticks) <= FEW_VALUES:
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             elif all_integers(ticks):
                 integer_axis(ax, "x")
         if all_integers([r.get(metric) for r in rows if is_number(r.get(metric))]):
@@ -108,20 +112,19 @@ def _figure(
         ax.set_xlabel(axis_label(key.split(".")[-1]) + ("" if "." not in key else f"  [{key}]"))
         ax.set_ylabel(axis_label(metric))
         ax.grid(True, alpha=0.3)
-        if series_cols and drawn:
-            ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.set_visible(False)
     fig.suptitle(f"{title}\nheadline metrics against {key}", fontsize=10)
-    return save(fig, path)
+    return save(fig, path, legend=bool(series_cols))
 
 
 def _legend(row: Mapping[str, Any], columns: Sequence[str]) -> str | None:
-    """``policy=conservative`` for the columns that vary (not-swept values left out)."""
+    """``policy=conservative`` for the columns that vary (not-swept values left out; a swept
+    null is ``null``, as configs spell it)."""
     parts = [
         f"{c.split('.')[-1]}={_word(row[c])}" if c != "config" else str(row[c])
         for c in columns
-        if row.get(c, _ABSENT) is not _ABSENT and row.get(c) is not None
+        if row.get(c, _ABSENT) is not _ABSENT
     ]
     return ", ".join(parts) or None
 

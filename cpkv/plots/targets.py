@@ -27,7 +27,7 @@ def plot_target(
     where = Path(out) if out is not None else Path(path) / "plots"
     if not isinstance(target, SweepView):
         return plot_run(target.record, target.path, where)
-    paths = plot_sweep(target.summary, where, f"sweep {Path(path).resolve().name}")
+    paths = plot_sweep(target.summary, where, sweep_title(path))
     search = read_result(Path(path))  # a capacity search: its own plot too
     if search is not None:
         drawn = plot_capacity(search, where)
@@ -39,3 +39,8 @@ def plot_target(
             if (run_dir / "results.json").is_file():
                 paths.extend(plot_run(load_run(run_dir).record, run_dir, where / point.name))
     return paths
+
+
+def sweep_title(path: str | Path) -> str:
+    """``sweep <its directory's name>``: the title of a sweep directory's plots."""
+    return f"sweep {Path(path).resolve().name}"

@@ -19,11 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from cpkv.core.errors import ConfigError, InputError
+from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.core.registry import Registry
-from cpkv.core.schema import FieldError, non_negative, positive, require
+from cpkv.core.schema import FieldError, Range, require
+from cpkv.core.schema_keys import check_bounds
 from cpkv.core.suggest import did_you_mean
 from cpkv.policies.victims import VICTIMS
 from cpkv.runs.results import metric, outcome
@@ -46,18 +48,23 @@ class KvBlocks:
     finished request keeps its blocks) or ``free`` (its blocks return, with a ``finished`` event).
     """
 
-    block_size: int = 4
-    capacity_blocks: int = 4
+    block_size: Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)] = 4
+    capacity_blocks: Tokens = 4
     scan: str | None = None
     victim: str = "scan_order"
     on_finish: Literal["keep", "free"] = "keep"
-    safety_margin_blocks: int = 0  # mode serving: blocks no request may take (workspace)
+    safety_margin_blocks: Tokens = 0  # mode serving: blocks no request may take (workspace)
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
-        positive("block_size", self.block_size)
-        non_negative("capacity_blocks", self.capacity_blocks)
-        non_negative("safety_margin_blocks", self.safety_margin_blocks)
+        check_bounds(self)
+        tokens = self.capacity_blocks * self.block_size
+        require(
+            tokens <= MAX_TOKENS,
+            "capacity_blocks",
+            f"{self.capacity_blocks} blocks x block_size {self.block_size} = {tokens} tokens; "
+            f"must be <= {MAX_TOKENS} ({TOKENS_WHY})",
+        )
         if self.scan is not None:
             require(
                 self.scan in SCANS,

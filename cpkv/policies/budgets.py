@@ -20,22 +20,30 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from cpkv.core.schema import non_negative, require
+from cpkv.core.schema import Range
+
+MAX_WEIGHT = 1000.0
+WEIGHT_WHY = "a token costs at most 1000 budget units; beyond, no token fits any budget"
+PrefillWeight = Annotated[
+    float,
+    Range(
+        1e-3, MAX_WEIGHT, why=WEIGHT_WHY,
+        low_why="a prefill token costs at least 1/1000 of a unit; below, a budget admits "
+        "millions of prefill tokens per unit",
+    ),
+]  # fmt: skip
+Weight = Annotated[float, Range(0, MAX_WEIGHT, why=WEIGHT_WHY)]
 
 
 @dataclass(frozen=True)
 class TokenWeights:
     """``admit.iteration.weights``: budget units per prefill, decode and verify token."""
 
-    prefill: float = 1.0
-    decode: float = 1.0
-    verify: float = 1.0
-
-    def validate(self) -> None:
-        require(self.prefill > 0, "prefill", f"must be > 0, got {self.prefill}")
-        non_negative("decode", self.decode)
-        non_negative("verify", self.verify)
+    prefill: PrefillWeight = 1.0
+    decode: Weight = 1.0
+    verify: Weight = 1.0
 
     @property
     def is_default(self) -> bool:

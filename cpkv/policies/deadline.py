@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.core.schema import positive
+from cpkv.core.limits import Milliseconds
 
 INF = float("inf")
 
@@ -29,10 +29,7 @@ INF = float("inf")
 class DeadlineSpec:
     """``admit.deadline``: the aging bound of ``schedule_policy: deadline`` (mode serving)."""
 
-    aging_ms: float = 60_000.0
-
-    def validate(self) -> None:
-        positive("aging_ms", self.aging_ms)
+    aging_ms: Milliseconds = 60_000.0
 
 
 def deadline_key(now_us: float, aging_us: float) -> Callable[[Any], tuple]:

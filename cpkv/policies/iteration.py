@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.core.limits import Tokens
+from cpkv.core.schema import FieldError, require
+from cpkv.core.schema_keys import check_bounds
 from cpkv.policies.budgets import TokenWeights
 from cpkv.runs.results import metric
 
@@ -26,25 +28,18 @@ from cpkv.runs.results import metric
 class IterationBudget:
     """The ``admit.iteration`` block: one long prompt chunked beside running decodes."""
 
-    budget_tokens: int = 6
-    decode_requests: int = 2
-    prompt_tokens: int = 12
-    chunk_tokens: int = 4
+    budget_tokens: Tokens = 6
+    decode_requests: Tokens = 2
+    prompt_tokens: Tokens = 12
+    chunk_tokens: Tokens = 4
     # mode serving (cpkv.policies.budgets): budget units per token kind, and the draft tokens
     # each decoding request verifies per iteration
     weights: TokenWeights = TokenWeights()
-    verify_tokens: int = 0
+    verify_tokens: Tokens = 0
 
     def validate(self) -> None:
         """Raise :class:`~cpkv.core.schema.FieldError` (key relative to the block) if unusable."""
-        for key in (
-            "budget_tokens",
-            "decode_requests",
-            "prompt_tokens",
-            "chunk_tokens",
-            "verify_tokens",
-        ):
-            non_negative(key, getattr(self, key))
+        check_bounds(self)
         if self.prompt_tokens == 0:
             return  # nothing to prefill: an empty trace, whatever the budget
         require(

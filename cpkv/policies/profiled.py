@@ -15,8 +15,10 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Annotated
 
-from cpkv.core.schema import non_negative, positive, require
+from cpkv.core.limits import MAX_TOKENS, Tokens
+from cpkv.core.schema import Range, require
 
 
 @dataclass(frozen=True)
@@ -30,14 +32,13 @@ class ProfiledSpec:
     """
 
     quantile: float = 0.9
-    window: int = 1000
-    cold_start_tokens: int | None = None
+    window: Annotated[
+        int, Range(0, MAX_TOKENS, low_open=True, why="requests kept in memory, at most int32's")
+    ] = 1000
+    cold_start_tokens: Tokens | None = None
 
     def validate(self) -> None:
         require(0.0 <= self.quantile <= 1.0, "quantile", f"must be in [0, 1], got {self.quantile}")
-        positive("window", self.window)
-        if self.cold_start_tokens is not None:
-            non_negative("cold_start_tokens", self.cold_start_tokens)
 
 
 class OutputQuantile:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from cpkv.core.errors import InputError
 from cpkv.core.jsonl import check_fields, parse_object
+from cpkv.core.limits import token_field_problem
 from cpkv.policies.blocks import BlockRequest
 from cpkv.workload.request import Request
 from cpkv.workload.sources import (
@@ -70,6 +71,7 @@ def _parse_line(line: str, where: str, default_max_new_tokens: int) -> BlockRequ
     obj.setdefault("max_new_tokens", default_max_new_tokens)
     for key in ("prompt_tokens", "max_new_tokens"):
         v = obj[key]
-        if type(v) is not int or v < 0:
-            raise InputError(f"{where}: field {key!r} must be an integer >= 0, got {v!r}")
+        problem = token_field_problem(v) if type(v) is int else "must be an integer >= 0"
+        if problem is not None:
+            raise InputError(f"{where}: field {key!r} {problem}, got {v!r}")
     return BlockRequest(rid, obj["prompt_tokens"], obj["max_new_tokens"])

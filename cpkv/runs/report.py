@@ -40,8 +40,40 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: str = 
             writer.writerow([_csv(row.get(c)) for c in columns])
         return buf.getvalue()
     body = [[cell(row.get(c)) for c in columns] for row in rows]
+    if fmt == "text" and _plain(body, columns):
+        return _simple(body, columns)
     style = "github" if fmt == "markdown" else "simple"
     return tabulate(body, headers=list(columns), tablefmt=style, disable_numparse=True)
+
+
+def _plain(body: list[list[Any]], columns: Sequence[str]) -> bool:
+    """Every cell and header a string of printable ASCII characters (what :func:`_simple`
+    lays out as tabulate does; anything else goes to tabulate)."""
+    pieces = [str(c) for c in columns]
+    for cells in body:
+        for value in cells:
+            if type(value) is not str:
+                return False
+        pieces.extend(cells)
+    text = "".join(pieces)
+    return text.isascii() and text.isprintable()
+
+
+def _simple(body: list[list[str]], columns: Sequence[str]) -> str:
+    """tabulate's ``simple`` table of string cells, character for character (cells stripped,
+    left-aligned, two spaces apart; a header at least two characters narrower than its
+    column; lines without trailing spaces), in a fraction of its time."""
+    heads = [str(c) for c in columns]
+    rows = [[value.strip() for value in cells] for cells in body]
+    widths = [len(h) + 2 for h in heads]
+    for cells in rows:
+        widths = [max(w, len(v)) for w, v in zip(widths, cells, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend(
+        "  ".join(v.ljust(w) for v, w in zip(cells, widths, strict=True)).rstrip() for cells in rows
+    )
+    return "\n".join(lines)
 
 
 def _csv(value: Any) -> Any:

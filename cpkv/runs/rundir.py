@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,6 +105,7 @@ class RunDir:
 
     path: Path
     meta: dict[str, Any]
+    config_text: str = ""  # config.yaml as written (its digest goes into meta.json's listed block)
 
     @classmethod
     def create(
@@ -160,6 +161,7 @@ class RunDir:
         return self.write_text(name, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
     def start(self, *, config_yaml: str, overrides: list[str]) -> None:
+        self.config_text = config_yaml
         self.write_text("config.yaml", config_yaml)
         self.write_text("overrides.yaml", _yaml_list(overrides))
 
@@ -171,13 +173,18 @@ class RunDir:
         streamed: Sequence[StreamedFile] = (),
     ) -> None:
         """Write extras, rename the ``streamed`` ones into place, write the table, then
-        results.json, then mark the run complete."""
+        results.json, then mark the run complete (``meta.json`` with what a listing reads:
+        :mod:`cpkv.runs.listed`)."""
+        from cpkv.runs import listed
+
         for name, text in extras.items():
             self.write_text(name, text)
         for file in streamed:
             file.commit()
         self.write_text("results.txt", table if table.endswith("\n") else table + "\n")
-        self.write_text("results.json", record.to_json())
+        results = record.to_json()
+        self.write_text("results.json", results)
+        self.meta[listed.KEY] = listed.block_of(results, self.config_text)
         self._end(STATUS_COMPLETE)
         (self.path / MARKER).unlink(missing_ok=True)
 
@@ -244,15 +251,24 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def run_status(path: Path) -> str:
-    """complete, failed, incomplete (running, interrupted), or corrupt (meta.json unreadable)."""
-    try:
-        meta = read_meta(path)
-    except InputError:
-        return STATUS_CORRUPT
+def run_status(
+    path: Path, meta: Mapping[str, Any] | None = None, files: Collection[str] | None = None
+) -> str:
+    """complete, failed, incomplete (running, interrupted), or corrupt (meta.json unreadable);
+    ``meta``: the run's ``meta.json`` when it has been read already, ``files``: the names of
+    the files in ``path`` when they are known (a listing's walk)."""
+    if meta is None:
+        try:
+            meta = read_meta(path)
+        except InputError:
+            return STATUS_CORRUPT
     if meta.get("status") == STATUS_FAILED:
         return STATUS_FAILED
-    if (path / MARKER).exists() or not (path / "results.json").exists():
+    if files is None:
+        marked, results = (path / MARKER).exists(), (path / "results.json").exists()
+    else:
+        marked, results = MARKER in files, "results.json" in files
+    if marked or not results:
         return STATUS_INCOMPLETE
     return STATUS_COMPLETE
 

@@ -35,8 +35,9 @@ def run_experiment(
 ) -> RunResult:
     """Prepare (all user errors surface here, before any directory exists), then run.
 
-    ``plots`` (default: :func:`plots_wanted`) draws the run's plots under ``plots/`` once its
-    results are written; a plot that fails is a warning, never a failed run.
+    ``plots`` (None: as :func:`plots_wanted` says) draws the run's plots under ``plots/`` once
+    its results are written; a plot that fails (matplotlib missing included) is a warning,
+    never a failed run.
 
     The memory the run needs is checked first (:meth:`KindSpec.check_memory`). On Ctrl-C,
     SIGTERM or SIGHUP (status ``incomplete``) or an error during the run, including a write
@@ -86,7 +87,7 @@ def run_experiment(
         if isinstance(err, OutputError):  # the reader needs the directory the failure is in
             raise OutputError(f"{err}; the run is marked failed in its meta.json") from None
         raise
-    if plots is not False and plots_wanted():
+    if plots_wanted(plots):
         _plot(loaded.spec, record, target.path)
     return RunResult(target.path, record, text)
 
@@ -97,14 +98,18 @@ def _discard(ctx: RunContext) -> None:
         file.discard()
 
 
-def plots_wanted() -> bool:
-    """Plots are drawn when matplotlib is importable, unless ``CPKV_PLOTS=0``."""
-    import importlib.util
+PLOTS_ON = ("1", "true", "yes", "on")
+
+
+def plots_wanted(plots: bool | None = None) -> bool:
+    """Whether a run draws its plots: ``plots`` when it says (``--plots`` / ``--no-plots``),
+    else ``CPKV_PLOTS`` (``1``, ``true``, ``yes`` or ``on``: drawn). Off by default: importing
+    matplotlib and drawing cost more than a small run itself (``benchmarks/plot_cost.py``)."""
     import os
 
-    if os.environ.get("CPKV_PLOTS", "1").strip() in ("0", "false", "no", "off"):
-        return False
-    return importlib.util.find_spec("matplotlib") is not None
+    if plots is not None:
+        return plots
+    return os.environ.get("CPKV_PLOTS", "").strip().lower() in PLOTS_ON
 
 
 def _plot(spec: KindSpec, record: RunRecord, path: Path) -> None:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from cpkv.core.jsonl import json_lines
 from cpkv.core.kinds import RunContext
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.cost.fitting.linear import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
+from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.settings import EngineSettings, settings_from
 from cpkv.serving.input.workload import load_serving_workload
@@ -51,10 +52,11 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     """Read the workload and the cost points (user errors surface here), then simulate."""
     block = cfg.admit
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
+    check_arrivals(workload, block.arrivals)
     fit = None
     cost = block.cost.build()
     if block.cost.fit_points is not None:
-        fit = fit_cost(read_points(block.cost.fit_points), cost)
+        fit = fit_cost(read_points(block.cost.fit_points), cost, block.cost.fit_points)
         cost = fit.model
     cancellations = any(r.cancel_ms is not None for r in workload.requests)
     settings = settings_from(block, cost, cfg.seed, cancellations)
@@ -87,12 +89,14 @@ def _execute_one(
     try:
         with few_collections():
             res = engine.run()
+        check_end(res.end_us, count)
         stats.close()
         integrals, timeline, time = log_report(samples, res.end_us, cap, points)
     finally:
         samples.discard()
     ctx.report(1, 1, "done")
     summary = stats.summary()
+    check_conserved(count, summary.requests)
     row = row_of(summary, integrals, res.end_us, cap)
     policy = None
     if settings.options is not None or block.serving.policy_metrics:
@@ -118,14 +122,25 @@ def _execute_cluster(
     behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
     ctx.report(0, 1, f"serving {count} requests, policy {block.policy}{behind}")
     lines = ctx.stream("requests.jsonl")  # written as requests end
-    out = serve_cluster(block, settings, workload, seed, lines, ctx.run_dir)
+    events = None
+    if block.serving.trace_events:  # written as events happen
+        from cpkv.serving.record.trace_file import least_bytes, mb, open_trace
+
+        events = open_trace(ctx.stream("trace.json").write, count, ctx.run_dir)
+        ctx.report(0, 1, f"serving {count} requests; trace.json: at least {mb(least_bytes(count))}")
+    out = serve_cluster(block, settings, workload, seed, lines, ctx.run_dir, events)
+    check_conserved(count, out.summary.requests)
     ctx.report(1, 1, "done")
     files = {"instances.jsonl": instances_lines(out.instance_rows)} if n > 1 else {}
     notes = [cluster_note(out.cluster)] if n > 1 else []
-    if out.trace is not None:
-        files["trace.json"] = out.trace
+    if events is not None:
+        events.close()
+        kept = ctx.streams["trace.json"].text()
+        if kept is not None:  # no run directory: the file was kept in memory
+            files["trace.json"] = kept
         notes.append(
-            "trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or chrome://tracing)"
+            f"trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or "
+            f"chrome://tracing), {events.events:,} events, {mb(events.chars)}"
         )
     return _output(
         block, settings, fit, count, lines, out.row, out.timeline, out.time,
@@ -155,7 +170,7 @@ def _output(
     the policy block, the cluster block), ``timeline.jsonl`` (``requests.jsonl`` when it was
     kept in memory) and ``files``, the notes."""
     extras = {
-        "timeline.jsonl": "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in timeline),
+        "timeline.jsonl": json_lines(timeline, "timeline.jsonl"),
     }
     kept = lines.text()
     if kept is not None:  # no run directory: the lines were kept in memory

@@ -3,14 +3,42 @@
 The iteration-time model is :class:`cpkv.serving.cost.model.CostModel` (``admit.cost``); the KV
 pool is ``admit.kv`` (``block_size`` tokens per block, ``capacity_blocks`` blocks, ``scan``,
 ``victim``) for every policy.
+
+Rates, speedups and times are bounded next to their types: a Poisson rate in [1e-9, 1e9]
+requests/s, a speedup in (0, 1e9], SLOs and timeouts between the clock's 1 µs resolution and
+its 2**53 µs range; a run whose arrivals reach past that range is refused before it runs
+(:mod:`cpkv.serving.engine.clock`). CUDA-graph buckets are at most the requests that can
+run at once (checked with ``admit.max_running_requests`` and ``admit.kv`` by the ``admit``
+block).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from cpkv.core.schema import non_negative, positive, require
+from cpkv.core.limits import CLOCK_LIMIT_S, MAX_TOKENS, TOKENS_WHY, Milliseconds
+from cpkv.core.schema import Range, positive, require
+
+MIN_RATE_RPS = 1e-9
+"""The slowest Poisson rate: a mean gap between arrivals of 1e9 s (31.7 years), within the
+clock's 2**53 µs."""
+MAX_RATE_RPS = 1e9
+MAX_SPEEDUP = 1e9
+MAX_STALL_ITERATIONS = 10**9
+RateRps = Annotated[
+    float,
+    Range(
+        MIN_RATE_RPS, MAX_RATE_RPS,
+        why="a request every nanosecond, 1000 per tick of the 1 µs clock: beyond any front end",
+        low_why="a mean gap of 1e9 s between arrivals; the float64 µs clock resolves 1 µs "
+        f"only up to 2**53 µs ({CLOCK_LIMIT_S:.4g} s)",
+    ),
+]  # fmt: skip
+Speedup = Annotated[
+    float,
+    Range(0, MAX_SPEEDUP, low_open=True, why="a billion times the trace's own rate"),
+]
 
 
 @dataclass(frozen=True)
@@ -25,12 +53,8 @@ class ArrivalsSpec:
     """
 
     process: Literal["trace", "poisson", "zero"] = "trace"
-    rate_rps: float = 1.0
-    speedup: float = 1.0
-
-    def validate(self) -> None:
-        positive("rate_rps", self.rate_rps)
-        positive("speedup", self.speedup)
+    rate_rps: RateRps = 1.0
+    speedup: Speedup = 1.0
 
 
 @dataclass(frozen=True)
@@ -38,12 +62,8 @@ class SloSpec:
     """``admit.slo``: a request meets the SLO when its TTFT and its TPOT are within these
     (``null``: no limit). Requests with one output token have no TPOT and meet that part."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-
-    def validate(self) -> None:
-        positive("ttft_ms", self.ttft_ms, allow_none=True)
-        positive("tpot_ms", self.tpot_ms, allow_none=True)
+    ttft_ms: Milliseconds | None = None
+    tpot_ms: Milliseconds | None = None
 
     def met(self, ttft_ms: float | None, tpot_ms: float | None) -> bool:
         """Whether a finished request with these latencies meets the SLO."""
@@ -80,29 +100,32 @@ class ServingSpec:
     """
 
     on_preempt: Literal["requeue", "swap", "abort"] = "requeue"
-    stall_iterations: int = 1000
-    queue_timeout_ms: float | None = None
+    stall_iterations: Annotated[
+        int,
+        Range(
+            1,
+            MAX_STALL_ITERATIONS,
+            why="a livelock runs this many iterations before it is reported",
+        ),
+    ] = 1000
+    queue_timeout_ms: Milliseconds | None = None
     check_invariants: bool = False
-    cuda_graph_buckets: tuple[int, ...] = ()
+    cuda_graph_buckets: tuple[Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)], ...] = ()
     policy_metrics: bool = False
     timeline_points: int = 200
-    ratio_min_factor: float = 0.14
-    ratio_decay_steps: int = 600
+    ratio_min_factor: Annotated[
+        float, Range(0, 1, why="the ratio's floor, a share of admit.new_token_ratio")
+    ] = 0.14
+    ratio_decay_steps: Annotated[
+        int, Range(1, MAX_STALL_ITERATIONS, why="iterations of decay; beyond, it never decays")
+    ] = 600
     trace_events: bool = False
 
     def validate(self) -> None:
-        positive("stall_iterations", self.stall_iterations)
         positive("timeline_points", self.timeline_points)
-        positive("queue_timeout_ms", self.queue_timeout_ms, allow_none=True)
         buckets = self.cuda_graph_buckets
         require(
-            all(b > 0 for b in buckets) and list(buckets) == sorted(set(buckets)),
+            list(buckets) == sorted(set(buckets)),
             "cuda_graph_buckets",
             f"must be positive batch sizes in increasing order, got {list(buckets)}",
-        )
-        non_negative("ratio_min_factor", self.ratio_min_factor)
-        require(
-            self.ratio_decay_steps >= 1,
-            "ratio_decay_steps",
-            f"must be >= 1, got {self.ratio_decay_steps}",
         )

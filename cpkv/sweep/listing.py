@@ -7,6 +7,8 @@ runs and sweeps under a root with their status and headline metric
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,11 +17,11 @@ from typing import Any
 
 from cpkv.core.errors import InputError
 from cpkv.runs.headline import headline
+from cpkv.runs.listed import listed_headline
 from cpkv.runs.rundir import (
     STATUS_CORRUPT,
     STATUS_INCOMPLETE,
     LoadedRun,
-    find_runs,
     is_run_dir,
     load_run,
     read_meta,
@@ -76,31 +78,57 @@ def list_entries(root: str | Path, *, points: bool = False, kind: str | None = N
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"{root}: no such directory")
-    sweeps = sorted(p.parent for p in base.rglob(SWEEP_FILE))
-    entries = []
-    for sweep in sweeps:
-        entries.append(_sweep_entry(sweep))
-    for run in find_runs(base):
-        inside = any(s in run.parents for s in sweeps)
+    sweeps, runs = _walk(base)
+    entries = [_sweep_entry(Path(sweep)) for sweep in sorted(sweeps)]
+    for run, files in runs:
+        inside = _inside(run, sweeps)
         if not inside or points:
-            entries.append(_run_entry(run, "point" if inside else "run"))
+            entries.append(_run_entry(Path(run), "point" if inside else "run", files))
     if kind is not None:
         entries = [e for e in entries if kind in e.kind.split(",")]
     return sorted(entries, key=lambda e: (e.time, e.path))
 
 
-def _run_entry(path: Path, kind_of_entry: str) -> Entry:
+def _walk(base: Path) -> tuple[set[str], list[tuple[str, set[str]]]]:
+    """The sweep directories (``sweep.yaml``) and the run directories (``meta.json``, with
+    the names of their files, sorted by path) under ``base``, in one walk of the tree
+    (symbolic links to folders are not followed)."""
+    sweeps, runs = set(), []
+    for folder, _, names in os.walk(base):
+        if SWEEP_FILE in names:
+            sweeps.add(folder)
+        if "meta.json" in names:
+            runs.append((folder, set(names)))
+    runs.sort()
+    return sweeps, runs
+
+
+def _inside(run: str, sweeps: set[str]) -> bool:
+    """Whether the run directory ``run`` lies inside one of the ``sweeps``."""
+    if not sweeps:
+        return False
+    folder, up = run, os.path.dirname(run)
+    while up != folder:
+        if up in sweeps:
+            return True
+        folder, up = up, os.path.dirname(up)
+    return False
+
+
+def _run_entry(path: Path, kind_of_entry: str, files: set[str] | None = None) -> Entry:
     """One run's line; a run whose files cannot be read back is ``corrupt``, with the reason
-    (it never hides the other runs)."""
+    (it never hides the other runs). A finished run's headline comes from its ``meta.json``
+    while its files are those it wrote (:mod:`cpkv.runs.listed`)."""
     try:
-        meta = read_meta(path)
+        meta = _meta_of(path)
     except InputError as err:
         return Entry("", kind_of_entry, path.name, "?", STATUS_CORRUPT, _why(err, path), str(path))
-    status = run_status(path)
+    status = run_status(path, meta, files)
     shown = ""
     if status == "complete":
+        values = listed_headline(path, meta)  # None: read the run in full, which says what is wrong
         try:
-            shown = _headline_text(headline(load_run(path).record))
+            shown = _headline_text(headline(load_run(path).record) if values is None else values)
         except InputError as err:
             status, shown = STATUS_CORRUPT, _why(err, path)
     elif meta.get("error"):
@@ -110,6 +138,19 @@ def _run_entry(path: Path, kind_of_entry: str) -> Entry:
     return Entry(_local(meta.get("start_utc")), kind_of_entry, str(meta.get("name", path.name)),
                  str(meta.get("kind", "?")), status, shown, str(path),
                  _overrides(meta.get("overrides")))  # fmt: skip
+
+
+def _meta_of(path: Path) -> dict[str, Any]:
+    """``meta.json`` of the run at ``path``, read in the fewest steps; when it is not a JSON
+    object in UTF-8, :func:`~cpkv.runs.rundir.read_meta` says why (InputError)."""
+    try:
+        with open(os.path.join(path, "meta.json"), "rb") as fh:
+            meta = json.loads(fh.read().decode("utf-8"))
+        if isinstance(meta, dict):
+            return meta
+    except (OSError, ValueError, RecursionError):
+        pass
+    return read_meta(path)
 
 
 def _why(err: InputError, path: Path) -> str:

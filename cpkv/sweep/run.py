@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
 from cpkv.core.errors import CpkvError
+from cpkv.core.files import remove_stale_tmp_files
 from cpkv.runs.rundir import (
     DEFAULT_ROOT,
     MARKER,
@@ -164,6 +165,7 @@ def resume_sweep(path: str | Path, **options: Unpack[LaunchOptions]) -> SweepRes
     plan, _ = read_plan(sweep_dir)
     launch = _launch(**options)
     with SweepLock.acquire(sweep_dir, launch.argv):
+        remove_stale_tmp_files(sweep_dir)  # those of a killed sweep (their process is gone)
         done = _finished(sweep_dir, plan)
         mark_incomplete(sweep_dir)
         return _execute(sweep_dir, plan, done, launch)

@@ -31,8 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.core.schema import FieldError
 from cpkv.trace.readers import Trace
+
+MAX_HICACHE_RATIO = 1e6
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,24 @@ class CacheConfig:
             value = getattr(self, key)
             if value is not None and (type(value) is not int or value < 0):
                 raise FieldError(key, f"must be null (unlimited) or an integer >= 0, got {value!r}")
+            if value is not None and value > MAX_TOKENS:
+                raise FieldError(key, f"must be <= {MAX_TOKENS} ({TOKENS_WHY}), got {value}")
         page = self.page_size
         if type(page) is not int or page < 1:
             raise FieldError("page_size", f"must be an integer >= 1, got {page!r}")
+        if page > MAX_TOKENS:
+            raise FieldError("page_size", f"must be <= {MAX_TOKENS} ({TOKENS_WHY}), got {page}")
         l1, l2 = self.l1_tokens, self.l2_tokens
         ratio = self.hicache_ratio
         if ratio is not None and (type(ratio) not in (int, float) or not ratio >= 1):
             raise FieldError(
                 "hicache_ratio", f"must be null or a number >= 1 (L2 holds L1), got {ratio!r}"
+            )
+        if ratio is not None and ratio > MAX_HICACHE_RATIO:
+            raise FieldError(
+                "hicache_ratio",
+                f"must be <= {MAX_HICACHE_RATIO:g} (host memory a million times the device's: "
+                f"beyond any machine), got {ratio!r}",
             )
         if ratio is not None and l2 is None:
             l2 = None if l1 is None else int(l1 * ratio)

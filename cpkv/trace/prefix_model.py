@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.core.schema import non_negative, positive, require
 
 SHARED_HASH_BASE = -(1 << 50)
@@ -54,6 +55,11 @@ class PrefixSpec:
     def validate(self) -> None:
         positive("groups", self.groups)
         positive("tokens", self.tokens)
+        require(
+            self.tokens <= MAX_TOKENS,
+            "tokens",
+            f"must be <= {MAX_TOKENS} ({TOKENS_WHY}), got {self.tokens}",
+        )
         require(0 <= self.fraction <= 1, "fraction", f"must be in [0, 1], got {self.fraction}")
         non_negative("zipf", self.zipf)
         require(

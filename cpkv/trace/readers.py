@@ -6,6 +6,11 @@ serving simulation can replay arrivals. Prompts are described by prefix-block ha
 of a request covers tokens `[i * block_size, min((i + 1) * block_size, input_length))`, so every
 block is full except possibly the last, which covers `input_length - (n - 1) * block_size`
 tokens (see `TraceRequest.block_tokens`).
+
+Every numeric field a reader takes is bounded (:mod:`cpkv.core.limits`): token counts within
+int32 (SGLang's token index), times within the simulation clock's range (2**53 µs),
+priorities and block hashes within int64; a field outside is one line naming the file, the
+line and the field.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.jsonl import require_file
+from cpkv.core.limits import INT64_MAX, time_field_problem, token_field_problem
 from cpkv.core.registry import Registry
 from cpkv.trace.prefix_model import NO_PREFIX_FORMATS, PrefixSpec, apply_prefix
 
@@ -140,12 +146,22 @@ def _bad(file: Path, lineno: int, field: str, allowed: str, value: object) -> In
 
 
 def _int_field(file: Path, lineno: int, row: dict, field: str, low: int) -> int:
+    """A token count: an integer in ``[low, MAX_TOKENS]``."""
     if field not in row:
         raise InputError(f"{file}:{lineno}: field {field!r} is missing (an integer >= {low})")
     value = row[field]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise _bad(file, lineno, field, f"must be an integer >= {low}", value)
+    problem = token_field_problem(value, low)
+    if problem is not None:
+        raise _bad(file, lineno, field, problem, value)
     return value
+
+
+def _is_int64(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int)
+        and -INT64_MAX - 1 <= value <= INT64_MAX
+    )
 
 
 @TRACE_FORMATS.register("mooncake")
@@ -205,8 +221,9 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
     if "timestamp" not in row:
         raise InputError(f"{file}:{lineno}: field 'timestamp' is missing (milliseconds >= 0)")
     stamp = row["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < math.inf:
-        raise _bad(file, lineno, "timestamp", "must be a finite number of milliseconds >= 0", stamp)
+    problem = time_field_problem(stamp)
+    if problem is not None:
+        raise _bad(file, lineno, "timestamp", problem, stamp)
     input_length = _int_field(file, lineno, row, "input_length", 1)
     output_length = _int_field(file, lineno, row, "output_length", 0)
     if "hash_ids" not in row:
@@ -224,6 +241,8 @@ def _parse_mooncake(file: Path, lineno: int, line: str, index: int, block_size: 
     for value in hashes:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(file, lineno, "hash_ids", "must hold integers only", value)
+        if not _is_int64(value):
+            raise _bad(file, lineno, "hash_ids", "must hold 64-bit integers", value)
     if "priority" in row or "deadline_ms" in row or "cancel_ms" in row:
         return TraceRequest(
             index, stamp, input_length, output_length, tuple(hashes), *_optional(file, lineno, row)
@@ -236,13 +255,14 @@ def _optional(file: Path, lineno: int, row: dict) -> tuple[int | None, float | N
     priority = row.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise _bad(file, lineno, "priority", "must be an integer", priority)
+    if priority is not None and not _is_int64(priority):
+        raise _bad(file, lineno, "priority", "must be a 64-bit integer", priority)
     times = []
     for key in ("deadline_ms", "cancel_ms"):
         v = row.get(key)
-        if v is not None and (
-            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
-        ):
-            raise _bad(file, lineno, key, "must be a finite number of milliseconds >= 0", v)
+        problem = None if v is None else time_field_problem(v)
+        if problem is not None:
+            raise _bad(file, lineno, key, problem, v)
         times.append(None if v is None else float(v))
     return priority, times[0], times[1]
 
@@ -305,8 +325,9 @@ def _parse_azure(
         seconds = float(arrived)
     except ValueError:
         seconds = math.nan
-    if not 0 <= seconds < math.inf:
-        raise _bad(file, lineno, "arrived_at", "must be a finite number of seconds >= 0", arrived)
+    problem = time_field_problem(seconds, 1e3, "seconds")
+    if problem is not None:
+        raise _bad(file, lineno, "arrived_at", problem, arrived)
     input_length = _csv_int(file, lineno, "num_prefill_tokens", prefill, 1)
     output_length = _csv_int(file, lineno, "num_decode_tokens", decode, 0)
     blocks = -(-input_length // block_size)
@@ -329,10 +350,12 @@ def _parse_azure(
 
 
 def _csv_int(file: Path, lineno: int, field: str, text: str, low: int) -> int:
+    """A token count: an integer in ``[low, MAX_TOKENS]``."""
     try:
         value = int(text)
     except ValueError:
         raise _bad(file, lineno, field, f"must be an integer >= {low}", text) from None
-    if value < low:
-        raise _bad(file, lineno, field, f"must be an integer >= {low}", text)
+    problem = token_field_problem(value, low)
+    if problem is not None:
+        raise _bad(file, lineno, field, problem, text)
     return value

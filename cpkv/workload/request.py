@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from cpkv.core.errors import InputError
 from cpkv.core.fastinit import fast_constructor
+from cpkv.core.limits import Tokens
 
 CLIP_MAX_NEW_TOKENS = 4096
 """SGLang's ``CLIP_MAX_NEW_TOKENS``: admission estimates clip ``max_new_tokens`` to this."""
@@ -72,8 +73,8 @@ class RunningDecode:
     ``ratio`` is ``new_token_ratio``, or 1.0 when ``ignore_eos`` (SGLang 0.5.23).
     """
 
-    max_new_tokens: int = 128
-    output_len: int = 0
+    max_new_tokens: Tokens = 128
+    output_len: Tokens = 0
     ignore_eos: bool = False
 
 

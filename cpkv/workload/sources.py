@@ -21,11 +21,22 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.core.jsonl import check_fields, parse_object, read_text, require_file
+from cpkv.core.limits import (
+    CLOCK_LIMIT_MS,
+    INT64_MAX,
+    INT64_WHY,
+    MAX_TOKENS,
+    TOKENS_WHY,
+    Tokens,
+    time_field_problem,
+    token_field_problem,
+)
 from cpkv.core.registry import Registry
-from cpkv.core.schema import FieldError, non_negative, require
+from cpkv.core.schema import FieldError, Range, require
 from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
 from cpkv.trace.prefix_model import PrefixSpec, check_prefix_format
@@ -38,25 +49,21 @@ from cpkv.workload.synthetic import DEFAULT_SYNTHETIC, SyntheticSpec
 class GridSpec:
     """The synthetic grid (defaults: the seed benchmark's example)."""
 
-    l1_cached_tokens: tuple[int, ...] = (0, 4096)
-    l2_cached_tokens: tuple[int, ...] = (0, 4096)
-    extend_tokens: tuple[int, ...] = (128, 2048)
-    max_new_tokens: tuple[int, ...] | None = None
+    l1_cached_tokens: tuple[Tokens, ...] = (0, 4096)
+    l2_cached_tokens: tuple[Tokens, ...] = (0, 4096)
+    extend_tokens: tuple[Tokens, ...] = (128, 2048)
+    max_new_tokens: tuple[Tokens, ...] | None = None
 
     def validate(self) -> None:
         for key in ("l1_cached_tokens", "l2_cached_tokens", "extend_tokens"):
             values = getattr(self, key)
             require(len(values) > 0, key, "needs at least one value")
-            for v in values:
-                non_negative(key, v)
         for v in self.extend_tokens:
             require(
                 v >= 1,
                 "extend_tokens",
                 f"every value must be >= 1 (SGLang always computes a token), got {v}",
             )
-        for v in self.max_new_tokens or ():
-            non_negative("max_new_tokens", v)
 
 
 @dataclass(frozen=True)
@@ -66,14 +73,16 @@ class WorkloadSpec:
     source: str = "grid"
     path: str | None = None
     format: str = "mooncake"
-    block_size: int = 512
+    block_size: Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)] = 512
     grid: GridSpec = GridSpec()
-    start: int = 0  # trace: first request (by order in the file) and how many (null: all)
-    limit: int | None = None
+    # trace: first request (by order in the file) and how many (null: all)
+    start: Annotated[int, Range(0, INT64_MAX, why=INT64_WHY)] = 0
+    limit: Annotated[int, Range(0, INT64_MAX, why=INT64_WHY)] | None = None
     cache: CacheConfig = DEFAULT_CACHE  # trace: L1/L2 capacities of the prefix-cache replay
     synthetic: SyntheticSpec = DEFAULT_SYNTHETIC  # synthetic: count, seed, distributions
     prefix: PrefixSpec = PrefixSpec()  # trace: synthetic prefix sharing (azure_csv has none)
-    repeat: int = 1  # trace, mode serving: the selected requests this many times, back to back
+    # trace, mode serving: the selected requests this many times, back to back
+    repeat: Annotated[int, Range(1, MAX_TOKENS, why="copies numbered in int32")] = 1
 
     def validate(self) -> None:
         if self.source not in SOURCES:
@@ -82,10 +91,6 @@ class WorkloadSpec:
                 f"unknown workload source {self.source!r}{did_you_mean(self.source, SOURCES.names())} "
                 f"(allowed: {', '.join(SOURCES.names())})",
             )
-        require(self.block_size > 0, "block_size", f"must be > 0, got {self.block_size}")
-        non_negative("start", self.start)
-        non_negative("limit", self.limit, allow_none=True)
-        require(self.repeat >= 1, "repeat", f"must be >= 1, got {self.repeat}")
         if self.format in TRACE_FORMATS:
             check_prefix_format(self.prefix, TRACE_FORMATS.canonical(self.format))
 
@@ -173,10 +178,12 @@ def jsonl_requests(spec: WorkloadSpec) -> tuple[Request, ...]:
                 )
                 mx, prio, arr = g("max_new_tokens"), g("priority", 0), g("arrival_ms", 0.0)
                 if (
-                    type(rid) is str and rid and type(ext) is int and ext >= 1
-                    and type(l1) is int and l1 >= 0 and type(l2) is int and l2 >= 0
-                    and (mx is None or (type(mx) is int and mx >= 0)) and type(prio) is int
-                    and (type(arr) is float or type(arr) is int) and 0 <= arr < _INF
+                    type(rid) is str and rid and type(ext) is int and 1 <= ext <= MAX_TOKENS
+                    and type(l1) is int and 0 <= l1 <= MAX_TOKENS
+                    and type(l2) is int and 0 <= l2 <= MAX_TOKENS
+                    and (mx is None or (type(mx) is int and 0 <= mx <= MAX_TOKENS))
+                    and type(prio) is int and -INT64_MAX <= prio <= INT64_MAX
+                    and (type(arr) is float or type(arr) is int) and 0 <= arr <= CLOCK_LIMIT_MS
                 ):  # fmt: skip
                     req = new(rid, l1, l2, ext, mx, prio, float(arr))
         except (ValueError, RecursionError):
@@ -228,16 +235,21 @@ def parse_request_line(line: str, where: str) -> Request:
             continue
         if type(v) is not int or v < low:
             raise InputError(f"{where}: field {key!r} must be {what}, got {v!r}")
+        problem = token_field_problem(v, low)
+        if problem is not None:
+            raise InputError(f"{where}: field {key!r} {problem}, got {v!r}")
         ints[key] = v
     priority = obj.get("priority", 0)
     if type(priority) is not int:
         raise InputError(f"{where}: field 'priority' must be an integer, got {priority!r}")
+    if not -INT64_MAX <= priority <= INT64_MAX:
+        raise InputError(f"{where}: field 'priority' must be {INT64_WHY}, got {priority!r}")
     arrival = obj.get("arrival_ms", 0.0)
     if type(arrival) not in (int, float) or not 0 <= arrival < _INF:  # NaN fails both
         raise InputError(
             f"{where}: field 'arrival_ms' must be a finite number >= 0, got {arrival!r}"
         )
-    times = {}
+    times = {"arrival_ms": arrival}
     for key in ("deadline_ms", "cancel_ms"):
         v = obj.get(key)
         if v is None:
@@ -245,6 +257,11 @@ def parse_request_line(line: str, where: str) -> Request:
         if type(v) not in (int, float) or not 0 <= v < _INF:
             raise InputError(f"{where}: field {key!r} must be a finite number >= 0, got {v!r}")
         times[key] = float(v)
+    for key, v in times.items():
+        problem = time_field_problem(v)
+        if problem is not None:
+            raise InputError(f"{where}: field {key!r} {problem}, got {v!r}")
+    del times["arrival_ms"]
     return Request(
         rid,
         ints.get("l1_cached_tokens", 0),

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from cpkv.core.limits import Tokens
 from cpkv.core.schema import FieldError, require
 from cpkv.workload.request import Request, new_request
 
@@ -37,9 +38,9 @@ from cpkv.workload.request import Request, new_request
 class TokenDist:
     """A token count: 0 with probability ``zero_fraction``, else ``choices`` or ``[low, high]``."""
 
-    low: int = 0
-    high: int = 0
-    choices: tuple[int, ...] | None = None
+    low: Tokens = 0
+    high: Tokens = 0
+    choices: tuple[Tokens, ...] | None = None
     zero_fraction: float = 0.0
 
     def validate(self) -> None:

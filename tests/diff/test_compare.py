@@ -46,7 +46,7 @@ def test_a_planted_regression_exits_1(cli) -> None:
     d = diff_paths(BASE, SLOWER)
     v = verdicts(d)
     assert v[("contiguous", "8", "p50_us")] == WORSE  # 100 -> 150, spreads 95..105 / 145..155
-    assert v[("fifo", "8", "p50_us")] == SAME  # +4% is within the 10% default
+    assert v[("fifo", "8", "p50_us")] == SAME  # +4% is within the default factor 1.1
     (c,) = [c for c in d.changes if c.row["method"] == "contiguous" and c.metric == "p50_us"]
     assert (c.a, c.b, c.ratio, c.change_pct) == (100.0, 150.0, 1.5, 50.0)
     assert [(r["method"], r["request_pages"]) for r in d.only_b] == [("fifo", 64)] and not d.only_a
@@ -122,7 +122,7 @@ def test_spread_rule_by_hand() -> None:
 def test_threshold_syntax() -> None:
     th = Thresholds.parse(["p99_us:20%", "timing:15", "*:1"])
     assert (th.pct("p99_us", True), th.pct("p50_us", True), th.pct("hits", False)) == (20, 15, 1)
-    assert Thresholds().pct("p50_us", True) == 10 and Thresholds().pct("hits", False) == 0
+    assert Thresholds().factor_for("p50_us") == 1.1 and Thresholds().pct("hits", False) == 0
     for bad in ("p50_us", "p50_us:x", ":5", "p50_us:-1"):
         with pytest.raises(ConfigError, match="expected METRIC:PCT"):
             Thresholds.parse([bad])

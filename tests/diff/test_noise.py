@@ -58,7 +58,7 @@ def gauss(seed: int, n: int = 40, mean: float = 10.0, sd: float = 0.6) -> list[f
 
 def test_a_noise_burst_is_not_a_regression(cli, tmp_path: Path) -> None:
     """Same code, two runs; in B a burst on the machine hits 4 of the 40 samples (50x slower).
-    B's p99 (and mean) jump far beyond the 10 % threshold, but the ranks of the samples barely
+    B's p99 (and mean) jump far beyond the 1.1 factor, but the ranks of the samples barely
     move: no significant change. The interval rule alone (old results) calls it a regression."""
     burst = gauss(2)
     burst[10:14] = [500.0] * 4

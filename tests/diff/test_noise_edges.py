@@ -18,7 +18,7 @@ def test_repeat_2_uses_the_interval_of_the_median() -> None:
     a = {"p50_us": 100.0, "p25_us": 90.0, "p75_us": 110.0, "repeat": 2}
     half = 1.58 * 20 / math.sqrt(2)  # 22.34
     assert spread(a, "p50_us") == pytest.approx((100 - half, 100 + half))
-    # +25 %: beyond the 10 % threshold, but 125 - 22.34 = 102.66 <= 122.34: overlapping, noise
+    # +25 %: beyond the 1.1 factor, but 125 - 22.34 = 102.66 <= 122.34: overlapping, noise
     b = {"p50_us": 125.0, "p25_us": 115.0, "p75_us": 135.0, "repeat": 2}
     assert compare_metric(None, {}, "p50_us", a, b, REC, Thresholds()).verdict == NOISE
     # +50 %: 150 - 22.34 = 127.66 > 122.34: apart, worse

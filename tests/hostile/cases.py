@@ -272,7 +272,7 @@ def fit_overflow_cases() -> list[Case]:
     ]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     return [
-        Case("fit-cost/input/overflow", ("fit-cost", "p.jsonl"), ("p.jsonl", "overflow"),
+        Case("fit-cost/input/overflow", ("fit-cost", "p.jsonl"), ("p.jsonl:1", "prefill_tokens", "2**53"),
              files={"p.jsonl": text}),
         Case("fit-cost/input/kv-bytes-zero", ("fit-cost", "p.jsonl", "--kv-bytes-per-token", "0"),
              ("--kv-bytes-per-token",), files={"p.jsonl": '{"time_us": 1}\n'}),

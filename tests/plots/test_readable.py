@@ -1,4 +1,4 @@
-"""Plots a person can read, checked on the figures themselves (captured before they are saved):
+"""Plots a person can read, checked on the figures themselves (kept as they are written):
 titles name the run or sweep, axes name their units, legends name only what varies, numeric
 axes stay numeric, integer axes show integers, thousands of ticks are binned, no panel is
 dropped."""
@@ -18,29 +18,13 @@ from tests.helpers.paths import SAVED_RUNS
 pytest.importorskip("matplotlib")
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """Every figure the plotting code saves, by file name, still open."""
-    caught: dict[str, object] = {}
-
-    def keep(fig, path):
-        caught[Path(path).name] = fig
-        return Path(path)
-
-    monkeypatch.setattr(records, "save", keep)
-    monkeypatch.setattr(sweep, "save", keep)
-    yield caught
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-
-
 def title(fig) -> str:
     return fig._suptitle.get_text() if fig._suptitle is not None else ""
 
 
 def legend_texts(fig) -> list[str]:
-    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    return [t.get_text() for legend in legends for t in legend.get_texts()]
 
 
 def long_admission_run(tmp_path: Path, ticks: int = 2000) -> Path:

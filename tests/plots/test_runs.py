@@ -119,19 +119,21 @@ def test_plot_bad_target_exits_2(cli, tmp_path: Path) -> None:
     assert res.exit_code == 2 and "neither a run directory" in res.output
 
 
-def test_runs_draw_plots_unless_told_not_to(cli, monkeypatch) -> None:
-    """plots/ whenever matplotlib is importable (DESIGN's run-directory contract); --no-plots
-    and CPKV_PLOTS=0 skip them; a plot that fails is a warning, the run stays complete."""
+def test_runs_draw_plots_when_asked(cli, monkeypatch) -> None:
+    """plots/ with --plots or CPKV_PLOTS=1, the flag winning over the environment; none
+    otherwise; a plot that fails is a warning, the run stays complete."""
     small = ["alloc_host.host_sizes_gb=[]", "alloc_host.host_pages=[600]",
              "alloc_host.request_pages=[8,64]", "alloc_host.repeat=3", "alloc_host.warmup=0"]  # fmt: skip
-    cli.plots = True
+    cli.plots = True  # CPKV_PLOTS=1
     assert cli("alloc", "host", *small).exit_code == 0
     assert cli("alloc", "host", *small, "--no-plots").exit_code == 0
     cli.plots = False  # CPKV_PLOTS=0
     assert cli("admit").exit_code == 0
-    drawn, flag, env = sorted(cli.run_dirs())
-    assert sorted(p.name for p in (drawn / "plots").iterdir())  # the latency plot(s)
-    assert not (flag / "plots").exists() and not (env / "plots").exists()
+    assert cli("admit", "--plots").exit_code == 0
+    env_on, flag_off, env_off, flag_on = sorted(cli.run_dirs())
+    assert sorted(p.name for p in (env_on / "plots").iterdir())  # the latency plot(s)
+    assert (flag_on / "plots" / "per_tick.png").is_file()
+    assert not (flag_off / "plots").exists() and not (env_off / "plots").exists()
 
     import cpkv.plots.records as records
 

@@ -39,7 +39,10 @@ REFUSED = [
     ([*SERVING, "admit.policy=profiled", "admit.profiled.quantile=1.5"], "must be in [0, 1]"),
     ([*SERVING, "admit.serving.cuda_graph_buckets=[8,4]"], "increasing order"),
     ([*SERVING, "admit.serving.queue_timeout_ms=0"], "queue_timeout_ms"),
-    ([*SERVING, "admit.policy=optimistic", "admit.iteration.weights.prefill=0"], "must be > 0"),
+    (
+        [*SERVING, "admit.policy=optimistic", "admit.iteration.weights.prefill=0"],
+        "must be >= 0.001",
+    ),
 ]
 
 

@@ -169,7 +169,7 @@ def test_fit_cost_command_prints_a_config_block(cli, tmp_path) -> None:
             "admit.kv.scan: all_or_error is the passes mode's one-shot check",
         ),
         ("admit.arrivals.process=hourly", "admit.arrivals.process: unknown value 'hourly'"),
-        ("admit.slo.ttft_ms=0", "admit.slo.ttft_ms: must be > 0"),
+        ("admit.slo.ttft_ms=0", "admit.slo.ttft_ms: must be >= 0.001"),
         (
             "admit.cost.kind=linear admit.cost.fit_points=/nonexistent/points.jsonl",
             "cannot read the cost points file",
@@ -188,7 +188,7 @@ def test_fit_cost_command_prints_a_config_block(cli, tmp_path) -> None:
         ),
         (
             "admit.cost.calibration.gemm_corner=2",
-            "admit.cost.calibration.gemm_corner: must be in [0, 1]",
+            "admit.cost.calibration.gemm_corner: must be <= 1",
         ),
         (
             "admit.cost.model=null",

@@ -107,7 +107,7 @@ def test_seed_null_takes_the_experiment_seed():
             {"extend_tokens": {"low": 1, "high": 5, "zero_fraction": 0.1}},
             "synthetic.extend_tokens.zero_fraction",
         ),
-        ({"max_new_tokens": {"choices": [-1]}}, "synthetic.max_new_tokens.choices"),
+        ({"max_new_tokens": {"choices": [-1]}}, "synthetic.max_new_tokens.choices[0]"),
         ({"counts": 5}, "synthetic.counts"),
     ],
 )

@@ -17,9 +17,20 @@ routing keys, which no cpkv workload carries: refused too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from cpkv.core.schema import FieldError
+from cpkv.core.limits import INT64_MAX, INT64_WHY, MAX_TOKENS, TOKENS_WHY
+from cpkv.core.schema import FieldError, Range
 from cpkv.core.suggest import did_you_mean
+
+PreemptionThreshold = Annotated[
+    int,
+    Range(
+        0, INT64_MAX, why=INT64_WHY,
+        low_why="a priority difference; below 0, requests of equal priority preempt each other",
+    ),
+]  # fmt: skip
+PrefixThreshold = Annotated[int, Range(-1, MAX_TOKENS, why=TOKENS_WHY, low_why="-1 turns it off")]
 
 CACHE_AGNOSTIC = ("fcfs", "lof", "random")
 """Policies that order without the prefix tree (SGLang's ``CacheAgnosticPolicy``)."""
@@ -65,10 +76,10 @@ class SchedulePolicyConfig:
     schedule_policy: str = "fcfs"
     enable_priority_scheduling: bool = False
     schedule_low_priority_values_first: bool = False
-    priority_scheduling_preemption_threshold: int = 10
+    priority_scheduling_preemption_threshold: PreemptionThreshold = 10
     disable_priority_preemption: bool = False
-    in_batch_prefix_check_threshold: int = 32
-    in_batch_prefix_deprioritize_threshold: int = 32
+    in_batch_prefix_check_threshold: PrefixThreshold = 32
+    in_batch_prefix_deprioritize_threshold: PrefixThreshold = 32
 
     def validate_schedule(self, own: str = "") -> None:
         """Raise :class:`FieldError` for an unknown policy or a combination SGLang refuses;

@@ -14,16 +14,22 @@ from cpkv.core.schema import choices, each_positive, non_empty, non_negative, po
 L1_OPS = ("stats", "free_room_stats", "select_only", "alloc_pages", "free")
 INT64_MAX = 2**63 - 1  # token indices are int64
 BYTES_PER_PAGE = 100  # lanes as Python lists (free + release) or numpy arrays, and the layout
+TOKEN_INDEX_BYTES = 4 * 8
+"""An allocation's token indices (``page * page_size + offset``, int64): the pages repeated,
+the offsets tiled, their sum and the cached template of a contiguous run, 8 bytes each."""
 
 
 def memory_need(cfg: AllocL1Config) -> MemoryNeed:
-    """A lower bound of the memory the largest pool's lanes and layout take."""
+    """A lower bound of the memory the largest pool's lanes and layout take, and the token
+    indices of the largest request (``request_pages x page_size`` of them)."""
     block = cfg.alloc_l1
     pages = max(block.physical_pages) * block.cp_size
+    tokens = max(block.request_pages) * block.page_size
     return MemoryNeed(
-        pages * BYTES_PER_PAGE,
+        pages * BYTES_PER_PAGE + tokens * TOKEN_INDEX_BYTES,
         f"alloc_l1: {max(block.physical_pages):,} physical pages x cp_size {block.cp_size} "
-        "(physical_pages, cp_size)",
+        f"and a request of {max(block.request_pages):,} pages x page_size {block.page_size:,} "
+        "tokens (physical_pages, cp_size, request_pages, page_size)",
     )
 
 

@@ -147,6 +147,7 @@ class Cluster:
         if len(self.sims) == 1:
             chosen = 0
             self.stats.per_instance[0] += 1
+            self._forget(t)  # no loads to read: only what they would hold goes
         else:
             decision = self.router.route(self._request(r), self.loads(t), t / 1000.0)
             self.stats.record(decision)
@@ -172,15 +173,23 @@ class Cluster:
             r.rid, r.prompt_tokens, r.max_new_tokens, tuple(blocks), self.block_tokens
         )
 
-    def loads(self, t: float) -> list[InstanceLoad]:
-        """Every instance's load at ``t`` (see the module docstring)."""
-        out = []
-        for sim, tally, pending in zip(self.sims, self.tallies, self.pending, strict=True):
+    def _forget(self, t: float) -> None:
+        """Drop the requests the loads at ``t`` no longer count: those that ended by ``t``
+        (``late``), those delivered that the engines took (``pending``); what a run holds
+        stays bounded by the requests in flight."""
+        for tally, pending in zip(self.tallies, self.pending, strict=True):
             late = tally.late
             if late:
                 late[:] = [r for r in late if r.finished_us > t]
             while pending and pending[0].state != PENDING:
                 pending.popleft()
+
+    def loads(self, t: float) -> list[InstanceLoad]:
+        """Every instance's load at ``t`` (see the module docstring)."""
+        self._forget(t)
+        out = []
+        for sim, tally, pending in zip(self.sims, self.tallies, self.pending, strict=True):
+            late = tally.late
             outstanding = tally.routed - tally.ended + len(late)
             queued = min(outstanding, len(pending) + len(sim.waiting))
             if not self.needs_tokens:

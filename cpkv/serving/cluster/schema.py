@@ -9,14 +9,22 @@ equivalent, so ``max_tree_blocks`` defaults to null (never evict).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from cpkv.core.schema import choices, non_negative, positive, require
+from cpkv.core.limits import CLOCK_LIMIT_S, CLOCK_WHY, MAX_TOKENS, TOKENS_WHY, Tokens
+from cpkv.core.schema import Range, choices, require
+from cpkv.core.schema_keys import belongs_to
 
 if TYPE_CHECKING:
     from cpkv.serving.cluster.routers import RouterSettings
 
 MAX_INSTANCES = 4096
+PREFIX_AWARE = "prefix_aware"
+PREFIX_AWARE_KEYS = (
+    "cache_threshold", "balance_abs_threshold", "balance_rel_threshold", "eviction_interval_s",
+    "max_tree_blocks",
+)  # fmt: skip
+"""The settings only the prefix_aware router reads."""
 
 
 @dataclass(frozen=True)
@@ -29,17 +37,30 @@ class ClusterSpec:
     * ``router``: a name of :data:`cpkv.serving.cluster.routers.ROUTERS`;
     * ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``,
       ``eviction_interval_s``, ``max_tree_blocks``: the ``prefix_aware`` router's settings
-      (:mod:`cpkv.serving.cluster.routers`).
+      (:mod:`cpkv.serving.cluster.routers`); with another router, one set to other than its
+      default is refused (nothing would read it).
     """
 
     instances: int = 1
     router: str = "round_robin"
     shared_l2: bool = False
     cache_threshold: float = 0.3
-    balance_abs_threshold: int = 64
-    balance_rel_threshold: float = 1.5
-    eviction_interval_s: float = 120.0
-    max_tree_blocks: int | None = None
+    balance_abs_threshold: Tokens = 64
+    balance_rel_threshold: Annotated[
+        float,
+        Range(
+            1,
+            1e9,
+            why="a billion times the least loaded instance's load",
+            low_why="max load > min load x this",
+        ),
+    ] = 1.5
+    eviction_interval_s: Annotated[float, Range(0, CLOCK_LIMIT_S, low_open=True, why=CLOCK_WHY)] = (
+        120.0
+    )
+    max_tree_blocks: Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)] | None = (
+        None
+    )
 
     def validate(self) -> None:
         from cpkv.serving.cluster.routers import ROUTERS
@@ -55,14 +76,11 @@ class ClusterSpec:
             "cache_threshold",
             f"must be a share of the prompt in [0, 1], got {self.cache_threshold}",
         )
-        non_negative("balance_abs_threshold", self.balance_abs_threshold)
-        require(
-            self.balance_rel_threshold >= 1,
-            "balance_rel_threshold",
-            f"must be >= 1 (max load > min load x this), got {self.balance_rel_threshold}",
-        )
-        positive("eviction_interval_s", self.eviction_interval_s)
-        positive("max_tree_blocks", self.max_tree_blocks, allow_none=True)
+        if self.router != PREFIX_AWARE:
+            belongs_to(
+                self, PREFIX_AWARE_KEYS, owner="admit.cluster.router", needed=PREFIX_AWARE,
+                chosen=self.router, reads=(),
+            )  # fmt: skip
 
     def router_settings(self) -> RouterSettings:
         """The settings the routers are built from."""

@@ -15,11 +15,12 @@ instances' work; 1 is even).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cpkv.core.jsonl import json_lines
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
+from cpkv.serving.engine.clock import check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.record.iteration_log import Integrals, IterationLog
 from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
@@ -45,19 +46,19 @@ class ClusterOutcome:
     timeline: list[dict[str, Any]]
     cluster: dict[str, Any]
     instance_rows: list[dict[str, Any]]
-    trace: str | None
     time: dict[str, Any]  # the summary's time (where the time went), all instances together
     policy: dict[str, Any] | None  # the summary's policy_space, all instances together
 
 
 def serve_cluster(
-    block: Any, settings: Any, workload: Any, seed: int, lines: Any, spill_dir: Any
-) -> ClusterOutcome:
+    block: Any, settings: Any, workload: Any, seed: int, lines: Any, spill_dir: Any,
+    events: TraceEvents | None = None,
+) -> ClusterOutcome:  # fmt: skip
     """Run ``block.cluster.instances`` instances of ``settings`` on ``workload``'s requests;
-    ``lines``: where ``requests.jsonl`` goes (a stream with ``write``)."""
+    ``lines``: where ``requests.jsonl`` goes (a stream with ``write``); ``events``: where the
+    trace events go as they happen (none: no trace)."""
     spec = block.cluster
     n, cap, points = spec.instances, settings.capacity_blocks, block.serving.timeline_points
-    events = TraceEvents() if block.serving.trace_events else None
     total = RequestStats(block.slo, lines.write)
     engines, tallies, logs = _instances(block, settings, workload, total, events, spill_dir)
     block_tokens = workload.cache_block_size or settings.block_size
@@ -66,8 +67,9 @@ def serve_cluster(
         total.write = InstanceLines(lines.write, cluster.instance_of)
     try:
         run = cluster.run(workload.arriving(block.arrivals, seed))
-        total.close()
         end = run.end_us
+        check_end(end, workload.size)
+        total.close()
         reports = [log_report(log, end, cap, points) for log in logs]
     finally:
         for log in logs:
@@ -93,7 +95,7 @@ def serve_cluster(
     return ClusterOutcome(
         row, total.summary(), counters, end, timeline,
         _cluster_summary(spec, run.router, tallies, instance_rows), instance_rows,
-        None if events is None else events.text(), _added_time(times), policy,
+        _added_time(times), policy,
     )  # fmt: skip
 
 
@@ -235,7 +237,7 @@ def _added_counters(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def instances_lines(rows: list[dict[str, Any]]) -> str:
     """``instances.jsonl``: one line per instance."""
-    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+    return json_lines(rows, "instances.jsonl")
 
 
 def cluster_note(c: dict[str, Any]) -> str:

@@ -19,20 +19,36 @@ or *modelled* (an assumption, said so):
   ``overhead_us`` (CPU scheduling, sampling and launch gaps per iteration).
 
 ``admit.cost.calibration`` keys are null by default: null takes the GPU's default
-(:mod:`cpkv.serving.cost.gpus`).
+(:mod:`cpkv.serving.cost.gpus`). Efficiencies are in [:data:`MIN_EFFICIENCY`, 1] (achieved
+over peak: never above the datasheet), latencies in [0, :data:`MAX_LATENCY_US`], the tile in [1,
+:data:`MAX_TILE_TOKENS`], the corner in [0, 1].
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Annotated
 
-from cpkv.core.schema import non_negative, positive, require
+from cpkv.core.schema import Range
 
-EFFICIENCIES = (
-    "gemm_flops_eff", "gemm_bw_eff", "elementwise_bw_eff", "attention_flops_eff",
-    "attention_bw_eff", "allreduce_bw_eff", "load_bw_eff",
-)  # fmt: skip
-LATENCIES = ("gemm_latency_us", "elementwise_latency_us", "allreduce_latency_us", "overhead_us")
+MAX_LATENCY_US = 1e6
+MAX_TILE_TOKENS = 4096
+MIN_EFFICIENCY = 1e-3
+Efficiency = Annotated[
+    float,
+    Range(
+        MIN_EFFICIENCY, 1, why="achieved / peak: no kernel beats the datasheet",
+        low_why="0.1% of the peak: a GPU that slow computes no faster than a CPU core",
+    ),
+]  # fmt: skip
+LatencyUs = Annotated[
+    float, Range(0, MAX_LATENCY_US, why="1 s: a million times a kernel launch's microseconds")
+]
+TileTokens = Annotated[
+    int, Range(1, MAX_TILE_TOKENS, why="16x the largest tensor-core tile of any GEMM, 256")
+]
+Corner = Annotated[float, Range(0, 1, why="0: max(C, M), 1: C + M")]
+
 MEASURED = (
     "gemm_flops_eff", "gemm_bw_eff", "gemm_latency_us", "gemm_tile_tokens", "gemm_corner",
     "elementwise_bw_eff", "elementwise_latency_us", "allreduce_bw_eff", "allreduce_latency_us",
@@ -63,28 +79,19 @@ class Calibration:
 class CalibrationSpec:
     """``admit.cost.calibration``: the GPU's defaults, key by key (null: the default)."""
 
-    gemm_flops_eff: float | None = None
-    gemm_bw_eff: float | None = None
-    gemm_latency_us: float | None = None
-    gemm_tile_tokens: int | None = None
-    gemm_corner: float | None = None
-    elementwise_bw_eff: float | None = None
-    elementwise_latency_us: float | None = None
-    allreduce_bw_eff: float | None = None
-    allreduce_latency_us: float | None = None
-    attention_flops_eff: float | None = None
-    attention_bw_eff: float | None = None
-    load_bw_eff: float | None = None
-    overhead_us: float | None = None
-
-    def validate(self) -> None:
-        for key in EFFICIENCIES:
-            positive(key, getattr(self, key), allow_none=True)
-        for key in LATENCIES:
-            non_negative(key, getattr(self, key), allow_none=True)
-        positive("gemm_tile_tokens", self.gemm_tile_tokens, allow_none=True)
-        c = self.gemm_corner
-        require(c is None or 0 <= c <= 1, "gemm_corner", f"must be in [0, 1], got {c}")
+    gemm_flops_eff: Efficiency | None = None
+    gemm_bw_eff: Efficiency | None = None
+    gemm_latency_us: LatencyUs | None = None
+    gemm_tile_tokens: TileTokens | None = None
+    gemm_corner: Corner | None = None
+    elementwise_bw_eff: Efficiency | None = None
+    elementwise_latency_us: LatencyUs | None = None
+    allreduce_bw_eff: Efficiency | None = None
+    allreduce_latency_us: LatencyUs | None = None
+    attention_flops_eff: Efficiency | None = None
+    attention_bw_eff: Efficiency | None = None
+    load_bw_eff: Efficiency | None = None
+    overhead_us: LatencyUs | None = None
 
     def resolve(self, default: Calibration) -> Calibration:
         """``default`` with the keys set here replaced."""
@@ -92,3 +99,17 @@ class CalibrationSpec:
         return Calibration(
             **{k: (getattr(default, k) if v is None else v) for k, v in given.items()}
         )
+
+
+def calibration_problem(cal: Calibration) -> tuple[str, str] | None:
+    """``(key, why)`` for the first number of ``cal`` outside the bounds of its
+    ``admit.cost.calibration`` key (a fit that went astray), or None."""
+    from cpkv.core.schema_keys import leaves
+
+    for leaf in leaves(CalibrationSpec):
+        value = getattr(cal, leaf.key)
+        for bound in leaf.ranges:
+            problem = bound.problem(value)
+            if problem is not None:
+                return leaf.key, f"{problem}, got {value:.6g}"
+    return None

@@ -10,7 +10,10 @@ direction):
   (1,979 with sparsity), HBM3 3.35 TB/s, NVLink 900 GB/s (450 each way), PCIe Gen5 128 GB/s
   (64 host-to-device).
 
-``admit.cost.gpu_spec`` overrides any of them. Each GPU carries the default calibration
+``admit.cost.gpu_spec`` overrides any of them, within :data:`PEAK_TFLOPS` and
+:data:`BANDWIDTH_GB_PER_S`: from slower than any datacenter GPU of the last decade to ten
+times and more the fastest made (a GPU outside them is a typo, and its times would leave
+the clock's range). Each GPU carries the default calibration
 (:mod:`cpkv.serving.cost.calibration`): its measured keys fitted jointly to every Vidur
 profile of that GPU (all models, all TP degrees) by ``cpkv fit-cost --profile
 ../shared/data/gpu_profiles --table``, which prints these numbers under "GPU defaults".
@@ -19,12 +22,35 @@ profile of that GPU (all models, all TP degrees) by ``cpkv fit-cost --profile
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Annotated, Any
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.registry import Registry
-from cpkv.core.schema import FieldError, positive
+from cpkv.core.schema import FieldError, Range
 from cpkv.serving.cost.calibration import Calibration
+
+PEAK_TFLOPS = Range(
+    1, 1e5,
+    why="40x the fastest GPU made, B200's 2250 dense BF16",
+    low_why="slower than any datacenter GPU of the last decade, a V100 has 125",
+)  # fmt: skip
+BANDWIDTH_GB_PER_S = {
+    "hbm_gb_per_s": Range(
+        10, 1e5,
+        why="12x the fastest GPU memory made, B200's 8000 GB/s",
+        low_why="slower than any GPU memory, a T4 has 320 GB/s",
+    ),
+    "h2d_gb_per_s": Range(
+        0.1, 1e4,
+        why="11x the fastest host link made, NVLink-C2C's 900 GB/s",
+        low_why="slower than one PCIe 1.0 lane, 0.25 GB/s",
+    ),
+    "nvlink_gb_per_s": Range(
+        1, 1e4,
+        why="11x the fastest GPU link made, NVLink 5's 900 GB/s each way",
+        low_why="slower than any GPU link, PCIe 1.0 x4 has 1 GB/s",
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,14 +69,10 @@ class Gpu:
 class GpuOverrides:
     """``admit.cost.gpu_spec``: datasheet numbers that replace the named GPU's (null: keep)."""
 
-    peak_tflops: float | None = None
-    hbm_gb_per_s: float | None = None
-    h2d_gb_per_s: float | None = None
-    nvlink_gb_per_s: float | None = None
-
-    def validate(self) -> None:
-        for f in fields(self):
-            positive(f.name, getattr(self, f.name), allow_none=True)
+    peak_tflops: Annotated[float, PEAK_TFLOPS] | None = None
+    hbm_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["hbm_gb_per_s"]] | None = None
+    h2d_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["h2d_gb_per_s"]] | None = None
+    nvlink_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["nvlink_gb_per_s"]] | None = None
 
     def given(self) -> dict[str, Any]:
         return {

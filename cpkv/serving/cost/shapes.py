@@ -9,17 +9,36 @@ projections) -> ``gated_mlp``, ``vocab_size`` -> ``vocab``. Weights and KV are B
 unless a config says otherwise.
 
 ``admit.cost.model_shape`` overrides any field of the named model, or, with
-``admit.cost.model: null``, gives them all (a model not in the registry).
+``admit.cost.model: null``, gives them all (a model not in the registry). Each size is
+bounded (:data:`SIZE_BOUNDS`: several times the largest any published model has, so that a
+typo of a few digits is refused) and a shape must hang together (:func:`shape_problem`):
+KV heads at most the attention heads and a divisor of them (each KV head serves a whole
+group of query heads), the tensor-parallel degree a divisor of the heads, and either a
+divisor or a multiple of the KV heads (they are split evenly over the GPUs, or replicated).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Annotated, Any
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.registry import Registry
-from cpkv.core.schema import FieldError, positive, require
+from cpkv.core.schema import FieldError, Range, require
+
+SIZE_BOUNDS = {
+    "layers": Range(1, 1024, why="8x the deepest published model, 126 layers"),
+    "hidden": Range(1, 131072, why="8x the widest published model, hidden 16384"),
+    "heads": Range(1, 1024, why="8x the most attention heads of a published model, 128"),
+    "kv_heads": Range(1, 1024, why="8x the most attention heads of a published model, 128"),
+    "head_dim": Range(1, 2048, why="8x the largest published head, 256"),
+    "mlp": Range(1, 1 << 20, why="14x the widest published MLP, 73728"),
+    "vocab": Range(1, 1 << 22, why="16x the largest published vocabulary, 256000"),
+    "param_bytes": Range(1, 8, why="1 (FP8) to 8 (FP64) bytes per weight"),
+    "kv_bytes": Range(1, 8, why="1 (FP8) to 8 (FP64) bytes per KV element"),
+}
+"""The bounds of each size of a model shape."""
+MAX_TP = 1024
 
 
 @dataclass(frozen=True)
@@ -54,22 +73,16 @@ class ModelShape:
 class ShapeOverrides:
     """``admit.cost.model_shape``: fields that replace the named model's (null: keep it)."""
 
-    layers: int | None = None
-    hidden: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    mlp: int | None = None
+    layers: Annotated[int, SIZE_BOUNDS["layers"]] | None = None
+    hidden: Annotated[int, SIZE_BOUNDS["hidden"]] | None = None
+    heads: Annotated[int, SIZE_BOUNDS["heads"]] | None = None
+    kv_heads: Annotated[int, SIZE_BOUNDS["kv_heads"]] | None = None
+    head_dim: Annotated[int, SIZE_BOUNDS["head_dim"]] | None = None
+    mlp: Annotated[int, SIZE_BOUNDS["mlp"]] | None = None
     gated_mlp: bool | None = None
-    vocab: int | None = None
-    param_bytes: int | None = None
-    kv_bytes: int | None = None
-
-    def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "gated_mlp":
-                positive(f.name, value, allow_none=True)
+    vocab: Annotated[int, SIZE_BOUNDS["vocab"]] | None = None
+    param_bytes: Annotated[int, SIZE_BOUNDS["param_bytes"]] | None = None
+    kv_bytes: Annotated[int, SIZE_BOUNDS["kv_bytes"]] | None = None
 
     def given(self) -> dict[str, Any]:
         """The fields set (not null)."""
@@ -114,6 +127,33 @@ MODELS.register(
     ModelShape(48, 8192, 64, 8, 128, 22016, True, 32000, hf_id="codellama/CodeLlama-34b-hf"),
     help="CodeLlama-34B: 48 layers, hidden 8192, 64 heads, 8 KV heads, MLP 22016, vocab 32000",
 )
+
+
+def shape_problem(shape: ModelShape, tp: int = 1) -> tuple[str, str] | None:
+    """``(field, why)`` for the first thing that makes ``shape`` impossible on ``tp`` GPUs
+    (a size out of :data:`SIZE_BOUNDS`, heads that do not divide; see the module
+    docstring), or None. ``field`` is a ModelShape field, or ``tp``."""
+    for name, bound in SIZE_BOUNDS.items():
+        value = getattr(shape, name)
+        problem = bound.problem(value)
+        if problem is not None:
+            return name, f"{problem}, got {value}"
+    heads, kv = shape.heads, shape.kv_heads
+    if kv > heads:
+        return "kv_heads", f"must be at most the {heads} attention heads, got {kv}"
+    if heads % kv:
+        return "kv_heads", (
+            f"must divide the {heads} attention heads (each KV head serves a whole group of "
+            f"query heads), got {kv}"
+        )
+    if heads % tp:
+        return "tp", f"must divide the model's {heads} attention heads, got {tp}"
+    if kv % tp and tp % kv:
+        return "tp", (
+            f"must divide the model's {kv} KV heads or be a multiple of them (KV heads are split "
+            f"evenly over the GPUs or replicated), got {tp}"
+        )
+    return None
 
 
 def resolve_shape(name: str | None, overrides: ShapeOverrides) -> ModelShape:

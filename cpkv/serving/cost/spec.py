@@ -13,25 +13,31 @@
   JSONL of measured iterations to fit the coefficients to).
 
 A key of the other kind set to anything but its default is an error naming the key (it
-would be ignored).
+would be ignored). Times are microseconds the clock can hold; ``kv_bytes_per_token`` is at
+most :data:`MAX_KV_BYTES_PER_TOKEN`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.schema import FieldError, non_negative, positive, require
+from cpkv.core.limits import Microseconds
+from cpkv.core.schema import FieldError, Range
+from cpkv.core.schema_keys import belongs_to
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
-from cpkv.serving.cost.gpus import GpuOverrides, resolve_gpu
-from cpkv.serving.cost.shapes import ShapeOverrides, resolve_shape
+from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, resolve_gpu
+from cpkv.serving.cost.shapes import MAX_TP, ShapeOverrides, resolve_shape, shape_problem
 
 ROOFLINE_KEYS = ("model", "model_shape", "gpu", "gpu_spec", "tp", "calibration")
 LINEAR_KEYS = (
     "fixed_us", "prefill_token_us", "decode_request_us", "context_token_us",
     "kv_bytes_per_token", "l2_load_gb_per_s", "fit_points",
 )  # fmt: skip
+MAX_KV_BYTES_PER_TOKEN = 1 << 26
+"""64 MiB: over 100x the KV of one token of the largest published model (about 0.5 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +49,16 @@ class CostSpec:
     model_shape: ShapeOverrides = ShapeOverrides()
     gpu: str = "h100-sxm"
     gpu_spec: GpuOverrides = GpuOverrides()
-    tp: int = 1
+    tp: Annotated[int, Range(1, MAX_TP, why="it divides the heads, at most 1024")] = 1
     calibration: CalibrationSpec = CalibrationSpec()
-    fixed_us: float = 5000.0
-    prefill_token_us: float = 30.0
-    decode_request_us: float = 30.0
-    context_token_us: float = 0.04
-    kv_bytes_per_token: int = 131072
-    l2_load_gb_per_s: float | None = 50.0
+    fixed_us: Microseconds = 5000.0
+    prefill_token_us: Microseconds = 30.0
+    decode_request_us: Microseconds = 30.0
+    context_token_us: Microseconds = 0.04
+    kv_bytes_per_token: Annotated[
+        int, Range(1, MAX_KV_BYTES_PER_TOKEN, why="over 100x the largest published model's")
+    ] = 131072
+    l2_load_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["h2d_gb_per_s"]] | None = 50.0
     fit_points: str | None = None  # kind linear: JSONL of measured iterations to fit to
 
     def validate(self) -> None:
@@ -59,31 +67,26 @@ class CostSpec:
                 COST_KINDS.canonical(self.kind)
             except ConfigError as err:
                 raise FieldError("kind", str(err)) from None
-        for key in ("fixed_us", "prefill_token_us", "decode_request_us", "context_token_us"):
-            non_negative(key, getattr(self, key))
-        positive("kv_bytes_per_token", self.kv_bytes_per_token)
-        positive("l2_load_gb_per_s", self.l2_load_gb_per_s, allow_none=True)
-        positive("tp", self.tp)
-        other = LINEAR_KEYS if self.kind == "roofline" else ROOFLINE_KEYS
-        default = CostSpec()
-        for key in other:
-            require(
-                getattr(self, key) == getattr(default, key),
-                key,
-                f"belongs to kind {'linear' if self.kind == 'roofline' else 'roofline'}, and "
-                f"this admit.cost.kind is {self.kind} (it would be ignored); set "
-                f"admit.cost.kind={'linear' if self.kind == 'roofline' else 'roofline'} to use "
-                f"it, or remove it (kind {self.kind} reads: "
-                f"{', '.join(ROOFLINE_KEYS if self.kind == 'roofline' else LINEAR_KEYS)})",
-            )
-        if self.kind == "roofline":
+        roofline = self.kind == "roofline"
+        belongs_to(
+            self, LINEAR_KEYS if roofline else ROOFLINE_KEYS, owner="admit.cost.kind",
+            needed="linear" if roofline else "roofline", chosen=self.kind,
+            reads=ROOFLINE_KEYS if roofline else LINEAR_KEYS,
+        )  # fmt: skip
+        if roofline:
             shape = resolve_shape(self.model, self.model_shape)
             resolve_gpu(self.gpu, self.gpu_spec)
-            require(
-                shape.heads % self.tp == 0,
-                "tp",
-                f"must divide the model's {shape.heads} attention heads, got {self.tp}",
-            )
+            problem = shape_problem(shape, self.tp)
+            if problem is not None:
+                field, why = problem
+                key = field if field == "tp" else f"model_shape.{field}"
+                raise FieldError(key, why + ("" if field == "tp" else self._shape_origin(field)))
+
+    def _shape_origin(self, field: str) -> str:
+        """Where a shape's field came from, when not from model_shape itself."""
+        if getattr(self.model_shape, field, None) is not None or self.model is None:
+            return ""
+        return f" (model {self.model}, with the model_shape given)"
 
     def build(self) -> IterationCost:
         """The model the serving loop calls."""

@@ -23,11 +23,17 @@ The file is one JSON object, ``{"traceEvents": [...], "displayTimeUnit": "ms"}``
 The engine calls :meth:`InstanceTrace.iteration` once per iteration (a run with trace events
 runs every iteration in full, with the same results: no closed-form stretches) and the run's
 request sink calls :meth:`InstanceTrace.request` when a request ends.
+
+The file streams: :class:`TraceEvents` writes the document's head at once, each event as it
+happens (gathered :data:`FLUSH_EVENTS` at a time, then written as one piece), and the tail at
+:meth:`TraceEvents.close`, so the memory it holds does not grow with the run; the events
+follow one another in the order they happened, as in a document joined at the end.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT
@@ -47,35 +53,92 @@ def _us(t: float) -> float:
     return round(t, 3)
 
 
-class TraceEvents:
-    """The events of one run, as JSON texts (one per event)."""
+HEAD = '{"traceEvents":[\n'
+TAIL = '\n],"displayTimeUnit":"ms"}\n'
+FLUSH_EVENTS = 4096
+"""Events gathered before they are written as one piece (about 1 MB)."""
 
-    def __init__(self) -> None:
-        self.events: list[str] = []
+
+class TraceEvents:
+    """The events of one run, written to ``write`` (a text sink such as a file's ``write``)
+    as they happen; without one, kept in memory (:meth:`text`). ``on_flush`` (optional) is
+    called with this object after each piece is written (a check of the room left)."""
+
+    def __init__(
+        self,
+        write: Callable[[str], Any] | None = None,
+        on_flush: Callable[[TraceEvents], None] | None = None,
+    ) -> None:
+        self._kept: list[str] | None = None
+        if write is None:
+            self._kept = []
+            write = self._kept.append
+        self._write, self._on_flush = write, on_flush
+        self._pending: list[str] = []
+        self._sep = ""  # what goes before the next piece: nothing before the first event
+        self.events = 0  # events written so far
+        self.chars = 0  # characters written so far (bytes: the text is ASCII)
+        self.requests_ended = 0
+        self.closed = False
+        self._put(HEAD)
+
+    def _put(self, text: str) -> None:
+        self._write(text)
+        self.chars += len(text)
+
+    def add(self, event: str) -> None:
+        """One event (a JSON object's text)."""
+        pending = self._pending
+        pending.append(event)
+        if len(pending) >= FLUSH_EVENTS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the events gathered so far."""
+        pending = self._pending
+        if not pending:
+            return
+        self._put(self._sep + ",\n".join(pending))
+        self._sep = ",\n"
+        self.events += len(pending)
+        pending.clear()
+        if self._on_flush is not None:
+            self._on_flush(self)
+
+    def close(self) -> None:
+        """Write what is left and the document's tail (once)."""
+        if self.closed:
+            return
+        self.flush()
+        self._put(TAIL)
+        self.closed = True
 
     def instance(self, pid: int) -> InstanceTrace:
         """The hooks of instance ``pid`` (names its process and its iteration thread)."""
-        add = self.events.append
+        add = self.add
         add(_dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                     "args": {"name": f"instance {pid}"}}))  # fmt: skip
         add(_dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                     "args": {"sort_index": pid}}))  # fmt: skip
         add(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0,
                     "args": {"name": "iterations"}}))  # fmt: skip
-        return InstanceTrace(self.events, pid)
+        return InstanceTrace(self, pid)
 
-    def text(self) -> str:
-        """The whole file."""
-        return '{"traceEvents":[\n' + ",\n".join(self.events) + '\n],"displayTimeUnit":"ms"}\n'
+    def text(self) -> str | None:
+        """The whole document when it was kept in memory (closed first); else None."""
+        if self._kept is None:
+            return None
+        self.close()
+        return "".join(self._kept)
 
 
 class InstanceTrace:
     """The hooks of one instance (see the module docstring)."""
 
-    __slots__ = ("events", "pid", "l1_seen", "requests_seen", "kv_seen")
+    __slots__ = ("trace", "add", "pid", "l1_seen", "requests_seen", "kv_seen")
 
-    def __init__(self, events: list[str], pid: int) -> None:
-        self.events, self.pid = events, pid
+    def __init__(self, trace: TraceEvents, pid: int) -> None:
+        self.trace, self.add, self.pid = trace, trace.add, pid
         self.l1_seen = 0  # the loop's l1_hit_tokens counter at the last iteration
         self.requests_seen: tuple[int, int] | None = None  # the counters last written
         self.kv_seen: int | None = None
@@ -87,7 +150,7 @@ class InstanceTrace:
         """An iteration of ``engine`` from ``start`` for ``duration`` µs (``completed``: the
         prompts it completed), before its end is applied (its preemptions are still in
         ``engine.pool.preempted``)."""
-        pool, pid, add = engine.pool, self.pid, self.events.append
+        pool, pid, add = engine.pool, self.pid, self.add
         prefill = engine.prefill_tokens
         name = (
             ("prefill+decode" if decoded else "prefill")
@@ -129,7 +192,8 @@ class InstanceTrace:
 
     def request(self, r: Any) -> None:
         """``r`` ended: its async slice, its queueing and its first token."""
-        pid, add = self.pid, self.events.append
+        pid, add = self.pid, self.add
+        self.trace.requests_ended += 1
         common = {"cat": "request", "id": r.index, "pid": pid, "tid": 0}
         arrival, end = _us(r.arrival_us), _us(r.finished_us)
         status = STATUS.get(r.state, "rejected")

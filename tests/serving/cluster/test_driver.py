@@ -189,3 +189,15 @@ def test_one_instance_behind_any_router_is_the_plain_run(policy, capacity, cost)
             res.counters,
         )
     assert res.counters["preemptions"] or capacity != 40  # the small pool did preempt
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_the_driver_holds_only_the_requests_in_flight(instances) -> None:
+    # one arrival every 2 ms, each request done in 2 iterations of 1 ms: a few in flight at
+    # any time; what the driver holds for the loads (delivered, ended late) stays that few
+    cluster, total = _cluster(instances, "round_robin", _settings())
+    run = cluster.run(_req(i, 2.0 * i) for i in range(2000))
+    total.close()
+    assert total.summary().requests == 2000 and len(run.instance_of) == 2000
+    held = sum(map(len, cluster.pending)) + sum(len(t.late) for t in cluster.tallies)
+    assert held <= 4 * instances

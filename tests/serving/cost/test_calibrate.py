@@ -103,7 +103,7 @@ def test_vectorised_prediction_is_the_models(corner) -> None:
 
 def _synthetic_profile(tmp_path, truth: GemmFit):
     """A Vidur-style mlp.csv for a model not in the registry, timed by ``truth``; the other
-    operators get 1 us each."""
+    operators share ``1 us + 0.02 us`` per token (well within the GPU's bandwidth)."""
     folder = tmp_path / "h100_acme_Tiny-1B"
     folder.mkdir()
     shape = ModelShape(1, 2048, 16, 4, 128, 5632, True, 32000)
@@ -124,7 +124,7 @@ def _synthetic_profile(tmp_path, truth: GemmFit):
                 row = []
                 for op in ops:
                     # the four GEMMs share the layer's time equally: only their sum is read
-                    ms = us / 4 / 1000 if op in GEMM_OPS else 0.001
+                    ms = us / 4 / 1000 if op in GEMM_OPS else (1.0 + 0.02 * t) / 5000
                     row += [ms, ms, ms, ms, 0.0]
                 row += [16, 4, 2048, 5632, 32000, True, t, tp]
                 w.writerow(row)

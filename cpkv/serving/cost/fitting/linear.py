@@ -5,8 +5,10 @@ A points file is JSONL, one measured iteration per line::
     {"prefill_tokens": 8192, "decode_requests": 32, "context_tokens": 410000,
      "loaded_tokens": 0, "time_us": 291000.0}
 
-``time_us`` is required (> 0); the four features default to 0 (integers or numbers >= 0);
-other keys are errors. The fit minimises the squared error of
+``time_us`` is required (> 0, within the simulation clock's range); the four features
+default to 0 (integers or numbers >= 0, at most :data:`MAX_FEATURE`); other keys are
+errors. A fit needs more points than the coefficients it determines (as many would be
+matched exactly, with no error to judge the fit by). The fit minimises the squared error of
 :meth:`~cpkv.serving.cost.model.CostModel.iteration_us` over the points with every
 coefficient >= 0. With five unknowns the exact non-negative optimum is found by solving
 the unconstrained least squares on every subset of the columns and keeping the best
@@ -28,8 +30,11 @@ from typing import Any
 
 from cpkv.core.errors import InputError
 from cpkv.core.jsonl import check_fields, parse_object, read_text
+from cpkv.core.limits import CLOCK_LIMIT_US, CLOCK_WHY
 from cpkv.serving.cost.model import FEATURES, CostModel
 
+MAX_FEATURE = float(2**53)
+"""The largest count a feature may hold: float64 holds every integer up to 2**53 exactly."""
 COEFFICIENTS = (
     "fixed_us",
     "prefill_token_us",
@@ -106,6 +111,12 @@ def read_points(path: str | Path) -> tuple[CostPoint, ...]:
             if not ok or v < 0 or (key == "time_us" and v <= 0):
                 need = "a number > 0" if key == "time_us" else "a number >= 0"
                 raise InputError(f"{where}: field {key!r} must be {need}, got {v!r}")
+            high, why = (
+                (CLOCK_LIMIT_US, CLOCK_WHY) if key == "time_us"
+                else (MAX_FEATURE, "2**53, the largest count float64 holds exactly")
+            )  # fmt: skip
+            if v > high:
+                raise InputError(f"{where}: field {key!r} must be <= {high:.6g} ({why}), got {v!r}")
             values.append(float(v))
         out.append(CostPoint(*values))
     if not out:
@@ -125,7 +136,7 @@ def fit_cost(
     where = f"{source}: cost fit" if source else "cost fit"
     try:
         with np.errstate(all="ignore"):  # an overflow is refused below, not printed as a warning
-            fit = _fit(np, points, base)
+            fit = _fit(np, points, base, where)
         values = (*fit.model.coefficients(), fit.rms_error_us, fit.max_abs_error_us,
                   fit.mean_rel_error_pct, fit.r2)  # fmt: skip
         finite = all(math.isfinite(v) for v in values)
@@ -141,15 +152,16 @@ def fit_cost(
     return fit
 
 
-def _fit(np: Any, points: Sequence[CostPoint], base: CostModel) -> CostFit:
+def _fit(np: Any, points: Sequence[CostPoint], base: CostModel, where: str) -> CostFit:
     x = np.array([p.features() for p in points], dtype=float)
     y = np.array([p.time_us for p in points], dtype=float)
     scale = np.abs(x).max(axis=0)
     usable = [j for j in range(x.shape[1]) if scale[j] > 0]
-    if len(points) < len(usable):
+    if len(points) <= len(usable):
         raise InputError(
-            f"cost fit: {len(points)} points cannot determine {len(usable)} coefficients "
-            f"({', '.join(COEFFICIENTS[j] for j in usable)}); give at least {len(usable)}"
+            f"{where}: {len(points)} points cannot determine {len(usable)} coefficients "
+            f"({', '.join(COEFFICIENTS[j] for j in usable)}) and say how well they fit; give "
+            f"more than {len(usable)} (as many are matched exactly: a 0% error that says nothing)"
         )
     kept_coef = base.coefficients()
     # features that are never non-zero keep the configured coefficient (they add nothing here)

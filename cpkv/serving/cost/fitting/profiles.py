@@ -14,6 +14,12 @@ Rows repeated for one (token count, TP) are merged by their median. Next to the 
 folders, ``network_<gpu>_dgx/all_reduce.csv`` holds all-reduce medians by ``num_workers``,
 ``size`` (bytes) and ``devices_per_node`` (only single-node rows, ``devices_per_node ==
 num_workers``, are read: NVLink). Every problem is one line naming the file, line and column.
+
+Every number read is bounded: a time in [0, :data:`MAX_OP_MS`] ms (a row whose GEMMs, or
+whose elementwise kernels, sum to 0 measured nothing), token counts within int32, a TP
+degree or worker count within :data:`~cpkv.serving.cost.shapes.MAX_TP`, a size within
+2**53 bytes, and the model's shape within the bounds of
+:func:`~cpkv.serving.cost.shapes.shape_problem`.
 """
 
 from __future__ import annotations
@@ -28,13 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.core.errors import InputError
+from cpkv.core.limits import MAX_TOKENS
 from cpkv.serving.cost.gpus import gpu_for_profile
-from cpkv.serving.cost.shapes import MODELS, ModelShape
+from cpkv.serving.cost.shapes import MAX_TP, MODELS, ModelShape, shape_problem
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE_OPS = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp")
 KEY_COLUMNS = ("num_tokens", "num_tensor_parallel_workers")
+MAX_OP_MS = 1e5
+"""100 s for one layer's kernel: 700x the slowest in Vidur's profiles (136 ms)."""
+MAX_BYTES = 2**53
 
 
 @dataclass(frozen=True)
@@ -128,12 +138,13 @@ def read_profile(folder: str | Path) -> LinearProfile:
                 raise InputError(
                     f"{file}:{lineno}: {len(row)} columns; the header names {len(header)}"
                 )
-            tokens = _int(file, lineno, "num_tokens", row[columns["num_tokens"]])
+            tokens = _int(file, lineno, "num_tokens", row[columns["num_tokens"]], MAX_TOKENS)
             tp = _int(
                 file,
                 lineno,
                 "num_tensor_parallel_workers",
                 row[columns["num_tensor_parallel_workers"]],
+                MAX_TP,
             )
             g = sum(
                 _ms(file, lineno, op, row[columns[f"time_stats.{op}.median"]]) for op in GEMM_OPS
@@ -142,6 +153,12 @@ def read_profile(folder: str | Path) -> LinearProfile:
                 _ms(file, lineno, op, row[columns[f"time_stats.{op}.median"]])
                 for op in ELEMENTWISE_OPS
             )
+            for kind, total in (("GEMM", g), ("elementwise", e)):
+                if total <= 0:
+                    raise InputError(
+                        f"{file}:{lineno}: the {kind} columns sum to 0 ms: the row measured "
+                        "nothing; allowed: times > 0"
+                    )
             gemm[(tp, tokens)].append(g * 1000.0)
             elem[(tp, tokens)].append(e * 1000.0)
             values = tuple(row[columns[c]].strip() for c in SHAPE_COLUMNS)
@@ -192,10 +209,17 @@ def read_allreduce(file: str | Path) -> dict[int, AllReduceTimes]:
                 raise InputError(
                     f"{path}:{lineno}: {len(row)} columns; the header names {len(header)}"
                 )
-            workers = _int(path, lineno, "num_workers", row[columns["num_workers"]])
-            per_node = _int(path, lineno, "devices_per_node", row[columns["devices_per_node"]])
-            size = _int(path, lineno, "size", row[columns["size"]])
+            workers = _int(path, lineno, "num_workers", row[columns["num_workers"]], MAX_TP)
+            per_node = _int(
+                path, lineno, "devices_per_node", row[columns["devices_per_node"]], MAX_TP
+            )
+            size = _int(path, lineno, "size", row[columns["size"]], MAX_BYTES)
             ms = _ms(path, lineno, "all_reduce", row[columns["time_stats.all_reduce.median"]])
+            if ms <= 0:
+                raise InputError(
+                    f"{path}:{lineno}: column 'time_stats.all_reduce.median' is 0 ms: the row "
+                    "measured nothing; allowed: a time > 0"
+                )
             if per_node == workers:
                 times[workers][size].append(ms * 1000.0)
     return {
@@ -216,7 +240,7 @@ def _open(file: Path) -> Iterator[Iterator[list[str]]]:
         raise InputError(f"{file}: not UTF-8 text; expected a CSV file") from None
 
 
-def _int(file: Path, lineno: int, column: str, text: str) -> int:
+def _int(file: Path, lineno: int, column: str, text: str, high: int) -> int:
     try:
         value = int(text.strip())
     except ValueError:
@@ -225,6 +249,8 @@ def _int(file: Path, lineno: int, column: str, text: str) -> int:
         raise InputError(
             f"{file}:{lineno}: column {column!r} must be an integer >= 1, got {text!r}"
         )
+    if value > high:
+        raise InputError(f"{file}:{lineno}: column {column!r} must be <= {high}, got {text!r}")
     return value
 
 
@@ -237,6 +263,11 @@ def _ms(file: Path, lineno: int, op: str, text: str) -> float:
         raise InputError(
             f"{file}:{lineno}: column 'time_stats.{op}.median' must be a finite number of "
             f"milliseconds >= 0, got {text!r}"
+        )
+    if value > MAX_OP_MS:
+        raise InputError(
+            f"{file}:{lineno}: column 'time_stats.{op}.median' must be <= {MAX_OP_MS:g} ms "
+            f"(100 s for one layer's kernel), got {text!r}"
         )
     return value
 
@@ -252,6 +283,9 @@ def _shape(file: Path, folder: str, values: tuple[str, ...]) -> tuple[ModelShape
             f"{file}:2: the shape columns {', '.join(SHAPE_COLUMNS[:5])} must be integers"
         ) from None
     gated_mlp = gated.strip().lower() == "true"
+    for column, value in zip(SHAPE_COLUMNS, numbers, strict=False):
+        if value < 1:
+            raise InputError(f"{file}:2: column {column!r} must be an integer >= 1, got {value}")
     n_head, n_kv, n_embd, n_mlp, n_vocab = numbers
     for name in MODELS:
         shape = MODELS.get(name)
@@ -265,5 +299,11 @@ def _shape(file: Path, folder: str, values: tuple[str, ...]) -> tuple[ModelShape
                     f"the registry's {name} (heads {n_head}, kv heads {n_kv}, hidden {n_embd}, MLP {n_mlp})"
                 )
             return shape, name
-    shape = ModelShape(1, n_embd, n_head, n_kv, n_embd // n_head, n_mlp, gated_mlp, n_vocab)
+    shape = ModelShape(1, n_embd, n_head, n_kv, max(1, n_embd // n_head), n_mlp, gated_mlp, n_vocab)
+    problem = shape_problem(shape)
+    if problem is not None:
+        field, why = problem
+        columns = {"heads": "n_head", "kv_heads": "n_kv_head", "hidden": "n_embd",
+                   "mlp": "n_expanded_embd", "vocab": "vocab_size", "head_dim": "n_embd / n_head"}  # fmt: skip
+        raise InputError(f"{file}:2: column {columns.get(field, field)!r} {why}")
     return shape, None

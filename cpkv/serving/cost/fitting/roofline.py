@@ -17,17 +17,24 @@ What is fitted, to what (:mod:`cpkv.serving.cost.fitting.profiles` reads the tab
 
 A GPU's defaults are the same fits over every profile table of that GPU at once (all models,
 all TP degrees; the all-reduce over every worker count). Numpy is imported here only.
+
+A fit needs more measurements than the numbers it fits (:data:`GEMM_KEYS` token counts per
+table, :data:`PAIR_KEYS` sizes per all-reduce table: as many would be matched exactly, with
+an error of 0 % that says nothing), and what it finds must be a calibration the config would
+accept (efficiencies in (0, 1], latencies in range: :func:`~cpkv.serving.cost.calibration.
+calibration_problem`); anything else is refused naming the profile.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
-from cpkv.serving.cost.calibration import Calibration
+from cpkv.serving.cost.calibration import Calibration, calibration_problem
 from cpkv.serving.cost.fitting.profiles import (
     AllReduceTimes,
     LinearProfile,
@@ -48,6 +55,8 @@ MEDIAN_BOUND_PCT, WORST_BOUND_PCT = 10.0, 25.0
 FLOPS_EFF_RANGE = (0.2, 1.0)
 BW_EFF_RANGE = (0.2, 1.0)
 LATENCY_RANGE_US = (0.0, 15.0)
+GEMM_KEYS = 5  # flops and bandwidth efficiency, latency, tile, corner
+PAIR_KEYS = 2  # bandwidth efficiency and latency (elementwise, all-reduce)
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,7 @@ def fit_elementwise(profiles: Sequence[tuple[LinearProfile, int]], gpu: Gpu) -> 
             rows.append((ELEMENTWISE_KERNELS / y, t * per_token_us / y))
             target.append(1.0)
     latency, inverse_eff = _nonneg_lstsq(np, np.array(rows), np.array(target))
-    return round(1.0 / inverse_eff, 4), round(latency, 3)
+    return _efficiency(inverse_eff), round(latency, 3)
 
 
 def predict_elementwise_us(
@@ -177,7 +186,12 @@ def fit_allreduce(tables: Sequence[tuple[int, AllReduceTimes]], gpu: Gpu) -> tup
             rows.append((1.0 / y, size * factor / y))
             target.append(1.0)
     latency, inverse_eff = _nonneg_lstsq(np, np.array(rows), np.array(target))
-    return round(1.0 / inverse_eff, 4), round(latency, 3)
+    return _efficiency(inverse_eff), round(latency, 3)
+
+
+def _efficiency(inverse: float) -> float:
+    """The efficiency whose inverse was fitted (inf when the fit found none: refused later)."""
+    return round(1.0 / inverse, 4) if inverse > 0 and math.isfinite(inverse) else math.inf
 
 
 def predict_allreduce_us(
@@ -219,6 +233,7 @@ def fit_profile(profile: LinearProfile, tp: int, network: str | Path | None = No
     gpu = GPUS.get(profile.gpu)
     base = gpu.calibration
     s = gemm_set(profile, tp)
+    _enough(len(s.tokens), GEMM_KEYS, f"{profile.path}: TP {tp}", "token counts")
     fit = fit_gemm([s], gpu)
     measured = np.asarray(s.measured_us)
     default = GemmFit(
@@ -254,12 +269,14 @@ def fit_profile(profile: LinearProfile, tp: int, network: str | Path | None = No
             raise InputError(
                 f"{table}: no single-node rows for {tp} workers (has {', '.join(map(str, by_n))})"
             )
+        _enough(len(by_n[tp].sizes), PAIR_KEYS, f"{table}: {tp} workers", "sizes")
         a_eff, a_lat = fit_allreduce([(tp, by_n[tp])], gpu)
         pred = predict_allreduce_us(tp, by_n[tp], gpu, a_eff, a_lat)
         allreduce = errors(np, pred, by_n[tp].time_us, by_n[tp].sizes)
         cal = replace(cal, allreduce_bw_eff=a_eff, allreduce_latency_us=a_lat)
         keys += ["allreduce_bw_eff", "allreduce_latency_us"]
         used = str(table)
+    _check_fitted(cal, f"{profile.path}: TP {tp}")
     return ProfileFit(
         profile, tp, cal, tuple(keys), gemm, gemm_default, elementwise, allreduce, used
     )
@@ -284,6 +301,8 @@ def fit_gpu_defaults(gpu_name: str, profiles: Sequence[LinearProfile]) -> GpuDef
     mine = [p for p in profiles if p.gpu == gpu_name]
     pairs = [(p, tp) for p in mine for tp in p.by_tp]
     sets = [gemm_set(p, tp) for p, tp in pairs]
+    where = f"{gpu_name}'s profiles ({', '.join(p.path for p in mine)})"
+    _enough(sum(len(s.tokens) for s in sets), GEMM_KEYS, where, "token counts")
     fit = fit_gemm(sets, gpu)
     pred = np.concatenate([predict_gemm_us(s, gpu, fit) for s in sets])
     measured = np.concatenate([np.asarray(s.measured_us) for s in sets])
@@ -297,9 +316,33 @@ def fit_gpu_defaults(gpu_name: str, profiles: Sequence[LinearProfile]) -> GpuDef
     )  # fmt: skip
     table = network_table(mine[0].path) if mine else None
     if table is not None and table.is_file():
-        a_eff, a_lat = fit_allreduce(sorted(read_allreduce(table).items()), gpu)
+        tables = sorted(read_allreduce(table).items())
+        _enough(sum(len(t.sizes) for _, t in tables), PAIR_KEYS, str(table), "sizes")
+        a_eff, a_lat = fit_allreduce(tables, gpu)
         cal = replace(cal, allreduce_bw_eff=a_eff, allreduce_latency_us=a_lat)
+    _check_fitted(cal, where)
     return GpuDefaults(gpu_name, cal, errors(np, pred, measured, at), len(sets))
+
+
+def _enough(points: int, keys: int, where: str, what: str) -> None:
+    """InputError unless ``points`` measurements can fit ``keys`` numbers and show an error."""
+    if points <= keys:
+        raise InputError(
+            f"{where}: {points} {what} cannot fit {keys} calibration numbers and say how well "
+            f"they fit; allowed: more than {keys} (as many are matched exactly: a 0% error "
+            "that says nothing)"
+        )
+
+
+def _check_fitted(cal: Calibration, where: str) -> None:
+    """InputError when the fit found a calibration the config would refuse."""
+    problem = calibration_problem(cal)
+    if problem is not None:
+        key, why = problem
+        raise InputError(
+            f"{where}: the fitted {key} {why}: the measured times are not those of this GPU "
+            "(faster than its datasheet allows, or not the operators' times)"
+        )
 
 
 # -- internals -----------------------------------------------------------------------------------
