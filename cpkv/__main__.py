@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import sys
 
+from cpkv.core import signals
+
 
 def main() -> None:
-    from cpkv.core import signals
-
     signals.install()  # SIGTERM / SIGHUP stop a run as Ctrl-C does; SIGXFSZ is an OSError
     try:
         from cpkv.cli import app
 
         app()
     except KeyboardInterrupt as err:  # before the command started, or after it ended
-        _stopped(signals, err)
+        _stopped(err)
     except SystemExit as err:
         if signals.unreported() is None:
             raise
-        _stopped(signals, err)  # (typer ends an interrupt it caught with a silent 130)
+        _stopped(err)  # (typer ends an interrupt it caught with a silent 130)
     finally:
         signals.ignore_late()
 
 
-def _stopped(signals, err: BaseException) -> None:
+def _stopped(err: BaseException) -> None:
     """The one line and exit status of a stop that no line named yet."""
     signals.ignore_late()
     signals.reported()

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.core.schema import Range
+from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.workload.request import RunningDecode, floor_page
 
 Positive = Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)]

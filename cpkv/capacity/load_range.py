@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpkv.core.kinds import KINDS
-from cpkv.core.limits import CLOCK_LIMIT_US
+from cpkv.core.schema.limits import CLOCK_LIMIT_US
 
 KIND = "admit"
 
@@ -30,7 +30,7 @@ def load_range(load_key: str, config: Mapping[str, Any]) -> tuple[float | None, 
 
 
 def _key_bounds(load_key: str) -> tuple[float | None, float | None]:
-    from cpkv.core.schema_keys import leaves
+    from cpkv.core.schema.keys import leaves
 
     floor = ceiling = None
     for leaf in leaves(KINDS.get(KIND).config_cls()):

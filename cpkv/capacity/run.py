@@ -36,7 +36,7 @@ from cpkv.capacity.store import (
     write_search,
 )
 from cpkv.core.errors import CpkvError
-from cpkv.core.files import remove_stale_tmp_files
+from cpkv.core.files.writes import remove_stale_tmp_files
 from cpkv.runs.rundir import (
     DEFAULT_ROOT,
     MARKER,

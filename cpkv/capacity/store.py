@@ -64,7 +64,7 @@ def write_search(path: Path, plan: SearchPlan, meta: Mapping[str, Any]) -> None:
 
 def read_search(path: str | Path) -> SearchPlan:
     """The plan of a search directory (InputError when it is not one or is damaged)."""
-    from cpkv.core.yaml_input import RECORD_LIMITS, read_yaml_file
+    from cpkv.core.files.yaml_input import RECORD_LIMITS, read_yaml_file
 
     p = Path(path)
     if not is_search_dir(p):

@@ -182,7 +182,7 @@ def diff(
         given = "--rounds" if rounds is not None else "-o/--output-dir"
         raise ConfigError(f"{given}: only with --rerun (a plain diff reads the saved results)")
     if rerun:
-        from cpkv.diff.rerun import DEFAULT_ROUNDS, rerun_paths
+        from cpkv.diff.rerun.runs import DEFAULT_ROUNDS, rerun_paths
 
         result = rerun_paths(
             str(a), str(b), DEFAULT_ROUNDS if rounds is None else rounds, output_dir, th,

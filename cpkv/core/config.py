@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 
 from cpkv.core.errors import ConfigError
+from cpkv.core.files.yaml_input import CONFIG_LIMITS, check_yaml_bounds, read_yaml_file
 from cpkv.core.kinds import KINDS, KindSpec
 from cpkv.core.schema import FieldError, build, to_dict
 from cpkv.core.suggest import did_you_mean
-from cpkv.core.yaml_input import CONFIG_LIMITS, check_yaml_bounds, read_yaml_file
 
 # Top-level keys that configure several runs rather than one: ``sweep:`` (read by cpkv sweep
 # and, as its second axis, by cpkv capacity) and ``capacity:`` (a capacity search's settings,
@@ -53,7 +53,7 @@ def dump_yaml(data: Any) -> str:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a config file into a plain dict: one line naming the file (and line) for a missing,
     unreadable, too large, non-UTF-8 or invalid file, a repeated key, deep nesting or aliases
-    that expand too far (:mod:`cpkv.core.yaml_input`)."""
+    that expand too far (:mod:`cpkv.core.files.yaml_input`)."""
     p = Path(path)
     if p.is_dir() and (p / "config.yaml").is_file():
         raise ConfigError(f"{path}: is a run directory; re-run its config with {p / 'config.yaml'}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cpkv.core.files import StreamedFile
+from cpkv.core.files.writes import StreamedFile
 from cpkv.core.registry import Registry, _import_ref
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class RunContext:
         """An extra file of the run (``requests.jsonl``) written piece by piece while the
         run goes: the runner renames it into place with the results, or removes it when the
         run fails. Without a run directory it is kept in memory: the kind puts its
-        :meth:`~cpkv.core.files.StreamedFile.text` in its extras instead."""
+        :meth:`~cpkv.core.files.writes.StreamedFile.text` in its extras instead."""
         file = StreamedFile(None if self.run_dir is None else self.run_dir / name)
         self.streams[name] = file
         return file

@@ -18,12 +18,12 @@ row gets A, B, ratio B/A, change % and a verdict:
 Any ``worse`` (of a row metric or of a summary number with a direction) is a regression
 (``cpkv diff`` exits 1).
 
-Two serving runs are judged instead by one ranked verdict (:mod:`cpkv.diff.serving`): their
+Two serving runs are judged instead by one ranked verdict (:mod:`cpkv.diff.serving.verdict`): their
 row becomes the serving table, their requests are compared one by one
-(:mod:`cpkv.diff.requests`), and the rest of their summary is reported as ``changed``.
+(:mod:`cpkv.diff.serving.requests`), and the rest of their summary is reported as ``changed``.
 
-``cpkv diff --rerun`` measures instead of reading: :mod:`cpkv.diff.rerun` runs both configs
-again, interleaved, and judges each row's rounds in pairs (:mod:`cpkv.diff.paired`); its
+``cpkv diff --rerun`` measures instead of reading: :mod:`cpkv.diff.rerun.runs` runs both configs
+again, interleaved, and judges each row's rounds in pairs (:mod:`cpkv.diff.rerun.paired`); its
 :class:`Diff` says how (:class:`Rerun`).
 """
 
@@ -54,7 +54,13 @@ from cpkv.diff.rules import (
     samples_field,
     spread,
 )
-from cpkv.diff.serving import REGRESSION, ServingDiff, check_metrics, compare_serving, is_serving
+from cpkv.diff.serving.verdict import (
+    REGRESSION,
+    ServingDiff,
+    check_metrics,
+    compare_serving,
+    is_serving,
+)
 from cpkv.diff.summary import CHANGED, SummaryChange, compare_summaries
 from cpkv.runs.results import RunRecord
 from cpkv.runs.rundir import LoadedRun, load_run

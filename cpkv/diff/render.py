@@ -4,7 +4,7 @@ Text and Markdown lead with what changed and end with the verdict: config differ
 summary (headline numbers always, other summary values when they changed), then the rows
 that changed, worst first, at most ``ROW_LINES`` of them (``--all`` shows every row and
 metric), with counts of the rest. Serving runs show their ranked table and their requests
-instead of the row (:mod:`cpkv.diff.render_serving`). JSON holds everything, the verdict's
+instead of the row (:mod:`cpkv.diff.serving.render`). JSON holds everything, the verdict's
 words included.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from cpkv.core.schema import to_dict
 from cpkv.diff.cells import clip, num, pct, show, val
 from cpkv.diff.compare import BETTER, NOISE, SAME, WORSE, Diff, MetricChange
-from cpkv.diff.render_serving import serving_json, serving_section, serving_verdict
 from cpkv.diff.rules import DEFAULT_OTHER_PCT, INTERVAL, PAIRED, RANK, THRESHOLD
+from cpkv.diff.serving.render import serving_json, serving_section, serving_verdict
 from cpkv.diff.summary import CHANGED, INFO
 from cpkv.runs.report import table
 from cpkv.runs.results import finite_json

@@ -39,7 +39,7 @@ WORSE, BETTER, NOISE, SAME, NA, INFO = "worse", "better", "noise", "same", "n/a"
 RANK, INTERVAL, THRESHOLD, PAIRED = "rank", "interval", "threshold", "paired"
 """How a timing verdict was reached: the rank test on raw samples, the interval fallback, the
 factor alone (a timing metric whose rows have neither samples nor spread columns), or the
-paired test of a rerun's rounds (:mod:`cpkv.diff.paired`)."""
+paired test of a rerun's rounds (:mod:`cpkv.diff.rerun.paired`)."""
 _FAMILY = re.compile(r"^(?P<pre>.*?)(?P<stat>mean|median|min|max|stdev|p\d+)_(?P<unit>[A-Za-z]+)$")
 
 

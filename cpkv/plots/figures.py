@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import OutputError
-from cpkv.core.files import reason
+from cpkv.core.files.writes import reason
 from cpkv.plots.common import require_matplotlib
 
 DPI = 100

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from cpkv.core.errors import ConfigError, InputError
-from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, Range, require
-from cpkv.core.schema_keys import check_bounds
+from cpkv.core.schema.keys import check_bounds
+from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.core.suggest import did_you_mean
 from cpkv.policies.victims import VICTIMS
 from cpkv.runs.results import metric, outcome

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.core.limits import Milliseconds
+from cpkv.core.schema.limits import Milliseconds
 
 INF = float("inf")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.limits import Tokens
 from cpkv.core.schema import FieldError, require
-from cpkv.core.schema_keys import check_bounds
+from cpkv.core.schema.keys import check_bounds
+from cpkv.core.schema.limits import Tokens
 from cpkv.policies.budgets import TokenWeights
 from cpkv.runs.results import metric
 

@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Annotated
 
-from cpkv.core.limits import MAX_TOKENS, Tokens
 from cpkv.core.schema import Range, require
+from cpkv.core.schema.limits import MAX_TOKENS, Tokens
 
 
 @dataclass(frozen=True)

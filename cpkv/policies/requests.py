@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cpkv.core.errors import InputError
-from cpkv.core.jsonl import check_fields, parse_object
-from cpkv.core.limits import token_field_problem
+from cpkv.core.files.jsonl import check_fields, parse_object
+from cpkv.core.schema.limits import token_field_problem
 from cpkv.policies.blocks import BlockRequest
 from cpkv.workload.request import Request
 from cpkv.workload.sources import (

@@ -4,7 +4,7 @@ A run directory is created *after* its config has been validated. Its first file
 ``meta.json`` (``"status": "running"``), so every run directory that exists is visible to
 ``cpkv ls`` and ``--resume``, whatever happens next; it holds an ``INCOMPLETE`` marker until
 the run has finished, and gets ``results.json`` only once every result is known. Files are
-written to a temporary name and renamed into place (:func:`cpkv.core.files.write_atomic`), so
+written to a temporary name and renamed into place (:func:`cpkv.core.files.writes.write_atomic`), so
 no reader ever sees a half-written file. A run that stops early (an error, a full disk,
 Ctrl-C, SIGTERM) keeps the marker and ``meta.json`` says why (``status`` ``failed`` or
 ``incomplete``, ``error``); its temporary files are removed.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import CpkvError, InputError, OutputError
-from cpkv.core.files import StreamedFile, reason, remove_tmp_files, write_atomic
+from cpkv.core.files.writes import StreamedFile, reason, remove_tmp_files, write_atomic
 from cpkv.runs.results import RunRecord
 
 __all__ = ["write_atomic"]  # re-exported: the sweep store writes through it too
@@ -228,7 +228,7 @@ class LoadedRun:
 
 def read_file_text(file: Path) -> str:
     """The UTF-8 text of ``file``; InputError naming it (unreadable, not UTF-8) otherwise."""
-    from cpkv.core.yaml_input import decode_utf8
+    from cpkv.core.files.yaml_input import decode_utf8
 
     try:
         data = file.read_bytes()
@@ -281,7 +281,7 @@ def is_run_dir(path: Path) -> bool:
 def load_run(path: str | Path) -> LoadedRun:
     """Read a finished run directory; InputError naming the file that is missing or unreadable
     (meta.json, results.json, config.yaml) otherwise."""
-    from cpkv.core.yaml_input import RECORD_LIMITS, read_yaml_file
+    from cpkv.core.files.yaml_input import RECORD_LIMITS, read_yaml_file
 
     p = Path(path)
     if not p.exists():

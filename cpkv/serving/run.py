@@ -14,7 +14,7 @@ import gc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from cpkv.core.jsonl import json_lines
+from cpkv.core.files.jsonl import json_lines
 from cpkv.core.kinds import RunContext
 from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput

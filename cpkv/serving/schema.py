@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from cpkv.core.limits import CLOCK_LIMIT_S, MAX_TOKENS, TOKENS_WHY, Milliseconds
 from cpkv.core.schema import Range, positive, require
+from cpkv.core.schema.limits import CLOCK_LIMIT_S, MAX_TOKENS, TOKENS_WHY, Milliseconds
 
 MIN_RATE_RPS = 1e-9
 """The slowest Poisson rate: a mean gap between arrivals of 1e9 s (31.7 years), within the

@@ -22,7 +22,7 @@ from typing import Any
 
 from cpkv.core import signals
 from cpkv.core.errors import ConfigError, CpkvError, OutputError, UnsupportedError
-from cpkv.core.files import reason, write_atomic
+from cpkv.core.files.writes import reason, write_atomic
 from cpkv.core.registry import Registry
 from cpkv.runs.rundir import MARKER, STATUS_COMPLETE, STATUS_FAILED
 from cpkv.sweep.plan import Point

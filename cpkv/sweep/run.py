@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
 from cpkv.core.errors import CpkvError
-from cpkv.core.files import remove_stale_tmp_files
+from cpkv.core.files.writes import remove_stale_tmp_files
 from cpkv.runs.rundir import (
     DEFAULT_ROOT,
     MARKER,

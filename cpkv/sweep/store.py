@@ -69,7 +69,7 @@ def write_plan(path: Path, plan: SweepPlan, meta: Mapping[str, Any]) -> None:
 
 def read_plan(path: str | Path) -> tuple[SweepPlan, dict[str, Any]]:
     """The plan of a sweep directory (InputError when it is not one)."""
-    from cpkv.core.yaml_input import RECORD_LIMITS, read_yaml_file
+    from cpkv.core.files.yaml_input import RECORD_LIMITS, read_yaml_file
 
     p = Path(path)
     if not is_sweep_dir(p):

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.core.schema import FieldError
+from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.trace.readers import Trace
 
 MAX_HICACHE_RATIO = 1e6

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from cpkv.core.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.core.schema import non_negative, positive, require
+from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY
 
 SHARED_HASH_BASE = -(1 << 50)
 """Hash ids of shared prefix blocks: group ``g``'s block ``j`` is ``SHARED_HASH_BASE - g * 2**20

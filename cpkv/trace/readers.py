@@ -7,7 +7,7 @@ of a request covers tokens `[i * block_size, min((i + 1) * block_size, input_len
 block is full except possibly the last, which covers `input_length - (n - 1) * block_size`
 tokens (see `TraceRequest.block_tokens`).
 
-Every numeric field a reader takes is bounded (:mod:`cpkv.core.limits`): token counts within
+Every numeric field a reader takes is bounded (:mod:`cpkv.core.schema.limits`): token counts within
 int32 (SGLang's token index), times within the simulation clock's range (2**53 µs),
 priorities and block hashes within int64; a field outside is one line naming the file, the
 line and the field.
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.core.errors import ConfigError, InputError
-from cpkv.core.jsonl import require_file
-from cpkv.core.limits import INT64_MAX, time_field_problem, token_field_problem
+from cpkv.core.files.jsonl import require_file
 from cpkv.core.registry import Registry
+from cpkv.core.schema.limits import INT64_MAX, time_field_problem, token_field_problem
 from cpkv.trace.prefix_model import NO_PREFIX_FORMATS, PrefixSpec, apply_prefix
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cpkv.core.errors import InputError, OutputError
-from cpkv.core.files import reason, write_atomic
+from cpkv.core.files.writes import reason, write_atomic
 from cpkv.workload.request import Request
 from cpkv.workload.sources import WorkloadSpec, load_workload
 

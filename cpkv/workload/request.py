@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from cpkv.core.errors import InputError
 from cpkv.core.fastinit import fast_constructor
-from cpkv.core.limits import Tokens
+from cpkv.core.schema.limits import Tokens
 
 CLIP_MAX_NEW_TOKENS = 4096
 """SGLang's ``CLIP_MAX_NEW_TOKENS``: admission estimates clip ``max_new_tokens`` to this."""

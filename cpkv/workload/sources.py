@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Annotated
 
 from cpkv.core.errors import ConfigError, InputError
-from cpkv.core.jsonl import check_fields, parse_object, read_text, require_file
-from cpkv.core.limits import (
+from cpkv.core.files.jsonl import check_fields, parse_object, read_text, require_file
+from cpkv.core.registry import Registry
+from cpkv.core.schema import FieldError, Range, require
+from cpkv.core.schema.limits import (
     CLOCK_LIMIT_MS,
     INT64_MAX,
     INT64_WHY,
@@ -35,8 +37,6 @@ from cpkv.core.limits import (
     time_field_problem,
     token_field_problem,
 )
-from cpkv.core.registry import Registry
-from cpkv.core.schema import FieldError, Range, require
 from cpkv.core.suggest import did_you_mean
 from cpkv.trace.prefix_cache import DEFAULT_CACHE, CacheConfig
 from cpkv.trace.prefix_model import PrefixSpec, check_prefix_format

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.core.limits import Tokens
 from cpkv.core.schema import FieldError, require
+from cpkv.core.schema.limits import Tokens
 from cpkv.workload.request import Request, new_request
 
 

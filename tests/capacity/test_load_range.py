@@ -13,7 +13,7 @@ from cpkv.capacity.bracket import ABOVE_RANGE, BELOW_RANGE, FOUND, LoadSearch
 from cpkv.capacity.load_range import load_range
 from cpkv.capacity.run import run_capacity
 from cpkv.core.config import load_config
-from cpkv.core.limits import CLOCK_LIMIT_S
+from cpkv.core.schema.limits import CLOCK_LIMIT_S
 from cpkv.serving.schema import MAX_RATE_RPS, MIN_RATE_RPS
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from cpkv.core.kinds import KINDS
 from cpkv.core.schema import FieldError, Range, build
-from cpkv.core.schema_keys import belongs_to, check_bounds, leaves
+from cpkv.core.schema.keys import belongs_to, check_bounds, leaves
 
 Share = Annotated[float, Range(0, 1, low_open=True, why="a share", low_why="none is no share")]
 Count = Annotated[int, Range(1, 100, why="a hundred at most")]

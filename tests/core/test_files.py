@@ -1,4 +1,4 @@
-"""Temporary files of cpkv.core.files: which ones are stale (their writer is gone)."""
+"""Temporary files of cpkv.core.files.writes: which ones are stale (their writer is gone)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cpkv.core.files import process_exists, remove_stale_tmp_files, stale_tmp_files, tmp_path
+from cpkv.core.files.writes import process_exists, remove_stale_tmp_files, stale_tmp_files, tmp_path
 
 
 def _ended_pid() -> int:

@@ -9,8 +9,8 @@ import pytest
 
 from cpkv.core.config import load_config
 from cpkv.core.errors import ConfigError, UnsupportedError
+from cpkv.core.files.yaml_input import Limits, parse_yaml
 from cpkv.core.memory import GIB, MemoryNeed, check_fits
-from cpkv.core.yaml_input import Limits, parse_yaml
 
 
 def load(text: str, **limits: int):

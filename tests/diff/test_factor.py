@@ -15,9 +15,9 @@ import pytest
 from cpkv.core.errors import ConfigError
 from cpkv.core.timing import summarize
 from cpkv.diff.compare import BETTER, NOISE, SAME, WORSE, Rerun, Thresholds, diff_paths
-from cpkv.diff.paired import betainc, paired_test, t_two_sided
 from cpkv.diff.ranktest import mann_whitney_u
-from cpkv.diff.rounds import judge_rounds
+from cpkv.diff.rerun.paired import betainc, paired_test, t_two_sided
+from cpkv.diff.rerun.rounds import judge_rounds
 from cpkv.diff.rules import PAIRED, RANK
 from cpkv.runs.results import Columns, RunRecord
 from tests.diff.test_noise import gauss, make_run

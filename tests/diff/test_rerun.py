@@ -16,7 +16,7 @@ import yaml
 
 from cpkv.core.errors import InputError
 from cpkv.diff.render import render_diff
-from cpkv.diff.rerun import RERUN_FILE, rerun_paths
+from cpkv.diff.rerun.runs import RERUN_FILE, rerun_paths
 from cpkv.runs.results import RunOutput, metric, samples
 from tests.diff.test_serving import SEED_BLOCKS
 

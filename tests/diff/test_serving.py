@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from cpkv.diff.compare import Thresholds, diff_paths
-from cpkv.diff.serving import IMPROVEMENT, REGRESSION
+from cpkv.diff.serving.verdict import IMPROVEMENT, REGRESSION
 from tests.helpers.paths import CONFIGS
 
 QUEUE_ORDERS = {

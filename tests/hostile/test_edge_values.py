@@ -4,7 +4,7 @@ one clear line with exit 2 or gives a finite, self-consistent result: every outp
 parses as strict JSON (no NaN or Infinity), a serving run accounts for each of its requests
 once with times that never go backwards, a passes run admits or leaves waiting each request.
 
-The keys and their bounds come from the schema itself (:func:`cpkv.core.schema_keys.leaves`), so
+The keys and their bounds come from the schema itself (:func:`cpkv.core.schema.keys.leaves`), so
 a new key is covered as soon as it exists. Each example sets one key on one of a few small
 base runs (the passes mode; the serving mode with the prefill adder, a block policy, Poisson
 arrivals, the linear cost model, two instances behind the prefix-aware router, a trace;
@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 from cpkv.cli import app
 from cpkv.core.kinds import KINDS
-from cpkv.core.schema_keys import Leaf, leaves
+from cpkv.core.schema.keys import Leaf, leaves
 from tests.helpers.paths import MOONCAKE_TRACE
 from tests.helpers.strict_json import read_outputs
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US
+from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US
 from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end, last_arrival_us
 from cpkv.serving.input.arrivals import trace_period
 from cpkv.serving.input.workload import ServingRequest, ServingWorkload

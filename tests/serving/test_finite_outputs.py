@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from cpkv.core.jsonl import json_lines
+from cpkv.core.files.jsonl import json_lines
 from tests.helpers.paths import MOONCAKE_TRACE
 from tests.helpers.strict_json import read_outputs, strict_json
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from cpkv.core.limits import INT64_MAX, INT64_WHY, MAX_TOKENS, TOKENS_WHY
 from cpkv.core.schema import FieldError, Range
+from cpkv.core.schema.limits import INT64_MAX, INT64_WHY, MAX_TOKENS, TOKENS_WHY
 from cpkv.core.suggest import did_you_mean
 
 PreemptionThreshold = Annotated[

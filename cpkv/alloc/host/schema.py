@@ -17,6 +17,7 @@ from cpkv.core.schema import (
     positive,
     require,
 )
+from cpkv.core.schema.limits import INT64_MAX
 
 HOST_PATTERNS = ("contiguous_fifo", "fragmented_prefix_later_run", "random_fragmented", "no_run")
 SEED_PATTERNS = HOST_PATTERNS[:3]  # seed 003's layouts; no_run is cpkv's worst case
@@ -26,7 +27,6 @@ PROTOCOLS = ("cold", "warm")
 DEFAULT_HOST_PAGES = (8192, 16384, 32768)
 
 
-INT64_MAX = 2**63 - 1  # token slots are int64 tensors
 LAYOUT_BYTES_PER_PAGE = 100  # the free-page order as Python lists (seed 003's layouts)
 BYTES_PER_SLOT = 24  # the int64 free list, the allocator's copy and a cold-protocol clone
 

@@ -10,9 +10,9 @@ from cpkv.alloc.l1.layouts import FREE_PATTERNS, OWNER_PATTERNS
 from cpkv.alloc.rows import check_rounds
 from cpkv.core.memory import MemoryNeed
 from cpkv.core.schema import choices, each_positive, non_empty, non_negative, positive, require
+from cpkv.core.schema.limits import INT64_MAX
 
 L1_OPS = ("stats", "free_room_stats", "select_only", "alloc_pages", "free")
-INT64_MAX = 2**63 - 1  # token indices are int64
 BYTES_PER_PAGE = 100  # lanes as Python lists (free + release) or numpy arrays, and the layout
 TOKEN_INDEX_BYTES = 4 * 8
 """An allocation's token indices (``page * page_size + offset``, int64): the pages repeated,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
-from cpkv.core.limits import CLOCK_LIMIT_S, CLOCK_WHY, MAX_TOKENS, TOKENS_WHY, Tokens
 from cpkv.core.schema import Range, choices, require
-from cpkv.core.schema_keys import belongs_to
+from cpkv.core.schema.keys import belongs_to
+from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_WHY, MAX_TOKENS, TOKENS_WHY, Tokens
 
 if TYPE_CHECKING:
     from cpkv.serving.cluster.routers import RouterSettings

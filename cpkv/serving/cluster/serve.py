@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cpkv.core.jsonl import json_lines
+from cpkv.core.files.jsonl import json_lines
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
 from cpkv.serving.engine.clock import check_end
 from cpkv.serving.engine.engine import Engine

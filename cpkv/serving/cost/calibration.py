@@ -104,7 +104,7 @@ class CalibrationSpec:
 def calibration_problem(cal: Calibration) -> tuple[str, str] | None:
     """``(key, why)`` for the first number of ``cal`` outside the bounds of its
     ``admit.cost.calibration`` key (a fit that went astray), or None."""
-    from cpkv.core.schema_keys import leaves
+    from cpkv.core.schema.keys import leaves
 
     for leaf in leaves(CalibrationSpec):
         value = getattr(cal, leaf.key)

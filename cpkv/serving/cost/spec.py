@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.limits import Microseconds
 from cpkv.core.schema import FieldError, Range
-from cpkv.core.schema_keys import belongs_to
+from cpkv.core.schema.keys import belongs_to
+from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
 from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, resolve_gpu

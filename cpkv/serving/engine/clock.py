@@ -1,7 +1,7 @@
 """The simulation clock's range: a run whose times the clock cannot resolve is refused.
 
 The engine keeps time in float64 microseconds, which resolve 1 µs only below
-:data:`~cpkv.core.limits.CLOCK_LIMIT_US` (2**53 µs, about 285 years); beyond it an
+:data:`~cpkv.core.schema.limits.CLOCK_LIMIT_US` (2**53 µs, about 285 years); beyond it an
 iteration's milliseconds round away and a TTFT reads 0. So:
 
 * before a run (:func:`check_arrivals`, from the workload and ``admit.arrivals``): the last
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US, CLOCK_WHY
+from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US, CLOCK_WHY
 
 _BEYOND = f"beyond {CLOCK_LIMIT_S:.4g} s ({CLOCK_WHY})"
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
-from cpkv.core.jsonl import check_fields, parse_object, read_text
-from cpkv.core.limits import CLOCK_LIMIT_US, CLOCK_WHY
+from cpkv.core.files.jsonl import check_fields, parse_object, read_text
+from cpkv.core.schema.limits import CLOCK_LIMIT_US, CLOCK_WHY
 from cpkv.serving.cost.model import FEATURES, CostModel
 
 MAX_FEATURE = float(2**53)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.core.errors import InputError
-from cpkv.core.limits import MAX_TOKENS
+from cpkv.core.schema.limits import MAX_TOKENS
 from cpkv.serving.cost.gpus import gpu_for_profile
 from cpkv.serving.cost.shapes import MAX_TP, MODELS, ModelShape, shape_problem
 

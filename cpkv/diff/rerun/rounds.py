@@ -3,7 +3,7 @@
 Every round of a side ran the same config, so every round holds the same rows; a row of A
 is matched on its identity columns with the row of B, round by round. Each timing statistic
 of a matched row (``p50_us``, ``p99_us``, ``mean_us``, ...) gives one value per round on each
-side, and the paired test of :mod:`cpkv.diff.paired` judges them: the change is the geometric
+side, and the paired test of :mod:`cpkv.diff.rerun.paired` judges them: the change is the geometric
 mean of the rounds' B/A (A and B are shown as each side's geometric mean over the rounds, so
 that B/A is that change). It counts when it is larger than its factor (``--factor``; a
 ``--threshold`` naming the metric or ``timing``: 1 + PCT/100) **and** significant after
@@ -24,8 +24,8 @@ from typing import Any
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.diff.compare import Diff, Rerun, row_metrics
 from cpkv.diff.match import index_rows
-from cpkv.diff.paired import paired_test
 from cpkv.diff.ranktest import benjamini_hochberg
+from cpkv.diff.rerun.paired import paired_test
 from cpkv.diff.rules import (
     BETTER,
     NA,

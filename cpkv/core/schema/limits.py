@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
-from cpkv.core.schema import Range
+from cpkv.core.schema.fields import Range
 
 CLOCK_LIMIT_US = float(2**53)
 """The float64 microsecond clock resolves 1 µs below this time (about 285 years)."""

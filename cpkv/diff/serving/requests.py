@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
-from cpkv.core.jsonl import parse_object
+from cpkv.core.files.jsonl import parse_object
 from cpkv.diff.rules import BETTER, WORSE, Thresholds
 
 REQUESTS_FILE = "requests.jsonl"

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from cpkv.core.schema import FieldError, Range, field_form
+from cpkv.core.schema.fields import FieldError, Range, field_form
 
 
 @dataclasses.dataclass(frozen=True)

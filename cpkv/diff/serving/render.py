@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from cpkv.diff.cells import NEW, amount, clip, pct
-from cpkv.diff.requests import RequestChange, RequestDiff
 from cpkv.diff.rules import BETTER, WORSE
-from cpkv.diff.serving import (
+from cpkv.diff.serving.requests import RequestChange, RequestDiff
+from cpkv.diff.serving.verdict import (
     CONTEXT,
     IMPROVEMENT,
     RANKED_TIERS,

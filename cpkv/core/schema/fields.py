@@ -8,7 +8,7 @@ schema. Supported field types: ``int``, ``float``, ``bool``, ``str``, ``Literal[
 A key's physical bounds sit next to its type: ``Annotated[float, Range(...)]`` (a
 :class:`Range` says the lowest and highest value allowed and why: the float clock's
 resolution, a GPU faster than any made, ...); :func:`build` checks them after the type, and
-:func:`field_form` says a field's type and bounds (:mod:`cpkv.core.schema_keys` walks a
+:func:`field_form` says a field's type and bounds (:mod:`cpkv.core.schema.keys` walks a
 whole schema with it). Schemas may define ``validate(self)``, raising :class:`FieldError`
 (or calling the helpers below) for constraints that types and bounds cannot say (rules
 across keys, known names).

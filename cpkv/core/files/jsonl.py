@@ -38,7 +38,7 @@ def require_file(path: Path, key: str, what: str = "") -> None:
 def read_text(path: Path, what: str) -> str:
     """The text of ``path``; InputError ``<path>: cannot read <what> (<reason>)``, or naming the
     byte offset of the first byte that is not UTF-8."""
-    from cpkv.core.yaml_input import decode_utf8
+    from cpkv.core.files.yaml_input import decode_utf8
 
     try:
         data = path.read_bytes()

@@ -5,7 +5,7 @@ as by their code or config; a rank test on their samples is right that the sampl
 and says nothing about which side is faster. So, as pyperf does, ``--rerun`` runs A's and
 B's configs again (their resolved ``config.yaml``, seeds included), A, B, A, B, ... for
 ``rounds`` rounds in this process and on this machine, and judges each row's statistics
-round by round (:mod:`cpkv.diff.rounds`).
+round by round (:mod:`cpkv.diff.rerun.rounds`).
 
 Everything a user can get wrong is refused before anything runs, in one line: a sweep, runs
 of two kinds, a kind without timings (its results are deterministic: a plain ``cpkv diff``
@@ -31,8 +31,8 @@ from cpkv.core.errors import ConfigError, CpkvError, InputError
 from cpkv.core.kinds import KINDS
 from cpkv.diff.compare import DEFAULT_ALPHA, Diff, Rerun, Thresholds, check_alpha, row_metrics
 from cpkv.diff.match import config_changes
-from cpkv.diff.paired import MIN_ROUNDS
-from cpkv.diff.rounds import judge_rounds, match_identity
+from cpkv.diff.rerun.paired import MIN_ROUNDS
+from cpkv.diff.rerun.rounds import judge_rounds, match_identity
 from cpkv.runs.results import RunRecord
 from cpkv.runs.rundir import LoadedRun, new_dir, read_meta, write_atomic
 from cpkv.runs.runner import run_experiment

@@ -22,7 +22,7 @@ moved; ranked metrics that moved the other way are listed as ``despite``. Contex
 (SLO attainment, throughput, KV utilisation) are shown, never ranked. ``--metric`` keeps the
 named metrics only; one outside the tiers ranks after the costs by its row direction.
 
-The requests behind the numbers are compared one by one (:mod:`cpkv.diff.requests`).
+The requests behind the numbers are compared one by one (:mod:`cpkv.diff.serving.requests`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 
 from cpkv.core.errors import ConfigError
 from cpkv.diff.cells import change_of
-from cpkv.diff.requests import LOST_STATUSES, RequestDiff, compare_requests
 from cpkv.diff.rules import BETTER, NA, SAME, WORSE, Thresholds
+from cpkv.diff.serving.requests import LOST_STATUSES, RequestDiff, compare_requests
 from cpkv.runs.results import RunRecord
 
 IMPROVEMENT, REGRESSION, UNCHANGED = "improvement", "regression", "same"
