@@ -874,6 +874,21 @@ def pick_cluster(rng: random.Random) -> dict:
     return cluster
 
 
+def keep_buckets_within(block: dict) -> None:
+    """The CUDA-graph buckets drawn, but those larger than a batch can be (the maximum
+    running requests, or the pool's blocks): cpkv refuses those; none left, none set."""
+    serving = block["serving"]
+    buckets = serving.get("cuda_graph_buckets")
+    if not buckets:
+        return
+    largest = block.get("max_running_requests") or block["kv"]["capacity_blocks"]
+    kept = [b for b in buckets if b <= largest]
+    if kept:
+        serving["cuda_graph_buckets"] = kept
+    else:
+        del serving["cuda_graph_buckets"]
+
+
 def make_illegal(rng: random.Random, block: dict) -> None:
     """One combination cpkv refuses (exit 2), so that the skip path is exercised."""
     choice = rng.randrange(4)
@@ -905,6 +920,7 @@ def scenario(seed: int, index: int) -> tuple[dict, list | None, str]:
         maybe(rng, 0.6, lambda: pick_profiled(rng)) if policy == "profiled" else None,
     )
     block["serving"] = pick_serving(rng, policy)
+    keep_buckets_within(block)
     block["cost"] = pick_cost(rng)
     block["arrivals"] = pick_arrivals(rng)
     put(block, "slo", maybe(rng, 0.6, lambda: slo(rng)))
