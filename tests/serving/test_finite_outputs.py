@@ -29,7 +29,19 @@ RUNS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+NEEDS_TRACE = {"cluster-trace"}
+PARAMS = [
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            name in NEEDS_TRACE and not MOONCAKE_TRACE.is_file(), reason="no Mooncake trace"
+        ),
+    )
+    for name in RUNS
+]
+
+
+@pytest.mark.parametrize("name", PARAMS)
 def test_every_output_file_is_strict_json(cli, name: str) -> None:
     res = cli("admit", *RUNS[name])
     assert res.exit_code == 0, res.output
