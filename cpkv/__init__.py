@@ -6,3 +6,5 @@ MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),
 )
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
+NOT_MIRRORED = "vLLM: not modelled; the serving loop is cpkv's own around SGLang's admission pass"
+"""What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

@@ -41,6 +41,11 @@ def is_search_dir(path: Path) -> bool:
     return (Path(path) / SEARCH_FILE).is_file()
 
 
+def resume_command(path: Path) -> str:
+    """The command that finishes the sweep directory ``path`` (and rewrites its summary)."""
+    return "cpkv capacity --resume" if is_search_dir(path) else "cpkv sweep --resume"
+
+
 def write_search(path: Path, plan: SearchPlan, meta: Mapping[str, Any]) -> None:
     doc = {
         "capacity_version": CAPACITY_VERSION,
@@ -223,6 +228,65 @@ def read_result(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("searches"), list) else None
+
+
+RESULT_NUMBERS = ("target_attainment_pct", "tolerance")
+POINT_NUMBERS = ("load", "attainment_pct", "offered_requests_per_s", "goodput_requests_per_s")
+
+
+def load_result(path: Path) -> dict[str, Any] | None:
+    """capacity.json of the search directory ``path``, checked for the shape that
+    :func:`result_doc` writes: None when there is none (not a search, or one that has not
+    ended a point yet), InputError naming the file when it is damaged (truncated, not JSON,
+    NaN or Infinity, another kind of document)."""
+    from cpkv.runs.rundir import read_file_text
+
+    file = Path(path) / RESULT_JSON
+    if not file.exists():
+        return None
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not a JSON number")
+
+    try:
+        doc = json.loads(read_file_text(file), parse_constant=refuse)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{file}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except RecursionError:
+        raise InputError(f"{file}: not a capacity result (nested too deeply)") from None
+    except ValueError as err:
+        raise InputError(f"{file}: not valid JSON ({err})") from None
+    problem = _result_problem(doc)
+    if problem is not None:
+        raise InputError(f"{file}: malformed cpkv capacity result ({problem})")
+    return doc
+
+
+def _result_problem(doc: Any) -> str | None:
+    """What keeps ``doc`` from being a capacity.json document, or None."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    if not isinstance(doc.get("searches"), list):
+        return "'searches' is not a list"
+    if not isinstance(doc.get("slo") or {}, dict):
+        return "'slo' is not an object"
+    for key in ("load_key", "axis_key"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key!r} is not a string"
+    numbers = [(key, doc.get(key)) for key in RESULT_NUMBERS]
+    numbers += [(f"slo.{k}", v) for k, v in (doc.get("slo") or {}).items()]
+    for i, search in enumerate(doc["searches"]):
+        if not isinstance(search, dict) or not isinstance(search.get("points") or [], list):
+            return f"searches[{i}] is not an object with a list of points"
+        numbers.append((f"searches[{i}].capacity_load", search.get("capacity_load")))
+        for j, point in enumerate(search.get("points") or []):
+            if not isinstance(point, dict):
+                return f"searches[{i}].points[{j}] is not an object"
+            numbers += [(f"searches[{i}].points[{j}].{k}", point.get(k)) for k in POINT_NUMBERS]
+    for where, value in numbers:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"{where} is {value!r}, not a number"
+    return None
 
 
 OUTCOME_TEXT = {

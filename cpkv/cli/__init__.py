@@ -42,12 +42,12 @@ app.command("plot")(runs_cli.plot)
 
 def _version(value: bool) -> None:
     if value:
-        from cpkv import MIRRORS
+        from cpkv import MIRRORS, NOT_MIRRORED
 
         typer.echo(f"cpkv {__version__}")
         for engine, version, what in MIRRORS:
             typer.echo(f"  mirrors {engine} {version}: {what}")
-        typer.echo("  serving loop: cpkv's own around SGLang's admission pass; vLLM: not modelled")
+        typer.echo(f"  {NOT_MIRRORED}")
         raise typer.Exit()
 
 
@@ -80,11 +80,39 @@ def command_index(typer_app: typer.Typer, prefix: str = "") -> list[tuple[str, s
     return rows
 
 
+FIRST_STEPS = (
+    ("cpkv sweep configs/*.yaml", "the quick suite: every kind once, on CPU"),
+    (
+        "cpkv capacity configs/capacity/mooncake.yaml",
+        "how much load one instance takes under an SLO",
+    ),
+    (
+        "cpkv sweep configs/sweeps/policies.yaml --jobs 2",
+        "every waiting-queue and admission policy compared",
+    ),
+    ("cpkv diff RUN_A RUN_B", "what changed between two runs, and whether it regressed"),
+)
+"""The next steps the top-level help names, each with what it answers."""
+
+
 def _epilog() -> str:
     rows = command_index(app)
     width = max(len(name) for name, _ in rows)
     lines = [f"  cpkv {name.ljust(width)}  {desc}" for name, desc in rows]
-    return "\b\nAll commands:\n" + "\n".join(lines)
+    from cpkv import MIRRORS, NOT_MIRRORED
+
+    engines = [f"  {engine} {version}: {what}" for engine, version, what in MIRRORS]
+    engines.append(f"  {NOT_MIRRORED}")
+    step_width = max(len(command) for command, _ in FIRST_STEPS)
+    steps = [f"  {command.ljust(step_width)}  {what}" for command, what in FIRST_STEPS]
+    return (
+        "\b\nAll commands:\n"
+        + "\n".join(lines)
+        + "\n\n\b\nEngines mirrored, decision for decision:\n"
+        + "\n".join(engines)
+        + "\n\n\b\nFirst steps (from a checkout):\n"
+        + "\n".join(steps)
+    )
 
 
 app.info.epilog = _epilog()

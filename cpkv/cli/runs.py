@@ -236,11 +236,9 @@ def show(
     if columns is not None and not cols:
         raise ConfigError("--columns: name at least one column")
     if isinstance(loaded, SweepView):
-        if not loaded.summary:
-            raise ConfigError(
-                f"{target}: the sweep has no readable summary.json (missing or corrupt; "
-                f"`cpkv sweep --resume {target}` writes it again)"
-            )
+        from cpkv.capacity.store import resume_command
+
+        loaded.readable_summary(resume_command(loaded.path))
         _check_columns(cols, summary_columns(loaded.summary), "this sweep's summary")
         if fmt == "json":
             import json

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpkv.capacity.store import read_result
+from cpkv.capacity.store import load_result, resume_command
 from cpkv.plots.capacity import plot_capacity
 from cpkv.plots.common import require_matplotlib
 from cpkv.plots.records import plot_run
@@ -20,15 +20,17 @@ def plot_target(
 
     For a sweep: headline metrics against swept keys, and with ``points=True`` each
     completed point's own plots under ``<out>/<point>/``; for a capacity search (a sweep
-    directory with ``capacity.json``) its attainment and goodput curves first.
+    directory with ``capacity.json``) its attainment and goodput curves first. A damaged
+    ``summary.json`` or ``capacity.json`` is an InputError naming it, before any plot.
     """
     require_matplotlib()
     target = open_target(path)
     where = Path(out) if out is not None else Path(path) / "plots"
     if not isinstance(target, SweepView):
         return plot_run(target.record, target.path, where)
-    paths = plot_sweep(target.summary, where, sweep_title(path))
-    search = read_result(Path(path))  # a capacity search: its own plot too
+    search = load_result(Path(path))  # a capacity search: its own plot too
+    summary = target.readable_summary(resume_command(Path(path)))
+    paths = plot_sweep(summary, where, sweep_title(path))
     if search is not None:
         drawn = plot_capacity(search, where)
         if drawn is not None:

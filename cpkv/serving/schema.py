@@ -6,7 +6,7 @@ pool is ``admit.kv`` (``block_size`` tokens per block, ``capacity_blocks`` block
 
 Rates, speedups and times are bounded next to their types: a Poisson rate in [1e-9, 1e9]
 requests/s, a speedup in (0, 1e9], SLOs and timeouts between the clock's 1 µs resolution and
-its 2**53 µs range; a run whose arrivals reach past that range is refused before it runs
+its 2**53 µs range, at most 100,000 timeline buckets; a run whose arrivals reach past that range is refused before it runs
 (:mod:`cpkv.serving.engine.clock`). CUDA-graph buckets are at most the requests that can
 run at once (checked with ``admit.max_running_requests`` and ``admit.kv`` by the ``admit``
 block).
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from cpkv.core.schema import Range, positive, require
+from cpkv.core.schema import Range, require
 from cpkv.core.schema.limits import CLOCK_LIMIT_S, MAX_TOKENS, TOKENS_WHY, Milliseconds
 
 MIN_RATE_RPS = 1e-9
@@ -26,6 +26,10 @@ clock's 2**53 µs."""
 MAX_RATE_RPS = 1e9
 MAX_SPEEDUP = 1e9
 MAX_STALL_ITERATIONS = 10**9
+MAX_TIMELINE_POINTS = 100_000
+"""The most buckets of ``timeline.jsonl``: each holds about 1.8 KB until the run ends (180 MB
+an instance at this bound), and 100,000 is 13 times the 7,680 pixels across an 8K screen,
+finer than any plot of it."""
 RateRps = Annotated[
     float,
     Range(
@@ -112,7 +116,14 @@ class ServingSpec:
     check_invariants: bool = False
     cuda_graph_buckets: tuple[Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)], ...] = ()
     policy_metrics: bool = False
-    timeline_points: int = 200
+    timeline_points: Annotated[
+        int,
+        Range(
+            1,
+            MAX_TIMELINE_POINTS,
+            why="about 1.8 KB a bucket held until the run ends; 13x the pixels across an 8K screen",
+        ),
+    ] = 200
     ratio_min_factor: Annotated[
         float, Range(0, 1, why="the ratio's floor, a share of admit.new_token_ratio")
     ] = 0.14
@@ -122,7 +133,6 @@ class ServingSpec:
     trace_events: bool = False
 
     def validate(self) -> None:
-        positive("timeline_points", self.timeline_points)
         buckets = self.cuda_graph_buckets
         require(
             list(buckets) == sorted(set(buckets)),

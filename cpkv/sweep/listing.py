@@ -43,6 +43,16 @@ class SweepView:
     def point_dir(self, name: str) -> Path:
         return self.path / name
 
+    def readable_summary(self, again: str = "cpkv sweep --resume") -> dict[str, Any]:
+        """The summary; InputError naming the sweep when summary.json is missing or damaged,
+        with the command that writes it again (``again``, then the sweep's path)."""
+        if not self.summary:
+            raise InputError(
+                f"{self.path}: the sweep has no readable summary.json (missing or corrupt; "
+                f"`{again} {self.path}` writes it again)"
+            )
+        return self.summary
+
 
 def open_target(path: str | Path) -> LoadedRun | SweepView:
     """A run directory (finished) or a sweep directory; InputError for anything else."""

@@ -114,3 +114,24 @@ def test_version_names_the_engines_it_mirrors() -> None:
     for engine, version, _what in MIRRORS:
         assert any(line.strip().startswith(f"mirrors {engine} {version}:") for line in lines)
     assert ("sglang", "0.5.23") in {(e, v) for e, v, _ in MIRRORS}
+
+
+def test_help_names_the_engines_and_next_steps_that_run_from_a_checkout() -> None:
+    from pathlib import Path
+
+    from cpkv import MIRRORS
+    from cpkv.cli import FIRST_STEPS
+
+    res = run("--help")
+    assert res.exit_code == 0
+    for engine, version, _what in MIRRORS:
+        assert f"{engine} {version}:" in res.output
+    assert "vLLM" in res.output
+    root = Path(__file__).resolve().parents[2]
+    for command, _what in FIRST_STEPS:
+        assert command in res.output
+        for word in command.split()[2:]:
+            if word.endswith(".yaml") and "*" not in word:
+                assert (root / word).is_file(), word
+    steps = [command.split()[1] for command, _ in FIRST_STEPS]
+    assert {"capacity", "diff", "sweep"} <= set(steps)

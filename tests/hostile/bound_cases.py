@@ -11,9 +11,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 from tests.helpers.paths import SHARED
-from tests.hostile.cases import OUT, SERVING, Case
+from tests.hostile.cases import OUT, SERVING, Case, _copy, _template
 
 SERVE = ("admit", "admit.mode=serving")
 BIG = 10**20  # a JSON integer (not a float) too large for any token count
@@ -68,8 +69,15 @@ def config_bound_cases() -> list[Case]:
                  expect=("admit.kv.capacity_blocks", "2147483647")),
         _serving("timeout-beyond-the-clock", "admit.serving.queue_timeout_ms=1e300",
                  expect=("admit.serving.queue_timeout_ms", "2**53")),
+        _serving("timeline-buckets-huge", "admit.serving.timeline_points=1000000000",
+                 expect=("admit.serving.timeline_points", "<= 100000", "8K screen")),
+        _serving("timeline-buckets-of-many-instances", "admit.cluster.instances=4096",
+                 "admit.serving.timeline_points=100000",
+                 expect=("admit.serving.timeline_points", "4096 instances", "GiB")),
         Case("bounds/alloc-l1/page-size-memory", ("alloc", "l1", "alloc_l1.page_size=1e9", "-o", OUT),
              ("page_size", "request_pages", "GiB")),
+        Case("bounds/alloc-l1/page-size-beyond-int64", ("alloc", "l1", "alloc_l1.page_size=1e15", "-o", OUT),
+             ("alloc_l1.page_size", "beyond int64")),
     ]  # fmt: skip
 
 
@@ -170,13 +178,63 @@ def profile_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+DEAD_PID = 2**22 + 1
+"""A PID no process has: Linux hands out PIDs up to ``pid_max``, at most 2**22."""
+STALE = f"srch/.summary.json.tmp-{DEAD_PID}"
+"""The temporary file a capacity search killed while writing its summary leaves."""
+
+
+def capacity_search(folder: Path) -> None:
+    """A finished capacity search at ``folder/srch`` (the grid's 8 requests, Poisson)."""
+
+    def make(where: Path) -> Path:
+        from cpkv.capacity.run import run_capacity
+
+        (where / "c.yaml").write_text(SERVING)
+        return run_capacity(str(where / "c.yaml"), root=where / "runs").path
+
+    _copy(_template(("capacity",), make), folder / "srch")
+
+
+def _search_with(path: str, text: str):
+    """A setup: a finished capacity search whose file ``path`` (under it) holds ``text``."""
+
+    def setup(folder: Path) -> None:
+        capacity_search(folder)
+        (folder / path).write_text(text)
+
+    return setup
+
+
 def capacity_bound_cases() -> list[Case]:
     ok = {"c.yaml": SERVING}
+    damaged_result = {
+        "truncated": ('{"capacity_version": 1, "searches": [{"points": [{"lo', ("capacity.json:1", "not valid JSON")),
+        "a-list": ("[1, 2]", ("capacity.json", "malformed cpkv capacity result", "list")),
+        "another-kind": ('{"schema_version": 1, "rows": []}', ("capacity.json", "'searches' is not a list")),
+        "nan": ('{"searches": [{"points": [{"load": NaN}]}]}', ("capacity.json", "NaN")),
+        "point-not-a-number": ('{"searches": [{"points": [{"load": 1, "attainment_pct": "all"}]}]}',
+                               ("capacity.json", "searches[0].points[0].attainment_pct", "not a number")),
+    }  # fmt: skip
+    plots = [
+        Case(f"bounds/plot/capacity-json-{tag}", ("plot", "srch"), expect,
+             setup=_search_with("srch/capacity.json", text))
+        for tag, (text, expect) in damaged_result.items()
+    ]  # fmt: skip
     return [
         Case("bounds/capacity/slo-no-load-can-meet", ("capacity", "c.yaml", "admit.slo.ttft_ms=1e-6",
              "--growth", "1000", "-o", OUT), ("admit.slo.ttft_ms", "1 µs"), files=ok),
+        Case("bounds/capacity/slo-of-1us-ends-below-range-within-the-clock",
+             ("capacity", "c.yaml", "admit.kv.capacity_blocks=4096", "admit.slo.ttft_ms=0.001",
+              "--growth", "1000", "-o", OUT),
+             code=0, files=ok, stdout_has=("below range",), keeps=(OUT,)),
         Case("bounds/capacity/start-underflows", ("capacity", "c.yaml", "--start", "1e-300", "-o", OUT),
              ("admit.arrivals.rate_rps", ">= 1e-09"), files=ok),
+        *plots,
+        Case("bounds/plot/sweep-summary-truncated", ("plot", "srch"), ("srch", "summary.json", "cpkv capacity --resume"),
+             setup=_search_with("srch/summary.json", '{"points": [')),
+        Case("bounds/capacity/resume-sweeps-a-killed-writers-temp-file", ("capacity", "--resume", "srch"),
+             code=0, setup=_search_with(STALE, '{"points": '), keeps=("srch",), gone=(STALE,)),
     ]  # fmt: skip
 
 

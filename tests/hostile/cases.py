@@ -32,6 +32,7 @@ class Case:
     setup: Callable[[Path], None] | None = None
     stdout_has: tuple[str, ...] = ()  # for cases that succeed (code 0) and must say something
     keeps: tuple[str, ...] = ()  # paths the setup made that may stay (runs read back)
+    gone: tuple[str, ...] = ()  # paths the setup made that the command must remove
 
 
 # -- building blocks -------------------------------------------------------------------------
@@ -594,12 +595,16 @@ def all_cases() -> list[Case]:
 # -- checking an outcome --------------------------------------------------------------------
 
 
-def leftovers(folder: Path, before: set[str], keeps: tuple[str, ...] = ()) -> list[str]:
+def leftovers(
+    folder: Path, before: set[str], keeps: tuple[str, ...] = (), gone: tuple[str, ...] = ()
+) -> list[str]:
     """Files and folders the command left in ``folder`` that were not there before it ran:
-    run or sweep directories, temporary files (``.x.tmp-PID``, ``x.tmp``), anything else."""
+    run or sweep directories, temporary files (``.x.tmp-PID``, ``x.tmp``), anything else;
+    and those of ``gone`` (stale files it had to remove) that are still there."""
     now = {str(p.relative_to(folder)) for p in folder.rglob("*")}
     new = sorted(now - before)
-    return [p for p in new if not any(p == k or p.startswith(k + "/") for k in keeps)]
+    kept = [p for p in new if not any(p == k or p.startswith(k + "/") for k in keeps)]
+    return kept + [p for p in gone if (folder / p).exists()]
 
 
 def check(case: Case, code: int, stdout: str, stderr: str, left: list[str]) -> list[str]:

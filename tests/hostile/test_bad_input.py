@@ -38,7 +38,13 @@ def run_case(case: Case, folder: Path, monkeypatch: pytest.MonkeyPatch) -> list[
         res = CliRunner().invoke(app, list(case.args), catch_exceptions=False)
     finally:
         stop_holders()
-    return check(case, res.exit_code, res.stdout, res.stderr, leftovers(folder, before, case.keeps))
+    return check(
+        case,
+        res.exit_code,
+        res.stdout,
+        res.stderr,
+        leftovers(folder, before, case.keeps, case.gone),
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -11,7 +11,14 @@ import pytest
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US
-from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end, last_arrival_us
+from cpkv.serving.engine.clock import (
+    POISSON_MISS,
+    check_arrivals,
+    check_conserved,
+    check_end,
+    last_arrival_us,
+    poisson_span_factor,
+)
 from cpkv.serving.input.arrivals import trace_period
 from cpkv.serving.input.workload import ServingRequest, ServingWorkload
 from cpkv.serving.schema import ArrivalsSpec
@@ -31,9 +38,11 @@ def _workload(*arrivals_ms: float, repeat: int = 1) -> ServingWorkload:
     )
 
 
-def test_poisson_arrivals_are_judged_by_their_expected_span() -> None:
+def test_poisson_arrivals_are_judged_by_a_span_they_exceed_with_probability_1e_9() -> None:
     w = _workload(0, 0, 0, 0)
-    fits = 4 / CLOCK_LIMIT_S  # 4 requests at this rate take the clock's whole range
+    t = poisson_span_factor(4)
+    assert math.exp(-4 * (t - 1 - math.log(t))) == pytest.approx(POISSON_MISS)
+    fits = 4 * t / CLOCK_LIMIT_S  # 4 requests at this rate take the clock's whole range
     check_arrivals(w, ArrivalsSpec("poisson", rate_rps=fits * 1.01))
     with pytest.raises(ConfigError) as err:
         check_arrivals(w, ArrivalsSpec("poisson", rate_rps=fits * 0.99))

@@ -67,15 +67,25 @@ def test_a_bucket_holds_at_least_the_bytes_counted() -> None:
     assert held >= points * BYTES_PER_TIMELINE_POINT
 
 
-def test_a_billion_buckets_are_refused_up_front(cli) -> None:
+def test_a_billion_buckets_are_refused_by_the_bound(cli) -> None:
     res = cli("admit", SERVING, "admit.serving.timeline_points=1000000000")
     assert res.exit_code == 2, res.output
     (line,) = [x for x in res.output.splitlines() if x.strip()]
-    assert "admit.serving.timeline_points: 1,000,000,000 buckets" in line and "GiB" in line
+    assert "admit.serving.timeline_points: must be <= 100000" in line and "8K screen" in line
     assert "Traceback" not in res.output and cli.run_dirs() == []
 
 
-def test_a_sweep_point_with_a_billion_buckets_is_refused_before_any_point(cli) -> None:
+def test_buckets_of_many_instances_beyond_memory_are_refused_up_front(cli) -> None:
+    res = cli(
+        "admit", SERVING, "admit.cluster.instances=4096", "admit.serving.timeline_points=100000"
+    )
+    assert res.exit_code == 2, res.output
+    (line,) = [x for x in res.output.splitlines() if x.strip()]
+    assert "admit.serving.timeline_points: 100,000 buckets x 4096 instances" in line
+    assert "GiB" in line and "Traceback" not in res.output and cli.run_dirs() == []
+
+
+def test_a_sweep_point_with_too_many_buckets_is_refused_before_any_point(cli) -> None:
     res = cli("sweep", SERVING, "admit.serving.timeline_points=200,1000000000")
     assert res.exit_code == 2, res.output
     assert "timeline_points" in res.output and cli.run_dirs() == []

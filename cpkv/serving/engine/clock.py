@@ -6,8 +6,9 @@ iteration's milliseconds round away and a TTFT reads 0. So:
 
 * before a run (:func:`check_arrivals`, from the workload and ``admit.arrivals``): the last
   arrival must come before the limit: a trace's last timestamp over ``speedup`` (a repeated
-  trace's last copy included), or for ``poisson`` the expected last arrival, ``count /
-  rate_rps`` seconds; the refusal says which value would fit;
+  trace's last copy included), or for ``poisson`` the time the last of ``count`` arrivals
+  comes before but with probability :data:`POISSON_MISS` (:func:`poisson_span_factor` times
+  the expected ``count / rate_rps`` seconds); the refusal says which value would fit;
 * after it (:func:`check_end`): the run's end, arrivals and service together, must too;
 * a run must account for every request it was given (:func:`check_conserved`): one that
   lost a request is an internal error, never a result.
@@ -15,21 +16,41 @@ iteration's milliseconds round away and a TTFT reads 0. So:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cpkv.core.errors import ConfigError
 from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_LIMIT_US, CLOCK_WHY
 
 _BEYOND = f"beyond {CLOCK_LIMIT_S:.4g} s ({CLOCK_WHY})"
+POISSON_MISS = 1e-9
+"""The chance that a Poisson run's last arrival comes later than :func:`last_arrival_us` says."""
+
+
+def poisson_span_factor(count: int) -> float:
+    """``t`` >= 1 such that ``count`` Poisson arrivals span more than ``t`` times their
+    expected span with probability at most :data:`POISSON_MISS` (the Chernoff bound of a
+    Gamma(count) sum: ``exp(-count (t - 1 - ln t))``; 1.0 for no arrivals)."""
+    if count <= 0:
+        return 1.0
+    need = -math.log(POISSON_MISS) / count
+    low, high = 1.0, 2.0
+    while high - 1.0 - math.log(high) < need:
+        high *= 2.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if mid - 1.0 - math.log(mid) < need else (low, mid)
+    return high
 
 
 def last_arrival_us(workload: Any, arrivals: Any) -> float:
-    """When the run's last request arrives (µs): exactly for ``trace`` and ``zero``, the
-    expected time for ``poisson``."""
+    """When the run's last request arrives (µs): exactly for ``trace`` and ``zero``; for
+    ``poisson``, a time it comes before but with probability :data:`POISSON_MISS`."""
     if arrivals.process == "zero":
         return 0.0
     if arrivals.process == "poisson":
-        return workload.size / arrivals.rate_rps * 1e6
+        n = workload.size
+        return n / arrivals.rate_rps * 1e6 * poisson_span_factor(n)
     requests = workload.requests
     if not requests:  # drawn lazily (synthetic): no times of their own, all at 0
         return 0.0
@@ -48,11 +69,12 @@ def check_arrivals(workload: Any, arrivals: Any) -> None:
         return
     n = workload.size
     if arrivals.process == "poisson":
-        fits = n / CLOCK_LIMIT_S
+        fits = last_us * arrivals.rate_rps / CLOCK_LIMIT_US
         raise ConfigError(
             f"admit.arrivals.rate_rps: {n:,} requests at {arrivals.rate_rps:g} requests/s "
-            f"arrive over about {last_us / 1e6:.4g} s, {_BEYOND}; allowed: a rate above "
-            f"{fits:.4g} requests/s for this workload, or fewer requests"
+            f"arrive over up to {last_us / 1e6:.4g} s (all but a {POISSON_MISS:g} chance), "
+            f"{_BEYOND}; allowed: a rate above {fits:.4g} requests/s for this workload, or "
+            "fewer requests"
         )
     span_us = last_us * arrivals.speedup
     raise ConfigError(
