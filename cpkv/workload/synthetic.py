@@ -15,6 +15,9 @@ budget's ``max_new_tokens``). Request ``k`` is named ``s{k}``. ``seed: null`` (t
 takes the experiment's top-level ``seed``. The same spec and seed give the same requests on
 every machine and Python version (``random.Random`` with integer seeds is stable).
 
+``lengths`` (:mod:`cpkv.workload.lengths`) replaces the ``extend_tokens`` and
+``max_new_tokens`` distributions by (prompt, output) pairs drawn from a user's file.
+
 The defaults draw requests shaped like the seed benchmark's JSONL example: an L1 hit on 60%
 of the requests (1..40320 tokens), an L2 hit on half (1..32768), 1..4096 new tokens.
 
@@ -31,6 +34,7 @@ from typing import Any
 
 from cpkv.core.schema import FieldError, require
 from cpkv.core.schema.limits import Tokens
+from cpkv.workload.lengths import LengthsFile, read_lengths, split_prompt
 from cpkv.workload.request import Request, new_request
 
 
@@ -64,6 +68,9 @@ class TokenDist:
         return min(self.choices) if self.choices is not None else self.low
 
 
+DEFAULT_EXTEND = TokenDist(low=1, high=4096)
+
+
 @dataclass(frozen=True)
 class SyntheticSpec:
     """``admit.workload.synthetic``: how many requests, the seed, one distribution per field."""
@@ -72,11 +79,19 @@ class SyntheticSpec:
     seed: int | None = None
     l1_cached_tokens: TokenDist = TokenDist(low=1, high=40320, zero_fraction=0.4)
     l2_cached_tokens: TokenDist = TokenDist(low=1, high=32768, zero_fraction=0.5)
-    extend_tokens: TokenDist = TokenDist(low=1, high=4096)
+    extend_tokens: TokenDist = DEFAULT_EXTEND
     max_new_tokens: TokenDist | None = None
+    lengths: LengthsFile | None = None
 
     def validate(self) -> None:
         require(self.count >= 1, "count", f"must be >= 1, got {self.count}")
+        if self.lengths is not None:
+            require(
+                self.max_new_tokens is None and self.extend_tokens == DEFAULT_EXTEND,
+                "lengths",
+                "gives each request's prompt and output length; leave extend_tokens and "
+                "max_new_tokens unset beside it",
+            )
         ext = self.extend_tokens
         if ext.smallest() < 1:
             key = (
@@ -153,22 +168,32 @@ def synthetic_requests(spec) -> tuple[Request, ...]:  # spec: WorkloadSpec
 def synthetic_draws(spec) -> Iterator[tuple[str, int, int, int, int | None]]:
     """The draws of :func:`synthetic_requests`, one request at a time, as ``(rid, l1, l2,
     extend, max_new or None)``."""
-    l1, l2, ext, mx = synthetic_samplers(spec)
+    draw = synthetic_sampler(spec)
     for k in range(spec.synthetic.count):
-        a, b, e = l1(), l2(), ext()
-        yield f"s{k}", a, b, e, mx() if mx is not None else None
+        yield (f"s{k}", *draw())
 
 
-def synthetic_samplers(spec) -> tuple:
-    """The four no-argument samplers of one run, sharing one ``random.Random(seed)``:
-    ``l1_cached_tokens``, ``l2_cached_tokens``, ``extend_tokens``, ``max_new_tokens`` (None
-    when not drawn). Call them in that order, once per request, as
-    :func:`synthetic_draws` does (the serving engine draws a million requests that way,
-    lazily)."""
+def synthetic_sampler(spec) -> Any:
+    """A no-argument function drawing one request's ``(l1, l2, extend, max_new or None)``
+    from the run's one ``random.Random(seed)``, in the order the module docstring gives
+    (the serving engine draws a million requests that way, lazily). With ``lengths``, the
+    hits are drawn, then a row of the file (``rng.randrange``), and the hits clipped into its
+    prompt (:mod:`cpkv.workload.lengths`)."""
     syn: SyntheticSpec = spec.synthetic
     rng = random.Random(0 if syn.seed is None else syn.seed)
     l1 = _sampler(syn.l1_cached_tokens, rng)
     l2 = _sampler(syn.l2_cached_tokens, rng)
+    if syn.lengths is not None:
+        rows, pick = read_lengths(syn.lengths), rng.randrange
+
+        def from_file() -> tuple[int, int, int, int]:
+            a, b = l1(), l2()
+            prompt, output = rows[pick(len(rows))]
+            return (*split_prompt(prompt, a, b), output)
+
+        return from_file
     ext = _sampler(syn.extend_tokens, rng)
-    mx = _sampler(syn.max_new_tokens, rng) if syn.max_new_tokens is not None else None
-    return l1, l2, ext, mx
+    if syn.max_new_tokens is None:
+        return lambda: (l1(), l2(), ext(), None)
+    mx = _sampler(syn.max_new_tokens, rng)
+    return lambda: (l1(), l2(), ext(), mx())

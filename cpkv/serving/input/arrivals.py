@@ -152,14 +152,14 @@ def synthetic_arrivals(
     arrival rows (:func:`as_reqs`), drawn one at a time: the draws of :func:`cpkv.workload.synthetic.synthetic_draws`
     and the times of :func:`arrival_times` (the requests have no time of their own: with
     ``trace`` arrivals they all arrive at 0, in input order)."""
-    from cpkv.workload.synthetic import synthetic_samplers
+    from cpkv.workload.synthetic import synthetic_sampler
 
-    l1, l2, ext, mx = synthetic_samplers(spec)
+    draw_request = synthetic_sampler(spec)
     poisson = arrivals.process == "poisson"
     draw, rate, t, us = random.Random(seed).expovariate, arrivals.rate_rps, 0.0, 0.0
     for k in range(spec.synthetic.count):
-        a, b, e = l1(), l2(), ext()
-        max_new = default_max_new_tokens if mx is None else mx()
+        a, b, e, mx = draw_request()
+        max_new = default_max_new_tokens if mx is None else mx
         if poisson:
             t += draw(rate) * 1000.0
             us = t * 1000.0
