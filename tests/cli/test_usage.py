@@ -135,3 +135,10 @@ def test_help_names_the_engines_and_next_steps_that_run_from_a_checkout() -> Non
                 assert (root / word).is_file(), word
     steps = [command.split()[1] for command, _ in FIRST_STEPS]
     assert {"capacity", "diff", "sweep"} <= set(steps)
+
+
+def test_the_vllm_version_shown_is_the_models():
+    from cpkv import MIRRORS
+    from cpkv.vllm import VLLM_VERSION
+
+    assert ("vllm", VLLM_VERSION) in {(e, v) for e, v, _ in MIRRORS}

@@ -21,6 +21,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "policies": BELOW_CAPABILITIES | {"workload"},
     "serving": BELOW_CAPABILITIES | {"trace", "workload", "admission", "policies"},
     "alloc": BELOW_CAPABILITIES,
+    "vllm": set(),
     "admit": BELOW_CAPABILITIES | {"trace", "workload", "admission", "policies", "serving"},
     "sweep": BELOW_CAPABILITIES,
     "capacity": BELOW_CAPABILITIES | {"sweep"},

@@ -1,0 +1,100 @@
+"""A request as vLLM 0.32.0's V1 scheduler sees it: its tokens, its state, its block-key chain.
+
+``num_tokens`` counts the prompt and the generated tokens; ``num_computed_tokens`` advances
+when a step is scheduled and drops to 0 on preemption. ``block_keys`` are the prefix-cache keys
+of the request's full blocks, one per block, extended as tokens arrive (vLLM hashes them in
+``Request``; here a ``BlockKeys`` chain interns them to integers). ``blocks`` and
+``num_cached_blocks`` are the KV cache manager's per-request state (vLLM keeps them in the
+manager, by request id): the blocks held, and how many leading ones are cached (None until the
+first allocation with prefix caching on).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cpkv.vllm.block_pool import Block
+
+WAITING = 0
+RUNNING = 1
+PREEMPTED = 2
+FINISHED = 3
+
+DECODE_TOKEN_BASE = 1_000_000_000
+
+
+def decode_token(index: int, position: int) -> int:
+    """The token the step loop feeds back: unique per (request index, output position), never EOS,
+    so generated text never makes a prefix hit for another request."""
+    return DECODE_TOKEN_BASE + index * 1_000_000 + position
+
+
+class Request:
+    """One request's scheduling state (ordered in a priority queue by priority, arrival, id)."""
+
+    __slots__ = (
+        "request_id",
+        "index",
+        "tokens",
+        "num_prompt_tokens",
+        "max_tokens",
+        "priority",
+        "arrival_time",
+        "status",
+        "num_computed_tokens",
+        "num_preemptions",
+        "block_keys",
+        "num_tokens",
+        "blocks",
+        "num_cached_blocks",
+        "decode_base",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        prompt: list[int],
+        max_tokens: int,
+        priority: int = 0,
+        arrival_time: float = 0.0,
+    ) -> None:
+        if not prompt:
+            raise ValueError(f"request {request_id}: empty prompt")
+        if max_tokens < 1:
+            raise ValueError(f"request {request_id}: max_tokens must be >= 1")
+        self.request_id = request_id
+        self.index = index
+        self.tokens = list(prompt)
+        self.num_prompt_tokens = len(prompt)
+        self.max_tokens = max_tokens
+        self.priority = priority
+        self.arrival_time = arrival_time
+        self.status = WAITING
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.block_keys: list[int] = []
+        self.num_tokens = len(self.tokens)
+        self.blocks: list[Block] = []
+        self.num_cached_blocks: int | None = None
+        self.decode_base = decode_token(index, 0)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    def append_token(self) -> None:
+        """Append the token the step loop feeds back (``decode_token`` at this position)."""
+        self.tokens.append(self.decode_base + self.num_tokens - self.num_prompt_tokens)
+        self.num_tokens += 1
+
+    def order_key(self) -> tuple[int, float, str]:
+        """vLLM's ``Request.__lt__``: lower priority value first, then earlier arrival, then id."""
+        return (self.priority, self.arrival_time, self.request_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, status={self.status})"
+        )

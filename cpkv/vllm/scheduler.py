@@ -1,0 +1,260 @@
+"""One step of vLLM 0.32.0's V1 scheduler (``Scheduler.schedule`` and ``update_from_output``).
+
+``schedule()``:
+
+1. The long-prefill cap (``long_prefill_token_threshold``) applies only when more than one
+   request is running or waiting at the start of the step (adaptive: floored at
+   ``max_num_batched_tokens // that count``).
+2. RUNNING requests first, in list order (admission order). Each gets ``num_tokens -
+   num_computed_tokens``, capped by the long-prefill cap, the token budget left and
+   ``max_model_len - num_computed_tokens - 1``; 0 skips it. When its slots do not fit, the
+   victim is preempted and the allocation retried, until it fits: fcfs takes the last running
+   request, priority the running request with the highest ``(priority, arrival_time)`` (its
+   tokens go back to the budget if it was already scheduled). A request that is its own victim
+   ends the running pass (0.32.0). The pass also ends when the budget is spent.
+3. WAITING requests only if nothing was preempted: while budget is left and fewer than
+   ``max_num_seqs`` (``max_num_active_seqs``) run, the head of the queue gets its prefix hit and
+   a chunk of ``num_tokens - hit`` capped by the long-prefill cap and the budget; with
+   ``scheduler_reserve_full_isl`` its whole sequence must fit first. The first that does not
+   fit ends admission (head-of-line blocking); admission never preempts.
+4. ``num_computed_tokens`` advances by the scheduled tokens at once.
+
+``update(plan)`` appends one token to each scheduled request whose prefill is complete,
+finishes those at ``max_tokens`` or ``max_model_len`` and frees their blocks, in the order they
+were scheduled.
+"""
+
+from __future__ import annotations
+
+from cpkv.vllm.config import SchedulerConfig
+from cpkv.vllm.kv_cache import KVCacheManager
+from cpkv.vllm.queue import make_queue
+from cpkv.vllm.request import FINISHED, PREEMPTED, RUNNING, WAITING, Request
+
+Entry = tuple[str, int, int]
+"""A scheduled request in a record: (request id, tokens scheduled, computed tokens before)."""
+
+
+class StepPlan:
+    """What one ``schedule()`` decided.
+
+    ``running``: the running requests scheduled, in order, as (request, tokens, computed before);
+    ``admitted``: the waiting requests admitted, in order, as (request, tokens, hit, resumed);
+    ``preempted``: the ids preempted (sorted); ``failed``: the ``allocate_slots`` calls that did
+    not fit, as (request id, "running" or "waiting", tokens); ``last_waiting_fit``: whether the
+    last admission's slots fitted (None when none was tried); ``total_tokens``.
+    """
+
+    __slots__ = ("running", "admitted", "preempted", "failed", "last_waiting_fit", "total_tokens")
+
+    def __init__(self) -> None:
+        self.running: list[tuple[Request, int, int]] = []
+        self.admitted: list[tuple[Request, int, int, bool]] = []
+        self.preempted: list[str] = []
+        self.failed: list[tuple[str, str, int]] = []
+        self.last_waiting_fit: bool | None = None
+        self.total_tokens = 0
+
+    def new_entries(self) -> list[Entry]:
+        return [(r.request_id, n, c) for r, n, c, resumed in self.admitted if not resumed]
+
+    def resumed_entries(self) -> list[Entry]:
+        return [(r.request_id, n, c) for r, n, c, resumed in self.admitted if resumed]
+
+    def running_entries(self) -> list[Entry]:
+        return [(r.request_id, n, c) for r, n, c in self.running]
+
+    @property
+    def num_scheduled(self) -> dict[str, int]:
+        """Request id -> tokens, in the order of vLLM's ``num_scheduled_tokens``."""
+        out = {r.request_id: n for r, n, _ in self.running}
+        out.update((r.request_id, n) for r, n, _, _ in self.admitted)
+        return out
+
+
+class Scheduler:
+    """vLLM 0.32.0's V1 scheduler for one engine: queues, KV cache, one step at a time."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.kv = KVCacheManager(config)
+        self.waiting = make_queue(config.policy)
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.finished_ids: set[str] = set()
+        self._priority = config.policy == "priority"
+        self._max_active = config.max_active_requests
+
+    @property
+    def free_blocks(self) -> int:
+        return self.kv.pool.num_free_blocks
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.num_tokens >= self.config.max_model_len:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt of {request.num_tokens} "
+                f"tokens does not fit max_model_len={self.config.max_model_len}"
+            )
+        self.waiting.add(request)
+        self.requests[request.request_id] = request
+
+    def has_requests(self) -> bool:
+        """Whether the engine would call ``schedule()``: live requests, or finishes not yet
+        reported by a schedule() (so one empty step follows the last finish)."""
+        return bool(self.running) or len(self.waiting) > 0 or bool(self.finished_ids)
+
+    def _preempt(self, request: Request) -> None:
+        self.kv.free(request)
+        request.status = PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    def schedule(self) -> StepPlan:
+        config = self.config
+        plan = StepPlan()
+        budget = config.max_num_batched_tokens
+        running = self.running
+        max_model_len = config.max_model_len
+        kv = self.kv
+        pool = kv.pool
+        take = pool.take
+        block_size = config.block_size
+        caching = config.enable_prefix_caching
+        cache_full_blocks = kv.cache_full_blocks
+        scheduled = plan.running
+        schedule_one = scheduled.append
+
+        num_eligible = len(running) + len(self.waiting)
+        cap = config.long_prefill_token_threshold if num_eligible > 1 else 0
+        if cap > 0 and config.long_prefill_token_threshold_adaptive:
+            cap = max(cap, config.max_num_batched_tokens // num_eligible)
+
+        preempted: list[Request] = []
+        index = 0
+        while index < len(running) and budget > 0:
+            request = running[index]
+            computed = request.num_computed_tokens
+            n = request.num_tokens - computed
+            if 0 < cap < n:
+                n = cap
+            if n > budget:
+                n = budget
+            if n > max_model_len - computed - 1:
+                n = max_model_len - computed - 1
+            if n <= 0:
+                index += 1
+                continue
+            end = computed + n
+            # allocate_slots for a running request: no hit, no full-sequence gate, no watermark.
+            extra = -(-(end if end < max_model_len else max_model_len) // block_size) - len(
+                request.blocks
+            )
+            if extra > 0:
+                while extra > pool.num_free_blocks:
+                    plan.failed.append((request.request_id, "running", n))
+                    if self._priority:
+                        victim = max(running, key=_victim_key)
+                        at = running.index(victim)
+                        del running[at]
+                        if at < index:
+                            index -= 1
+                        for k, entry in enumerate(scheduled):
+                            if entry[0] is victim:
+                                del scheduled[k]
+                                budget += entry[1]
+                                break
+                    else:
+                        victim = running.pop()
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is request:
+                        break
+                else:
+                    request.blocks.extend(take(extra))
+                    extra = 0
+                if extra:
+                    break
+            if caching and end // block_size > request.num_cached_blocks:
+                cache_full_blocks(request, end)
+            schedule_one((request, n, computed))
+            request.num_computed_tokens = end
+            budget -= n
+            index += 1
+
+        if preempted:
+            plan.preempted = sorted({r.request_id for r in preempted})
+        else:
+            waiting = self.waiting
+            reserve_full = config.scheduler_reserve_full_isl
+            admit = plan.admitted.append
+            while budget > 0 and len(waiting) > 0 and len(running) < self._max_active:
+                request = waiting.peek()
+                if request.num_computed_tokens == 0:
+                    hit, computed = kv.computed_blocks(request)
+                else:  # not reached without KV connectors: waiting requests hold no KV
+                    hit, computed = [], request.num_computed_tokens
+                n = request.num_tokens - computed
+                if 0 < cap < n:
+                    n = cap
+                if n > budget:
+                    n = budget
+                fit = kv.allocate_slots(
+                    request,
+                    n,
+                    hit=hit,
+                    num_hit_tokens=computed,
+                    full_sequence_must_fit=reserve_full,
+                    has_running=bool(running),
+                )
+                plan.last_waiting_fit = fit
+                if not fit:
+                    plan.failed.append((request.request_id, "waiting", n))
+                    break
+                waiting.pop()
+                running.append(request)
+                admit((request, n, computed, request.status != WAITING))
+                budget -= n
+                request.status = RUNNING
+                request.num_computed_tokens = computed + n
+
+        plan.total_tokens = config.max_num_batched_tokens - budget
+        self.finished_ids = set()
+        return plan
+
+    def update(self, plan: StepPlan) -> list[str]:
+        """Feed back one token per scheduled request whose prefill is complete; return the ids
+        of the requests that finished (in scheduling order) after freeing their blocks."""
+        max_model_len = self.config.max_model_len
+        finished: list[str] = []
+        for entries in (plan.running, plan.admitted):
+            for entry in entries:
+                request = entry[0]
+                if request.num_computed_tokens < request.num_tokens:
+                    continue  # a partial prefill chunk samples nothing
+                # Request.append_token, inlined: the hot loop of a decode step.
+                num_tokens = request.num_tokens
+                request.tokens.append(request.decode_base + num_tokens - request.num_prompt_tokens)
+                num_tokens += 1
+                request.num_tokens = num_tokens
+                if (
+                    num_tokens >= max_model_len
+                    or num_tokens - request.num_prompt_tokens >= request.max_tokens
+                ):
+                    self._finish(request)
+                    finished.append(request.request_id)
+        if finished:
+            self.running = [r for r in self.running if r.status != FINISHED]
+        return finished
+
+    def _finish(self, request: Request) -> None:
+        request.status = FINISHED
+        self.finished_ids.add(request.request_id)
+        self.kv.free(request)
+        del self.requests[request.request_id]
+
+
+def _victim_key(request: Request) -> tuple[int, float]:
+    return (request.priority, request.arrival_time)

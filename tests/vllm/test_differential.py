@@ -1,0 +1,68 @@
+"""Differential test: cpkv.vllm against the real vLLM 0.32.0 V1 scheduler, step by step.
+
+1050 seeded random scenarios (``scenarios.py``: shared prefixes, tiny pools forcing preemption
+and re-admission with cached blocks, long prompts under the long-prefill cap, priority,
+``max_num_seqs`` limits, bursts, a mixed family of 20 to 50 requests) run through the real scheduler (``oracle.py``: the shared
+driver, one subprocess) and through the model; every recorded field of every step and every
+request's summary must be equal. Needs vllm (the venv of ``scripts/vllm_venv.sh``) and
+``../shared``; skips without them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cpkv.vllm import run_scenario
+from tests.vllm import oracle
+from tests.vllm.scenarios import make_scenarios
+
+NUM_SCENARIOS = 1050
+SEED = 0
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(oracle.missing() is not None, reason=oracle.missing() or ""),
+]
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[tuple[dict, dict, dict]]:
+    scenarios = make_scenarios(NUM_SCENARIOS, SEED)
+    real = oracle.run_real(scenarios)
+    assert len(real) == len(scenarios)
+    return [(s, run_scenario(s), r) for s, r in zip(scenarios, real, strict=True)]
+
+
+def test_every_step_matches_the_real_scheduler(runs):
+    failures = []
+    for scenario, model, real in runs:
+        diff = oracle.compare(model, real)
+        if diff:
+            failures.append(
+                f"{scenario['name']}: {len(diff)} differences, first: " + "; ".join(diff[:3])
+            )
+    assert not failures, f"{len(failures)}/{len(runs)} scenarios differ:\n" + "\n".join(
+        failures[:20]
+    )
+
+
+def test_the_scenarios_exercise_the_rules(runs):
+    cov = oracle.coverage([s for s, _, _ in runs], [r for _, _, r in runs])
+    floors = {
+        "preemption": 60,
+        "resumed_with_hit": 30,
+        "resumed_without_hit": 10,
+        "prefix_hit_new": 100,
+        "stop_kv_blocks": 60,
+        "stop_token_budget": 60,
+        "stop_max_num_seqs": 30,
+        "chunked": 60,
+        "priority": 100,
+        "no_prefix_caching": 40,
+        "idle_step": 100,
+        "self_preemption_empty_step": 3,
+        "several_victims_one_step": 3,
+        "max_model_len_stop": 20,
+    }
+    short = {k: (cov[k], floor) for k, floor in floors.items() if cov[k] < floor}
+    assert not short, f"coverage below its floor (got, floor): {short}; all: {cov}"
