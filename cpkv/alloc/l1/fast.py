@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.host.pages import ramp
+from cpkv.alloc.host.fast.pages import ramp
 from cpkv.alloc.l1.base import L1Allocator
 from cpkv.alloc.l1.owners import HostCounts, OwnerLayout, owner_order
 from cpkv.alloc.l1.state import L1Lanes, integrity_error

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpkv.alloc.host.firstfit import first_fit, run_start
+from cpkv.alloc.host.fast.firstfit import first_fit, run_start
+from cpkv.alloc.host.fast.pages import PageCheck, expand, is_run
 from cpkv.alloc.host.layouts import page_order
 from cpkv.alloc.host.mixed import ReplayMismatch, replay, workload
-from cpkv.alloc.host.pages import PageCheck, expand, is_run
 from cpkv.core.config import load_config
 from tests.helpers.paths import CONFIGS
 

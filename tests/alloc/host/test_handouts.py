@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cpkv.alloc.host.fast import FastHostAllocator
-from cpkv.alloc.host.handouts import Receipts
+from cpkv.alloc.host.fast.handouts import Receipts
 from cpkv.alloc.host.layouts import free_slots
 from cpkv.alloc.host.reference import HostAllocator
 from tests.helpers.host_model import brute_force
@@ -170,7 +170,7 @@ def test_fifo_selections_freed_in_any_order_skip_the_read(monkeypatch) -> None:
 
 
 def test_receipts_recognise_the_same_unchanged_tensor_and_purge_dropped_ones(monkeypatch) -> None:
-    monkeypatch.setattr("cpkv.alloc.host.handouts.PURGE_AT", 16)
+    monkeypatch.setattr("cpkv.alloc.host.fast.handouts.PURGE_AT", 16)
     receipts, pages = Receipts(), np.arange(3)
     for _ in range(200):
         receipts.note(torch.zeros(1, dtype=torch.int64), pages, True)  # dropped at once

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.host.handouts import Receipts, RunSlots
-from cpkv.alloc.host.pages import expand, is_run, ramp, slot_table
+from cpkv.alloc.host.fast.handouts import Receipts, RunSlots
+from cpkv.alloc.host.fast.pages import expand, is_run, ramp, slot_table
 
 
 class PageQueue:

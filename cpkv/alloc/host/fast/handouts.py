@@ -9,7 +9,7 @@ Three kinds of selections, and how ``free`` learns their pages without reading t
   220 GB, the size of one copy of the reference's free list), built at construction. Each
   page is lent at most once, so two selections never share memory, and a caller that writes
   into one (by any means) only changes slots that are never lent again.
-* Other selections are new tensors, copied from :func:`cpkv.alloc.host.pages.slot_table`
+* Other selections are new tensors, copied from :func:`cpkv.alloc.host.fast.pages.slot_table`
   (which is never handed out). :class:`Receipts` remembers each (a weak reference and its
   pages): freeing that very tensor object, unchanged, reads nothing.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.host.pages import slot_table
+from cpkv.alloc.host.fast.pages import slot_table
 
 PURGE_AT = 4096  # receipts of tensors that died unfreed are dropped when this many pile up
 

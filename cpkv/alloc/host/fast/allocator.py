@@ -4,16 +4,16 @@ Same selections (same slots, same order), same ``None``/``ValueError`` outcomes 
 logical free list as :class:`cpkv.alloc.host.reference.HostAllocator` after every call. The reference
 spends ~99% of a contiguous-preferred call on passes over every free slot
 (shared/reference/allocator_perf.md §3.1); this keeps an incremental page index (design "D",
-:class:`cpkv.alloc.host.queue.PageQueue`):
+:class:`cpkv.alloc.host.fast.queue.PageQueue`):
 
 * FIFO selections from the caller's adopted slots are views of them, as in the reference;
-* the search is :func:`cpkv.alloc.host.firstfit.first_fit` over the free-page bitmap; once no
+* the search is :func:`cpkv.alloc.host.fast.firstfit.first_fit` over the free-page bitmap; once no
   run of ``k`` pages exists, none of ``k`` or more does until the next free (``_nofit``);
 * the first selection of a page run is a view of the allocator's own slot table, later ones
-  are copies (:class:`cpkv.alloc.host.handouts.RunSlots`);
+  are copies (:class:`cpkv.alloc.host.fast.handouts.RunSlots`);
 * ``free`` of a selection handed out and not written since (torch's version counter) learns
   its pages from its address or from a receipt instead of reading its slots
-  (:mod:`cpkv.alloc.host.handouts`); anything else is read and checked in full.
+  (:mod:`cpkv.alloc.host.fast.handouts`); anything else is read and checked in full.
 
 Invariant: the free list is made of whole aligned pages (slots ``p*ps .. p*ps+ps-1``), each
 page at most once. Allocations keep it; construction and every ``free`` check it. When a
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.alloc.host.firstfit import first_fit
-from cpkv.alloc.host.handouts import KnownSlots, version_of
-from cpkv.alloc.host.pages import PageCheck, as_numpy, expand, is_run
-from cpkv.alloc.host.queue import PageQueue
+from cpkv.alloc.host.fast.firstfit import first_fit
+from cpkv.alloc.host.fast.handouts import KnownSlots, version_of
+from cpkv.alloc.host.fast.pages import PageCheck, as_numpy, expand, is_run
+from cpkv.alloc.host.fast.queue import PageQueue
 
 
 class FastHostAllocator(PageQueue):
