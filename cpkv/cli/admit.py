@@ -65,7 +65,9 @@ def admit(
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
     admit.arrivals.process trace, poisson, zero; admit.workload.prefix.model none, shared;
     admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
-    llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100);
+    llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100),
+    measured; a100-40gb, a40, l40s, h200 (h200-sxm), b200 from datasheets with a borrowed
+    calibration;
     admit.cluster.router round_robin, random, least_requests, least_tokens, prefix_aware,
     power_of_two (admit.cluster.instances: how many instances behind it).
 

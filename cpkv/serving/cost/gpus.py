@@ -8,7 +8,25 @@ direction):
   PCIe Gen4 64 GB/s (both directions: 32 host-to-device);
 * H100-SXM (80 GB) — NVIDIA H100 Tensor Core GPU datasheet: BF16 tensor core 989.4 TFLOP/s
   (1,979 with sparsity), HBM3 3.35 TB/s, NVLink 900 GB/s (450 each way), PCIe Gen5 128 GB/s
-  (64 host-to-device).
+  (64 host-to-device);
+* A100-40GB SXM — the A100 datasheet: BF16 312 TFLOP/s, HBM2 1,555 GB/s, NVLink and PCIe as
+  the 80 GB part;
+* A40 — NVIDIA A40 datasheet: BF16 tensor core 149.7 TFLOP/s (299.4 with sparsity), GDDR6
+  696 GB/s, NVLink bridge 112.5 GB/s (56.25 each way), PCIe Gen4 64 GB/s (32 each way);
+* L40S — NVIDIA L40S datasheet: BF16 tensor core 362.05 TFLOP/s (733 with sparsity), GDDR6
+  864 GB/s, no NVLink: GPUs talk over PCIe Gen4, 64 GB/s (32 each way, the link used for
+  tensor parallelism too);
+* H200 SXM (141 GB) — NVIDIA H200 datasheet: BF16 tensor core 989.4 TFLOP/s (1,979 with
+  sparsity), HBM3e 4.8 TB/s, NVLink 900 GB/s (450 each way), PCIe Gen5 128 GB/s (64);
+* B200 (HGX B200, 180 GB) — NVIDIA HGX B200 datasheet, per GPU: BF16 tensor core 2.25 PFLOP/s
+  (4.5 with sparsity), HBM3e 8 TB/s, NVLink 5 1.8 TB/s (900 each way), PCIe Gen5 (64).
+
+Only the A100-80GB and the H100 have measured profiles (Vidur's); the others borrow the
+calibration of the measured GPU nearest in design, said in each one's help: the A100-40GB
+and the A40 and L40S the A100's (the same GA100 chip; and for the other two, the nearest
+architecture measured), the H200 and the B200 the H100's (the same GH100 chip; the nearest
+measured generation). Their times are the datasheet roofline with borrowed efficiencies:
+fit a profile of the GPU (``cpkv fit-cost``) before trusting them to a few percent.
 
 ``admit.cost.gpu_spec`` overrides any of them, within :data:`PEAK_TFLOPS` and
 :data:`BANDWIDTH_GB_PER_S`: from slower than any datacenter GPU of the last decade to ten
@@ -143,6 +161,37 @@ GPUS.register(
     ),
     help="NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s HBM3, PCIe Gen5, NVLink 4",
     aliases=("h100",),
+)
+
+
+A100 = GPUS.get("a100-80gb")
+H100 = GPUS.get("h100-sxm")
+
+GPUS.register(
+    "a100-40gb",
+    Gpu(312.0, 1555.0, 32.0, 300.0, A100.calibration),
+    help="NVIDIA A100 40GB SXM: 312 TFLOP/s BF16, 1,555 GB/s HBM2; the A100-80GB's calibration",
+)
+GPUS.register(
+    "a40",
+    Gpu(149.7, 696.0, 32.0, 56.25, A100.calibration),
+    help="NVIDIA A40 48GB: 149.7 TFLOP/s BF16, 696 GB/s GDDR6, NVLink bridge; the A100's calibration (not measured)",
+)
+GPUS.register(
+    "l40s",
+    Gpu(362.05, 864.0, 32.0, 32.0, A100.calibration),
+    help="NVIDIA L40S 48GB: 362 TFLOP/s BF16, 864 GB/s GDDR6, PCIe Gen4 only; the A100's calibration (not measured)",
+)
+GPUS.register(
+    "h200",
+    Gpu(989.4, 4800.0, 64.0, 450.0, H100.calibration),
+    help="NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s HBM3e, NVLink 4; the H100's calibration",
+    aliases=("h200-sxm",),
+)
+GPUS.register(
+    "b200",
+    Gpu(2250.0, 8000.0, 64.0, 900.0, H100.calibration),
+    help="NVIDIA B200 (HGX) 180GB: 2,250 TFLOP/s BF16, 8 TB/s HBM3e, NVLink 5; the H100's calibration (not measured)",
 )
 
 
