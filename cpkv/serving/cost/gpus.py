@@ -21,6 +21,10 @@ direction):
 * B200 (HGX B200, 180 GB) — NVIDIA HGX B200 datasheet, per GPU: BF16 tensor core 2.25 PFLOP/s
   (4.5 with sparsity), HBM3e 8 TB/s, NVLink 5 1.8 TB/s (900 each way), PCIe Gen5 (64).
 
+FP8 tensor cores (``fp8_tflops``, dense; ``admit.cost.quantization: fp8``): H100 and H200
+1,978.9 TFLOP/s (3,958 with sparsity), L40S 733 (1,466), B200 4,500 (9,000); the Ampere GPUs
+(A100, A40) have none.
+
 Only the A100-80GB and the H100 have measured profiles (Vidur's); the others borrow the
 calibration of the measured GPU nearest in design, said in each one's help: the A100-40GB
 and the A40 and L40S the A100's (the same GA100 chip; and for the other two, the nearest
@@ -81,6 +85,7 @@ class Gpu:
     nvlink_gb_per_s: float  # NVLink bandwidth of one GPU, one direction
     calibration: Calibration
     profile_prefix: str = ""  # how Vidur's profile folders name it (a100_..., h100_...)
+    fp8_tflops: float | None = None  # dense FP8 tensor-core FLOP/s, in 1e12 (None: no FP8)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class GpuOverrides:
     hbm_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["hbm_gb_per_s"]] | None = None
     h2d_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["h2d_gb_per_s"]] | None = None
     nvlink_gb_per_s: Annotated[float, BANDWIDTH_GB_PER_S["nvlink_gb_per_s"]] | None = None
+    fp8_tflops: Annotated[float, PEAK_TFLOPS] | None = None
 
     def given(self) -> dict[str, Any]:
         return {
@@ -158,6 +164,7 @@ GPUS.register(
             **_MODELLED,
         ),
         profile_prefix="h100",
+        fp8_tflops=1978.9,
     ),
     help="NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s HBM3, PCIe Gen5, NVLink 4",
     aliases=("h100",),
@@ -179,18 +186,18 @@ GPUS.register(
 )
 GPUS.register(
     "l40s",
-    Gpu(362.05, 864.0, 32.0, 32.0, A100.calibration),
+    Gpu(362.05, 864.0, 32.0, 32.0, A100.calibration, fp8_tflops=733.0),
     help="NVIDIA L40S 48GB: 362 TFLOP/s BF16, 864 GB/s GDDR6, PCIe Gen4 only; the A100's calibration (not measured)",
 )
 GPUS.register(
     "h200",
-    Gpu(989.4, 4800.0, 64.0, 450.0, H100.calibration),
+    Gpu(989.4, 4800.0, 64.0, 450.0, H100.calibration, fp8_tflops=1978.9),
     help="NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s HBM3e, NVLink 4; the H100's calibration",
     aliases=("h200-sxm",),
 )
 GPUS.register(
     "b200",
-    Gpu(2250.0, 8000.0, 64.0, 900.0, H100.calibration),
+    Gpu(2250.0, 8000.0, 64.0, 900.0, H100.calibration, fp8_tflops=4500.0),
     help="NVIDIA B200 (HGX) 180GB: 2,250 TFLOP/s BF16, 8 TB/s HBM3e, NVLink 5; the H100's calibration (not measured)",
 )
 
@@ -202,6 +209,11 @@ def resolve_gpu(name: str, overrides: GpuOverrides) -> Gpu:
     except ConfigError as err:
         raise FieldError("gpu", str(err)) from None
     return replace(gpu, **overrides.given())
+
+
+def fp8_gpus() -> list[str]:
+    """The registered GPUs with FP8 tensor cores."""
+    return [name for name in GPUS if GPUS.get(name).fp8_tflops is not None]
 
 
 def gpu_for_profile(folder_name: str) -> str | None:

@@ -126,6 +126,7 @@ class RooflineCost:
     kind = "roofline"
     __slots__ = (
         "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
+        "gemm_tflops",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
         "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
@@ -139,12 +140,15 @@ class RooflineCost:
         tp: int = 1,
         calibration: Calibration | None = None,
         names: tuple[str | None, str | None] = (None, None),
+        gemm_tflops: float | None = None,
     ) -> None:
         cal = calibration if calibration is not None else gpu.calibration
         self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
         flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
         bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
-        gemm_flops_us, gemm_bytes_us = cal.gemm_flops_eff * flops_us, cal.gemm_bw_eff * bytes_us
+        self.gemm_tflops = gemm_tflops
+        gemm_peak_us = flops_us if gemm_tflops is None else gemm_tflops * 1e6
+        gemm_flops_us, gemm_bytes_us = cal.gemm_flops_eff * gemm_peak_us, cal.gemm_bw_eff * bytes_us
         pb = shape.param_bytes
 
         def gemm(k: int, n: int) -> tuple[float, float, float]:
@@ -465,22 +469,24 @@ class RooflineCost:
             "gpu_spec": {
                 k: v
                 for k, v in to_dict(self.gpu).items()
-                if k not in ("calibration", "profile_prefix")
+                if k not in ("calibration", "profile_prefix", "fp8_tflops")
             },
             "calibration": to_dict(self.calibration),
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            **({} if self.gemm_tflops is None else {"gemm_fp8_tflops": self.gemm_tflops}),
         }
 
 
 def build_roofline(spec: CostSpec) -> RooflineCost:
     """The roofline model of an ``admit.cost`` block (``kind: roofline``)."""
     from cpkv.serving.cost.gpus import resolve_gpu
-    from cpkv.serving.cost.shapes import resolve_shape
 
-    shape = resolve_shape(spec.model, spec.model_shape)
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
     calibration = spec.calibration.resolve(gpu.calibration)
-    return RooflineCost(shape, gpu, spec.tp, calibration, (spec.model, spec.gpu))
+    gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
+    return RooflineCost(
+        spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops
+    )
 
 
 def mfu_pct(flops: float, seconds: float, peak_flops_per_us: float | None) -> float | None:

@@ -7,7 +7,10 @@
   named model's), ``gpu`` (a name of :data:`~cpkv.serving.cost.gpus.GPUS`), ``gpu_spec``
   (datasheet numbers replacing the GPU's), ``tp`` (tensor-parallel degree: it must divide
   the model's heads), ``calibration`` (efficiencies, latencies, overhead; null keys take the
-  GPU's defaults);
+  GPU's defaults), ``quantization`` (null, or ``fp8``: one byte a weight, the GEMMs at the
+  GPU's FP8 tensor-core peak, as vLLM's and SGLang's ``--quantization fp8``) and
+  ``kv_cache_dtype`` (``auto``: the model's, or ``fp8``: one byte a KV element, as their
+  ``--kv-cache-dtype fp8``);
 * ``linear``: ``fixed_us``, ``prefill_token_us``, ``decode_request_us``,
   ``context_token_us``, ``kv_bytes_per_token``, ``l2_load_gb_per_s`` and ``fit_points`` (a
   JSONL of measured iterations to fit the coefficients to).
@@ -19,7 +22,7 @@ most :data:`MAX_KV_BYTES_PER_TOKEN`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from cpkv.core.errors import ConfigError
@@ -28,10 +31,21 @@ from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
-from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, resolve_gpu
-from cpkv.serving.cost.shapes import MAX_TP, ShapeOverrides, resolve_shape, shape_problem
+from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, fp8_gpus, resolve_gpu
+from cpkv.serving.cost.shapes import (
+    MAX_TP,
+    ModelShape,
+    ShapeOverrides,
+    resolve_shape,
+    shape_problem,
+)
 
-ROOFLINE_KEYS = ("model", "model_shape", "gpu", "gpu_spec", "tp", "calibration")
+ROOFLINE_KEYS = (
+    "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
+    "kv_cache_dtype",
+)  # fmt: skip
+QUANTIZATIONS = ("fp8",)
+KV_CACHE_DTYPES = ("auto", "fp8")
 LINEAR_KEYS = (
     "fixed_us", "prefill_token_us", "decode_request_us", "context_token_us",
     "kv_bytes_per_token", "l2_load_gb_per_s", "fit_points",
@@ -51,6 +65,8 @@ class CostSpec:
     gpu_spec: GpuOverrides = GpuOverrides()
     tp: Annotated[int, Range(1, MAX_TP, why="it divides the heads, at most 1024")] = 1
     calibration: CalibrationSpec = CalibrationSpec()
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     fixed_us: Microseconds = 5000.0
     prefill_token_us: Microseconds = 30.0
     decode_request_us: Microseconds = 30.0
@@ -74,13 +90,46 @@ class CostSpec:
             reads=ROOFLINE_KEYS if roofline else LINEAR_KEYS,
         )  # fmt: skip
         if roofline:
-            shape = resolve_shape(self.model, self.model_shape)
-            resolve_gpu(self.gpu, self.gpu_spec)
+            shape = self.shape()
+            gpu = resolve_gpu(self.gpu, self.gpu_spec)
+            if self.quantization is not None and gpu.fp8_tflops is None:
+                raise FieldError(
+                    "quantization",
+                    f"fp8 needs FP8 tensor cores, and {self.gpu} has none; allowed: a GPU with "
+                    f"them ({', '.join(fp8_gpus())}) or gpu_spec.fp8_tflops, or quantization null",
+                )
             problem = shape_problem(shape, self.tp)
             if problem is not None:
                 field, why = problem
                 key = field if field == "tp" else f"model_shape.{field}"
                 raise FieldError(key, why + ("" if field == "tp" else self._shape_origin(field)))
+
+    def shape(self) -> ModelShape:
+        """The model's shape, ``model_shape`` applied, then the bytes of ``quantization`` and
+        ``kv_cache_dtype``; FieldError when ``model_shape`` gives other bytes."""
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise FieldError(
+                "quantization",
+                f"unknown {self.quantization!r}; allowed: null, {', '.join(QUANTIZATIONS)}",
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise FieldError(
+                "kv_cache_dtype",
+                f"unknown {self.kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}",
+            )
+        shape = resolve_shape(self.model, self.model_shape)
+        one_byte = {}
+        if self.quantization == "fp8":
+            one_byte["param_bytes"] = "quantization: fp8"
+        if self.kv_cache_dtype == "fp8":
+            one_byte["kv_bytes"] = "kv_cache_dtype: fp8"
+        for field, why in one_byte.items():
+            given = getattr(self.model_shape, field)
+            if given not in (None, 1):
+                raise FieldError(
+                    f"model_shape.{field}", f"{given} bytes, and {why} stores 1; give one of them"
+                )
+        return replace(shape, **dict.fromkeys(one_byte, 1)) if one_byte else shape
 
     def _shape_origin(self, field: str) -> str:
         """Where a shape's field came from, when not from model_shape itself."""
