@@ -180,7 +180,7 @@ def test_fit_cost_command_prints_a_config_block(cli, tmp_path) -> None:
         ),
         ("admit.cost.tp=3", "admit.cost.tp: must divide the model's 32 attention heads, got 3"),
         ("admit.cost.model=llama-9b", "admit.cost.model: unknown model 'llama-9b'"),
-        ("admit.cost.gpu=b200", "admit.cost.gpu: unknown GPU 'b200'"),
+        ("admit.cost.gpu=rtx-9090", "admit.cost.gpu: unknown GPU 'rtx-9090'"),
         ("admit.cost.kind=quadratic", "admit.cost.kind: unknown cost model kind 'quadratic'"),
         (
             "admit.cost.kind=linear admit.cost.tp=2",
