@@ -222,12 +222,11 @@ def write_result(path: Path, plan: SearchPlan, results: Sequence[SearchResult], 
 
 
 def read_result(path: Path) -> dict[str, Any] | None:
-    """capacity.json, or None when it is missing or unreadable."""
+    """capacity.json (:func:`load_result`), or None when it is missing or damaged."""
     try:
-        doc = json.loads((Path(path) / RESULT_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return load_result(path)
+    except InputError:
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("searches"), list) else None
 
 
 RESULT_NUMBERS = ("target_attainment_pct", "tolerance")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from cpkv import __version__
+from cpkv import MIRRORS, NOT_MIRRORED, __version__
 from cpkv.cli import admit as admit_cli
 from cpkv.cli import alloc, trace
 from cpkv.cli import capacity as capacity_cli
@@ -42,8 +42,6 @@ app.command("plot")(runs_cli.plot)
 
 def _version(value: bool) -> None:
     if value:
-        from cpkv import MIRRORS, NOT_MIRRORED
-
         typer.echo(f"cpkv {__version__}")
         for engine, version, what in MIRRORS:
             typer.echo(f"  mirrors {engine} {version}: {what}")
@@ -99,8 +97,6 @@ def _epilog() -> str:
     rows = command_index(app)
     width = max(len(name) for name, _ in rows)
     lines = [f"  cpkv {name.ljust(width)}  {desc}" for name, desc in rows]
-    from cpkv import MIRRORS, NOT_MIRRORED
-
     engines = [f"  {engine} {version}: {what}" for engine, version, what in MIRRORS]
     engines.append(f"  {NOT_MIRRORED}")
     step_width = max(len(command) for command, _ in FIRST_STEPS)

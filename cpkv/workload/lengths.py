@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from cpkv.core.errors import InputError
-from cpkv.core.files.jsonl import read_text, require_file
+from cpkv.core.files.jsonl import parse_object, read_text, require_file
 from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY
 
 
@@ -68,15 +67,9 @@ def _csv_rows(path: Path, text: str):
 
 def _jsonl_rows(path: Path, text: str):
     for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        yield lineno, row, tuple(row)
+        if line.strip():
+            row = parse_object(line, f"{path}:{lineno}")
+            yield lineno, row, tuple(row)
 
 
 def read_lengths(spec: LengthsFile) -> tuple[tuple[int, int], ...]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated
 
 from cpkv.core.errors import ConfigError
-from cpkv.core.schema import FieldError, Range
+from cpkv.core.schema import FieldError, Range, choices
 from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
@@ -90,9 +90,12 @@ class CostSpec:
             reads=ROOFLINE_KEYS if roofline else LINEAR_KEYS,
         )  # fmt: skip
         if roofline:
+            if self.quantization is not None:
+                choices("quantization", (self.quantization,), ("null", *QUANTIZATIONS))
+            choices("kv_cache_dtype", (self.kv_cache_dtype,), KV_CACHE_DTYPES)
             shape = self.shape()
             gpu = resolve_gpu(self.gpu, self.gpu_spec)
-            if self.quantization is not None and gpu.fp8_tflops is None:
+            if self.quantization == "fp8" and gpu.fp8_tflops is None:
                 raise FieldError(
                     "quantization",
                     f"fp8 needs FP8 tensor cores, and {self.gpu} has none; allowed: a GPU with "
@@ -107,16 +110,6 @@ class CostSpec:
     def shape(self) -> ModelShape:
         """The model's shape, ``model_shape`` applied, then the bytes of ``quantization`` and
         ``kv_cache_dtype``; FieldError when ``model_shape`` gives other bytes."""
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise FieldError(
-                "quantization",
-                f"unknown {self.quantization!r}; allowed: null, {', '.join(QUANTIZATIONS)}",
-            )
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise FieldError(
-                "kv_cache_dtype",
-                f"unknown {self.kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}",
-            )
         shape = resolve_shape(self.model, self.model_shape)
         one_byte = {}
         if self.quantization == "fp8":
