@@ -20,7 +20,7 @@ from cpkv.policies.iteration import IterationBudget
 from cpkv.policies.profiled import ProfiledSpec
 from cpkv.serving.cluster.schema import ClusterSpec
 from cpkv.serving.cost.spec import CostSpec
-from cpkv.serving.schema import ArrivalsSpec, ServingSpec, SloSpec
+from cpkv.serving.schema import ENGINES, ArrivalsSpec, ServingSpec, SloSpec, VllmSpec
 from cpkv.workload.sources import WorkloadSpec
 
 MODES = ("passes", "serving")
@@ -39,6 +39,7 @@ class _RunChoices:
     policy: str = "prefill_adder"
     mode: str = "passes"
     workload: WorkloadSpec = WorkloadSpec()
+    engine: str = "sglang"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     cluster: ClusterSpec = ClusterSpec()  # mode serving: instances behind a router
     deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
     profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
+    vllm: VllmSpec = VllmSpec()  # mode serving, engine vllm: vLLM's scheduler knobs
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -68,6 +70,9 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
+        choices("engine", (self.engine,), ENGINES)
+        if self.engine == "vllm":
+            self._validate_vllm()
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
@@ -118,6 +123,36 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             positive("iteration.budget_tokens", self.iteration.budget_tokens)
             positive("iteration.chunk_tokens", self.iteration.chunk_tokens)
         self._validate_graph_buckets()
+
+    def _validate_vllm(self) -> None:
+        """The vLLM engine runs its own scheduler: SGLang's keys that it would not read are
+        refused, not ignored."""
+        if self.mode != "serving":
+            raise FieldError("engine", "vllm runs in admit.mode serving; allowed here: sglang")
+        default = type(self)()
+        for key, why in (
+            ("policy", "the vLLM engine's policy is admit.vllm.policy (fcfs or priority)"),
+            ("schedule_policy", "vLLM orders its queue by admit.vllm.policy"),
+            ("enable_priority_scheduling", "vLLM's priority scheduling is admit.vllm.policy"),
+            ("max_running_requests", "vLLM's is admit.vllm.max_num_seqs"),
+        ):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(key, f"{getattr(self, key)!r} is SGLang's; {why}")
+        if self.cp != default.cp:
+            raise FieldError(
+                "cp",
+                "the CP shared-KV limits are SGLang's PrefillAdder's and are not read with "
+                "engine vllm; leave admit.cp out",
+            )
+        if self.cluster.instances > 1:
+            raise FieldError(
+                "cluster.instances", "engine vllm serves one instance for now; allowed: 1"
+            )
+        if self.serving != ServingSpec(timeline_points=self.serving.timeline_points):
+            raise FieldError(
+                "serving",
+                "admit.serving's options are the SGLang engine's; with engine vllm only serving.timeline_points is read",
+            )
 
     def _validate_graph_buckets(self) -> None:
         """No CUDA-graph bucket larger than the most requests that can run at once: SGLang

@@ -58,6 +58,12 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     if block.cost.fit_points is not None:
         fit = fit_cost(read_points(block.cost.fit_points), cost, block.cost.fit_points)
         cost = fit.model
+    if block.engine == "vllm":
+        from cpkv.serving.engine.vllm_engine import check_no_fixed_hits, vllm_settings_from
+
+        check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
+        vllm = vllm_settings_from(block, cost, workload)
+        return lambda ctx: _execute_vllm(ctx, block, vllm, workload, cfg.seed, fit)
     cancellations = any(r.cancel_ms is not None for r in workload.requests)
     settings = settings_from(block, cost, cfg.seed, cancellations)
 
@@ -109,6 +115,41 @@ def _execute_one(
     return _output(
         block, settings, fit, count, lines, row, timeline, time,
         _summary(block, settings, res, summary, fit), res.counters, policy,
+    )  # fmt: skip
+
+
+def _execute_vllm(
+    ctx: RunContext, block: Any, settings: Any, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """One instance under vLLM's scheduler (:mod:`cpkv.serving.engine.vllm_engine`)."""
+    from cpkv.serving.engine.vllm_engine import VllmEngine
+
+    count = workload.size
+    ctx.report(0, 1, f"serving {count} requests, engine vllm (policy {block.vllm.policy})")
+    cap, points = settings.capacity_blocks, block.serving.timeline_points
+    lines = ctx.stream("requests.jsonl")
+    stats = RequestStats(block.slo, lines.write)
+    samples = IterationLog(
+        cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
+    )
+    engine = VllmEngine(
+        settings, sink=stats, samples=samples, arrivals=workload.arriving(block.arrivals, seed)
+    )
+    try:
+        with few_collections():
+            res = engine.run()
+        check_end(res.end_us, count)
+        stats.close()
+        integrals, timeline, time = log_report(samples, res.end_us, cap, points)
+    finally:
+        samples.discard()
+    ctx.report(1, 1, "done")
+    summary = stats.summary()
+    check_conserved(count, summary.requests)
+    row = row_of(summary, integrals, res.end_us, cap)
+    return _output(
+        block, settings, fit, count, lines, row, timeline, time,
+        _summary(block, settings, res, summary, fit), res.counters, None,
     )  # fmt: skip
 
 
@@ -210,7 +251,8 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
     c = res.counters
     out = {
         "mode": "serving",
-        "policy": block.policy,
+        "engine": block.engine,
+        "policy": block.vllm.policy if block.engine == "vllm" else block.policy,
         "workload": block.workload.source,
         "arrivals": to_dict(block.arrivals),
         "kv_block_size": s.block_size,
@@ -228,11 +270,18 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
         "cost_model": s.cost.describe(),
         "slo": to_dict(block.slo),
     }
-    if block.policy == "prefill_adder":
+    if block.engine == "vllm":
+        out["vllm"] = {**to_dict(block.vllm), **_derived_vllm(s.config)}
+    elif block.policy == "prefill_adder":
         out["final_new_token_ratio"] = c["final_new_token_ratio"]
     if fit is not None:
         out["cost_fit"] = fit.describe()
     return out
+
+
+def _derived_vllm(config: Any) -> dict[str, int]:
+    """The vLLM knobs the run derived (``num_gpu_blocks``, ``max_model_len``)."""
+    return {"num_gpu_blocks": config.num_gpu_blocks, "max_model_len": config.max_model_len}
 
 
 SNAPSHOT_KEYS = (
@@ -251,26 +300,8 @@ def _snapshot_keys_set(block: Any) -> list[str]:
     return [k for k in SNAPSHOT_KEYS if getattr(block, k) != getattr(default, k)]
 
 
-def _notes(block: Any, s: EngineSettings, fit: Any, time: dict[str, Any]) -> list[str]:
-    mapping = {
-        "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
-        "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
-        "optimistic": f"admit on prompt blocks ({s.scan}), preempt on growth; prefill by admit.iteration's token budget",
-        "iteration": "admit FCFS when admit.iteration's token budget can start the prompt; preempt on growth",
-        "profiled": "admit when prompt + a quantile of the finished output lengths fits beside the outstanding reservations (admit.profiled); prefill by admit.iteration's token budget",
-    }
-    notes = [
-        f"serving simulation, policy {block.policy}: {mapping[block.policy]}",
-        f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
-        f"growth preempts by victim order {s.victim}, victims "
-        + {
-            "requeue": "re-queue (recompute)",
-            "swap": "re-queue (KV swapped to host and back)",
-            "abort": "are aborted",
-        }[s.on_preempt],
-    ]
-    if block.policy == "prefill_adder" and s.adder.cp_on:
-        notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")
+def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
+    notes = _vllm_notes(s) if block.engine == "vllm" else _sglang_notes(block, s)
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
     if s.cost.kind == "roofline":
@@ -293,3 +324,43 @@ def _notes(block: Any, s: EngineSettings, fit: Any, time: dict[str, Any]) -> lis
         "requests.jsonl: one line per request; timeline.jsonl: KV utilisation and where the time went over time"
     )
     return notes
+
+
+def _sglang_notes(block: Any, s: EngineSettings) -> list[str]:
+    mapping = {
+        "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
+        "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
+        "optimistic": f"admit on prompt blocks ({s.scan}), preempt on growth; prefill by admit.iteration's token budget",
+        "iteration": "admit FCFS when admit.iteration's token budget can start the prompt; preempt on growth",
+        "profiled": "admit when prompt + a quantile of the finished output lengths fits beside the outstanding reservations (admit.profiled); prefill by admit.iteration's token budget",
+    }
+    notes = [
+        f"serving simulation, policy {block.policy}: {mapping[block.policy]}",
+        f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
+        f"growth preempts by victim order {s.victim}, victims "
+        + {
+            "requeue": "re-queue (recompute)",
+            "swap": "re-queue (KV swapped to host and back)",
+            "abort": "are aborted",
+        }[s.on_preempt],
+    ]
+    if block.policy == "prefill_adder" and s.adder.cp_on:
+        notes.append("CP shared-KV limits apply to each iteration's prefill batch (admit.cp)")
+    return notes
+
+
+def _vllm_notes(s: Any) -> list[str]:
+    from cpkv.vllm import VLLM_VERSION
+
+    c = s.config
+    return [
+        f"serving simulation, engine vllm: vLLM {VLLM_VERSION}'s V1 scheduler step by step "
+        f"(policy {c.policy}, max_num_batched_tokens {c.max_num_batched_tokens}, max_num_seqs "
+        f"{c.max_num_seqs}, long_prefill_token_threshold {c.long_prefill_token_threshold}, "
+        f"scheduler_reserve_full_isl {c.scheduler_reserve_full_isl}); admit.policy and "
+        "SGLang's budgets are not read",
+        f"KV pool {c.num_gpu_blocks} blocks x {c.block_size} tokens (admit.vllm; block 0 is "
+        f"vLLM's null block), max_model_len {c.max_model_len}; prefix caching "
+        + ("on, in the pool (LRU eviction)" if c.enable_prefix_caching else "off")
+        + "; admit.workload.cache is not read; a preempted request recomputes",
+    ]

@@ -139,3 +139,48 @@ class ServingSpec:
             "cuda_graph_buckets",
             f"must be positive batch sizes in increasing order, got {list(buckets)}",
         )
+
+
+ENGINES = ("sglang", "vllm")
+"""``admit.engine``: whose scheduler a serving run models (SGLang's is the default)."""
+VllmTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
+
+
+@dataclass(frozen=True)
+class VllmSpec:
+    """``admit.vllm``: the knobs of vLLM 0.32.0's V1 scheduler and KV cache (``admit.engine:
+        vllm``), under vLLM's names and with the defaults of its ``SchedulerConfig`` and
+        ``CacheConfig`` (``vllm serve`` raises ``max_num_batched_tokens`` and ``max_num_seqs``
+        on large GPUs: give the values your server logs).
+
+        ``num_gpu_blocks`` (vLLM derives it from the GPU memory left after the weights): null
+        takes ``admit.kv``'s tokens (``capacity_blocks * block_size``) in blocks of
+        ``block_size``, plus vLLM's null block. ``max_model_len`` (vLLM reads it from the model):
+        null takes the longest prompt + output of the workload, rounded up to a block (a drawn
+    ``synthetic`` workload: the whole pool); a request reaching it stops there; a prompt
+        that reaches it is rejected, as vLLM's front end rejects it. vLLM refuses to start when
+        one request of ``max_model_len`` tokens cannot fit the pool; so does cpkv.
+    """
+
+    max_num_batched_tokens: VllmTokens = 2048
+    max_num_seqs: VllmTokens = 128
+    long_prefill_token_threshold: Annotated[int, Range(0, MAX_TOKENS, why=TOKENS_WHY)] = 0
+    enable_prefix_caching: bool = True
+    scheduler_reserve_full_isl: bool = True
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    block_size: VllmTokens = 16
+    num_gpu_blocks: VllmTokens | None = None
+    max_model_len: VllmTokens | None = None
+
+    def validate(self) -> None:
+        require(
+            self.max_num_batched_tokens >= self.max_num_seqs,
+            "max_num_batched_tokens",
+            f"must be >= max_num_seqs ({self.max_num_seqs}), as vLLM requires; got "
+            f"{self.max_num_batched_tokens}",
+        )
+        require(
+            self.num_gpu_blocks is None or self.num_gpu_blocks >= 2,
+            "num_gpu_blocks",
+            f"must be >= 2 (block 0 is vLLM's null block), got {self.num_gpu_blocks}",
+        )

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 
 
 class Block:
@@ -48,6 +49,21 @@ class BlockKeys:
         while i < num_full_blocks:
             chunk = tuple(tokens[i * block_size : (i + 1) * block_size])
             parent = ids.setdefault((parent, chunk), len(ids))
+            keys.append(parent)
+            i += 1
+
+    @staticmethod
+    def extend_content(
+        keys: list[int], content: Callable[[int], Hashable], num_full_blocks: int
+    ) -> None:
+        """Append to ``keys`` the keys of blocks named by ``content(i)`` up to
+        ``num_full_blocks``: the hash of (parent key, content), so that memory stays with the
+        live requests over a long run (a 64-bit hash: two different prefixes share a key with
+        a probability of about 2**-64 per pair)."""
+        i = len(keys)
+        parent = keys[-1] if keys else -1
+        while i < num_full_blocks:
+            parent = hash((parent, content(i)))
             keys.append(parent)
             i += 1
 

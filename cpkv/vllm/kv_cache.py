@@ -45,7 +45,10 @@ class KVCacheManager:
         """The request's block-key chain, extended to at least ``num_full_blocks`` blocks."""
         keys = request.block_keys
         if len(keys) < num_full_blocks:
-            self.keys.extend(keys, request.tokens, num_full_blocks, self.block_size)
+            if request.content is None:
+                self.keys.extend(keys, request.tokens, num_full_blocks, self.block_size)
+            else:
+                self.keys.extend_content(keys, request.content, num_full_blocks)
         return keys
 
     def computed_blocks(self, request: Request) -> tuple[list[Block], int]:

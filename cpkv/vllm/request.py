@@ -3,7 +3,10 @@
 ``num_tokens`` counts the prompt and the generated tokens; ``num_computed_tokens`` advances
 when a step is scheduled and drops to 0 on preemption. ``block_keys`` are the prefix-cache keys
 of the request's full blocks, one per block, extended as tokens arrive (vLLM hashes them in
-``Request``; here a ``BlockKeys`` chain interns them to integers). ``blocks`` and
+``Request``; here a ``BlockKeys`` chain interns them to integers). ``content``, when
+given, names the content of each block instead of ``tokens`` (``content(i)``: a hashable that
+is equal for two blocks exactly when their tokens are; a serving run's requests carry no token
+ids). ``discarded_tokens`` counts the computed tokens preemptions threw away. ``blocks`` and
 ``num_cached_blocks`` are the KV cache manager's per-request state (vLLM keeps them in the
 manager, by request id): the blocks held, and how many leading ones are cached (None until the
 first allocation with prefix caching on).
@@ -11,6 +14,7 @@ first allocation with prefix caching on).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,6 +53,8 @@ class Request:
         "blocks",
         "num_cached_blocks",
         "decode_base",
+        "content",
+        "discarded_tokens",
     )
 
     def __init__(
@@ -79,6 +85,28 @@ class Request:
         self.blocks: list[Block] = []
         self.num_cached_blocks: int | None = None
         self.decode_base = decode_token(index, 0)
+        self.content: Callable[[int], Hashable] | None = None
+        self.discarded_tokens = 0
+
+    @classmethod
+    def sized(
+        cls,
+        request_id: str,
+        index: int,
+        num_prompt_tokens: int,
+        max_tokens: int,
+        content: Callable[[int], Hashable],
+        priority: int = 0,
+        arrival_time: float = 0.0,
+    ) -> Request:
+        """A request known by its prompt length and its blocks' ``content`` (no token ids)."""
+        request = cls(request_id, index, [0], max_tokens, priority, arrival_time)
+        if num_prompt_tokens < 1:
+            raise ValueError(f"request {request_id}: empty prompt")
+        request.tokens = []
+        request.num_prompt_tokens = request.num_tokens = num_prompt_tokens
+        request.content = content
+        return request
 
     @property
     def num_output_tokens(self) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import Request
-from cpkv.vllm.scheduler import Scheduler, StepPlan
+from cpkv.vllm.scheduler import Scheduler, admission_stop
 
 VLLM_VERSION = "0.32.0"
 
@@ -94,20 +94,6 @@ def scenario_config(scenario: dict) -> dict[str, Any]:
 
 def _entries(entries: list[tuple[str, int, int]]) -> list[dict]:
     return [{"id": i, "n": n, "computed": c} for i, n, c in entries]
-
-
-def _waiting_stop(sched: Scheduler, plan: StepPlan, num_waiting: int, left: int) -> str:
-    if plan.preempted:
-        return "preempted_this_step"
-    if num_waiting == 0:
-        return "queue_empty"
-    if plan.last_waiting_fit is False:
-        return "kv_blocks"
-    if left <= 0:
-        return "token_budget"
-    if len(sched.running) >= sched.config.max_active_requests:
-        return "max_num_seqs"
-    return "other"
 
 
 def run_scenario(scenario: dict) -> dict:
@@ -180,7 +166,7 @@ def run_scenario(scenario: dict) -> dict:
                 "preempted": plan.preempted,
                 "total_tokens": plan.total_tokens,
                 "token_budget_left": left,
-                "waiting_stop": _waiting_stop(sched, plan, len(waiting_ids), left),
+                "waiting_stop": admission_stop(sched, plan),
                 "alloc_fail": [
                     {"id": i, "phase": p, "n": n, "ok": False} for i, p, n in plan.failed
                 ],

@@ -106,6 +106,7 @@ class Scheduler:
         return bool(self.running) or len(self.waiting) > 0 or bool(self.finished_ids)
 
     def _preempt(self, request: Request) -> None:
+        request.discarded_tokens += request.num_computed_tokens
         self.kv.free(request)
         request.status = PREEMPTED
         request.num_computed_tokens = 0
@@ -254,6 +255,23 @@ class Scheduler:
         self.finished_ids.add(request.request_id)
         self.kv.free(request)
         del self.requests[request.request_id]
+
+
+def admission_stop(sched: Scheduler, plan: StepPlan) -> str:
+    """What ended the step's admission of waiting requests, checked in this order:
+    ``preempted_this_step`` (admission is skipped), ``queue_empty``, ``kv_blocks`` (the last
+    admission's slots did not fit), ``token_budget``, ``max_num_seqs``, ``other``."""
+    if plan.preempted:
+        return "preempted_this_step"
+    if len(sched.waiting) == 0:
+        return "queue_empty"
+    if plan.last_waiting_fit is False:
+        return "kv_blocks"
+    if plan.total_tokens >= sched.config.max_num_batched_tokens:
+        return "token_budget"
+    if len(sched.running) >= sched.config.max_active_requests:
+        return "max_num_seqs"
+    return "other"
 
 
 def _victim_key(request: Request) -> tuple[int, float]:

@@ -35,6 +35,7 @@ REASONS: list[str | None] = [
     "waiting",
     "prefilling",
     "running",
+    "exceeds_max_model_len",
 ]
 """Reasons: a rejection's; where a timed-out or cancelled request was."""
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json's own, in C
