@@ -11,8 +11,12 @@ or *modelled* (an assumption, said so):
   ``C + M``, between them the roofline's corner rounded, as measured GEMMs show it);
 * measured, the other per-layer kernels (two RMSNorms, rotary embedding, activation, residual
   add): ``elementwise_bw_eff`` and ``elementwise_latency_us``;
-* measured, tensor-parallel all-reduce: ``allreduce_bw_eff`` (achieved bus bandwidth / NVLink
-  bandwidth) and ``allreduce_latency_us``;
+* measured, tensor-parallel all-reduce (:mod:`cpkv.serving.cost.allreduce`):
+  ``allreduce_latency_us`` (the fixed time of one all-reduce), ``allreduce_small_bw_eff``
+  (achieved bus bandwidth / NVLink bandwidth of the low-latency regime, for the bytes up to
+  ``allreduce_switch_bytes``) and ``allreduce_bw_eff`` (the same for the bytes above it; with
+  ``allreduce_switch_bytes: 0``, one latency and one bandwidth); a GPU's defaults hold them
+  per measured worker count (:meth:`~cpkv.serving.cost.gpus.Gpu.calibration_for`);
 * modelled: ``attention_flops_eff`` (prefill attention's achieved / peak FLOP/s),
   ``attention_bw_eff`` (attention's achieved / peak HBM bandwidth reading the KV cache),
   ``load_bw_eff`` (L2 -> L1 load-back's achieved / peak host-to-device bandwidth) and
@@ -21,7 +25,8 @@ or *modelled* (an assumption, said so):
 ``admit.cost.calibration`` keys are null by default: null takes the GPU's default
 (:mod:`cpkv.serving.cost.gpus`). Efficiencies are in [:data:`MIN_EFFICIENCY`, 1] (achieved
 over peak: never above the datasheet), latencies in [0, :data:`MAX_LATENCY_US`], the tile in [1,
-:data:`MAX_TILE_TOKENS`], the corner in [0, 1].
+:data:`MAX_TILE_TOKENS`], the corner in [0, 1], the all-reduce's switch in [0,
+:data:`MAX_SWITCH_BYTES`] bytes.
 """
 
 from __future__ import annotations
@@ -48,10 +53,15 @@ TileTokens = Annotated[
     int, Range(1, MAX_TILE_TOKENS, why="16x the largest tensor-core tile of any GEMM, 256")
 ]
 Corner = Annotated[float, Range(0, 1, why="0: max(C, M), 1: C + M")]
+MAX_SWITCH_BYTES = 2**40
+SwitchBytes = Annotated[
+    int, Range(0, MAX_SWITCH_BYTES, why="1 TiB: 16,000x the largest all-reduce measured, 64 MiB")
+]
 
 MEASURED = (
     "gemm_flops_eff", "gemm_bw_eff", "gemm_latency_us", "gemm_tile_tokens", "gemm_corner",
     "elementwise_bw_eff", "elementwise_latency_us", "allreduce_bw_eff", "allreduce_latency_us",
+    "allreduce_small_bw_eff", "allreduce_switch_bytes",
 )  # fmt: skip
 """The calibration keys fitted to GPU measurements; the others are modelled."""
 
@@ -69,6 +79,8 @@ class Calibration:
     elementwise_latency_us: float
     allreduce_bw_eff: float
     allreduce_latency_us: float
+    allreduce_small_bw_eff: float
+    allreduce_switch_bytes: int
     attention_flops_eff: float
     attention_bw_eff: float
     load_bw_eff: float
@@ -88,6 +100,8 @@ class CalibrationSpec:
     elementwise_latency_us: LatencyUs | None = None
     allreduce_bw_eff: Efficiency | None = None
     allreduce_latency_us: LatencyUs | None = None
+    allreduce_small_bw_eff: Efficiency | None = None
+    allreduce_switch_bytes: SwitchBytes | None = None
     attention_flops_eff: Efficiency | None = None
     attention_bw_eff: Efficiency | None = None
     load_bw_eff: Efficiency | None = None

@@ -38,7 +38,12 @@ times and more the fastest made (a GPU outside them is a typo, and its times wou
 the clock's range). Each GPU carries the default calibration
 (:mod:`cpkv.serving.cost.calibration`): its measured keys fitted jointly to every Vidur
 profile of that GPU (all models, all TP degrees) by ``cpkv fit-cost --profile
-../shared/data/gpu_profiles --table``, which prints these numbers under "GPU defaults".
+../shared/data/gpu_profiles --table``, which prints these numbers under "GPU defaults". The
+all-reduce keys are fitted to the DGX network table of the GPU
+(``../shared/data/gpu_profiles/network_<gpu>_dgx/all_reduce.csv``) once per worker count
+(``allreduce_by_workers``: 2, 4 and 8 GPUs, the defaults at those TP degrees,
+:meth:`Gpu.calibration_for`) and once over all of them (the calibration's, for other TP
+degrees); a GPU that borrows a calibration borrows those too.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from typing import Annotated, Any
 from cpkv.core.errors import ConfigError
 from cpkv.core.registry import Registry
 from cpkv.core.schema import FieldError, Range
+from cpkv.serving.cost.allreduce import AllReduceRegimes, with_regimes
 from cpkv.serving.cost.calibration import Calibration
 
 PEAK_TFLOPS = Range(
@@ -86,6 +92,15 @@ class Gpu:
     calibration: Calibration
     profile_prefix: str = ""  # how Vidur's profile folders name it (a100_..., h100_...)
     fp8_tflops: float | None = None  # dense FP8 tensor-core FLOP/s, in 1e12 (None: no FP8)
+    allreduce_by_workers: tuple[tuple[int, AllReduceRegimes], ...] = ()  # measured counts
+
+    def calibration_for(self, tp: int) -> Calibration:
+        """The default calibration at ``tp`` GPUs: the all-reduce keys fitted to that worker
+        count's measurements when there are some, else those fitted to all worker counts."""
+        for workers, regimes in self.allreduce_by_workers:
+            if workers == tp:
+                return with_regimes(self.calibration, regimes)
+        return self.calibration
 
 
 @dataclass(frozen=True)
@@ -135,11 +150,18 @@ GPUS.register(
             gemm_corner=0.67,
             elementwise_bw_eff=0.4918,
             elementwise_latency_us=1.961,
-            allreduce_bw_eff=0.5129,
-            allreduce_latency_us=33.592,
+            allreduce_bw_eff=0.5203,
+            allreduce_latency_us=15.534,
+            allreduce_small_bw_eff=0.0197,
+            allreduce_switch_bytes=76800,
             **_MODELLED,
         ),
         profile_prefix="a100",
+        allreduce_by_workers=(
+            (2, AllReduceRegimes(3.712, 0.001, 10240, 0.5431)),
+            (4, AllReduceRegimes(20.48, 0.293, 4786176, 0.6244)),
+            (8, AllReduceRegimes(32.506, 0.3925, 17922048, 0.7668)),
+        ),
     ),
     help="NVIDIA A100 80GB SXM: 312 TFLOP/s BF16, 2,039 GB/s HBM2e, PCIe Gen4, NVLink 3",
     aliases=("a100",),
@@ -159,12 +181,19 @@ GPUS.register(
             gemm_corner=0.5,
             elementwise_bw_eff=0.5765,
             elementwise_latency_us=2.054,
-            allreduce_bw_eff=0.7196,
-            allreduce_latency_us=22.592,
+            allreduce_bw_eff=0.7343,
+            allreduce_latency_us=6.058,
+            allreduce_small_bw_eff=0.007,
+            allreduce_switch_bytes=39936,
             **_MODELLED,
         ),
         profile_prefix="h100",
         fp8_tflops=1978.9,
+        allreduce_by_workers=(
+            (2, AllReduceRegimes(7.341, 0.0651, 475136, 0.6725)),
+            (4, AllReduceRegimes(35.641, 1.0, 15195136, 0.748)),
+            (8, AllReduceRegimes(26.636, 0.6684, 17922048, 0.9525)),
+        ),
     ),
     help="NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s HBM3, PCIe Gen5, NVLink 4",
     aliases=("h100",),
@@ -176,28 +205,56 @@ H100 = GPUS.get("h100-sxm")
 
 GPUS.register(
     "a100-40gb",
-    Gpu(312.0, 1555.0, 32.0, 300.0, A100.calibration),
+    Gpu(
+        312.0, 1555.0, 32.0, 300.0, A100.calibration, allreduce_by_workers=A100.allreduce_by_workers
+    ),
     help="NVIDIA A100 40GB SXM: 312 TFLOP/s BF16, 1,555 GB/s HBM2; the A100-80GB's calibration",
 )
 GPUS.register(
     "a40",
-    Gpu(149.7, 696.0, 32.0, 56.25, A100.calibration),
+    Gpu(
+        149.7, 696.0, 32.0, 56.25, A100.calibration, allreduce_by_workers=A100.allreduce_by_workers
+    ),
     help="NVIDIA A40 48GB: 149.7 TFLOP/s BF16, 696 GB/s GDDR6, NVLink bridge; the A100's calibration (not measured)",
 )
 GPUS.register(
     "l40s",
-    Gpu(362.05, 864.0, 32.0, 32.0, A100.calibration, fp8_tflops=733.0),
+    Gpu(
+        362.05,
+        864.0,
+        32.0,
+        32.0,
+        A100.calibration,
+        fp8_tflops=733.0,
+        allreduce_by_workers=A100.allreduce_by_workers,
+    ),
     help="NVIDIA L40S 48GB: 362 TFLOP/s BF16, 864 GB/s GDDR6, PCIe Gen4 only; the A100's calibration (not measured)",
 )
 GPUS.register(
     "h200",
-    Gpu(989.4, 4800.0, 64.0, 450.0, H100.calibration, fp8_tflops=1978.9),
+    Gpu(
+        989.4,
+        4800.0,
+        64.0,
+        450.0,
+        H100.calibration,
+        fp8_tflops=1978.9,
+        allreduce_by_workers=H100.allreduce_by_workers,
+    ),
     help="NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s HBM3e, NVLink 4; the H100's calibration",
     aliases=("h200-sxm",),
 )
 GPUS.register(
     "b200",
-    Gpu(2250.0, 8000.0, 64.0, 900.0, H100.calibration, fp8_tflops=4500.0),
+    Gpu(
+        2250.0,
+        8000.0,
+        64.0,
+        900.0,
+        H100.calibration,
+        fp8_tflops=4500.0,
+        allreduce_by_workers=H100.allreduce_by_workers,
+    ),
     help="NVIDIA B200 (HGX) 180GB: 2,250 TFLOP/s BF16, 8 TB/s HBM3e, NVLink 5; the H100's calibration (not measured)",
 )
 

@@ -23,8 +23,9 @@ bandwidth, ``layers`` the model's layers):
   same for decode (``F`` on ``decode_context_tokens`` pairs, ``R`` its KV): quadratic in a
   chunk's prefix and length for prefill, memory-bound for decode;
 * **communication** — with ``tp > 1``, per layer two all-reduces (after attention and after
-  the MLP) of ``T·hidden·2`` bytes: ``allreduce_latency_us + 2(tp-1)/tp · bytes /
-  (allreduce_bw_eff · NVLink bandwidth)`` each;
+  the MLP) of ``T·hidden·2`` bytes over NVLink, each a latency and two bandwidth regimes
+  (:func:`cpkv.serving.cost.allreduce.allreduce_us`: the low-latency one for the bytes up to
+  ``allreduce_switch_bytes``, the bandwidth one beyond);
 * **load** — ``loaded_tokens`` x this GPU's share of KV bytes per token /
   (``load_bw_eff`` x host-to-device bandwidth): each GPU copies its own heads, in parallel;
 * **overhead** — ``overhead_us``.
@@ -48,6 +49,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from cpkv.core.schema import to_dict
+from cpkv.serving.cost.allreduce import allreduce_us, regimes_of
 from cpkv.serving.cost.calibration import Calibration
 from cpkv.serving.cost.gpus import Gpu
 from cpkv.serving.cost.shapes import ModelShape
@@ -128,7 +130,7 @@ class RooflineCost:
         "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
         "gemm_tflops",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
-        "_ar_fixed", "_ar_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
+        "_allreduce", "_allreduce_bytes_per_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
         "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
         "_dense_memo", "_dense_known", "_stretch_constants", "_stretch_rates",
     )  # fmt: skip
@@ -142,7 +144,7 @@ class RooflineCost:
         names: tuple[str | None, str | None] = (None, None),
         gemm_tflops: float | None = None,
     ) -> None:
-        cal = calibration if calibration is not None else gpu.calibration
+        cal = calibration if calibration is not None else gpu.calibration_for(tp)
         self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
         flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
         bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
@@ -171,12 +173,8 @@ class RooflineCost:
         self._elem_token = elementwise_bytes_per_token(shape, tp) / (
             cal.elementwise_bw_eff * bytes_us
         )
-        if tp > 1:
-            self._ar_fixed = cal.allreduce_latency_us
-            link_us = cal.allreduce_bw_eff * gpu.nvlink_gb_per_s * 1e3
-            self._ar_token = 2.0 * (tp - 1) / tp * shape.hidden * ACTIVATION_BYTES / link_us
-        else:
-            self._ar_fixed = self._ar_token = 0.0
+        self._allreduce = regimes_of(cal)
+        self._allreduce_bytes_per_token = shape.hidden * ACTIVATION_BYTES
         heads, kv_heads = shape.heads // tp, -(-shape.kv_heads // tp)
         kv_layer_bytes = 2 * kv_heads * shape.head_dim * shape.kv_bytes  # one token, one layer
         self._attn_pair_us = 4.0 * shape.head_dim * heads / (cal.attention_flops_eff * flops_us)
@@ -236,8 +234,14 @@ class RooflineCost:
             gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
             elementwise = layers * (self._elem_fixed + self._elem_token * tokens)
             comm = 0.0
-            if self._ar_fixed or self._ar_token:
-                comm = layers * ALL_REDUCES_PER_LAYER * (self._ar_fixed + self._ar_token * tokens)
+            if self.tp > 1:
+                one = allreduce_us(
+                    tokens * self._allreduce_bytes_per_token,
+                    self.tp,
+                    self.gpu.nvlink_gb_per_s,
+                    self._allreduce,
+                )
+                comm = layers * ALL_REDUCES_PER_LAYER * one
             parts = (gemm, elementwise, comm)
         else:
             parts = (0.0, 0.0, 0.0)
@@ -347,7 +351,7 @@ class RooflineCost:
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
         gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
-        if not (self._ar_fixed or self._ar_token):
+        if self.tp <= 1:
             comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
         time_us, attention, load = self._parts(
             (gemm, elementwise, comm), decode_context_tokens, prefill_context_tokens,
@@ -469,7 +473,7 @@ class RooflineCost:
             "gpu_spec": {
                 k: v
                 for k, v in to_dict(self.gpu).items()
-                if k not in ("calibration", "profile_prefix", "fp8_tflops")
+                if k not in ("calibration", "profile_prefix", "fp8_tflops", "allreduce_by_workers")
             },
             "calibration": to_dict(self.calibration),
             "kv_bytes_per_token": self.kv_bytes_per_token,
@@ -482,7 +486,7 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     from cpkv.serving.cost.gpus import resolve_gpu
 
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
-    calibration = spec.calibration.resolve(gpu.calibration)
+    calibration = spec.calibration.resolve(gpu.calibration_for(spec.tp))
     gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
     return RooflineCost(
         spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops

@@ -80,6 +80,7 @@ def test_gpu_defaults_are_the_joint_fit(gpu) -> None:
     shipped = GPUS.get(gpu).calibration
     for key in MEASURED:
         assert getattr(defaults.calibration, key) == getattr(shipped, key), key
+    assert defaults.allreduce_by_workers == GPUS.get(gpu).allreduce_by_workers
     assert defaults.tables == 8
 
 

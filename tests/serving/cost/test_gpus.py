@@ -46,7 +46,7 @@ def test_the_l40s_all_reduce_runs_over_pcie() -> None:
     comm = 4  # breakdown: (time, gemm, elementwise, attention, communication, ...)
     slow = RooflineCost(LLAMA_8B, l40s, 2).breakdown(4096, 0, 0, 0, 0, 0)[comm]
     fast = RooflineCost(LLAMA_8B, a100, 2).breakdown(4096, 0, 0, 0, 0, 0)[comm]
-    fixed = LLAMA_8B.layers * 2 * a100.calibration.allreduce_latency_us  # two per layer
+    fixed = LLAMA_8B.layers * 2 * a100.calibration_for(2).allreduce_latency_us  # two per layer
     # the bandwidth term scales with the link: 300 GB/s of NVLink 3 against 32 of PCIe
     assert (slow - fixed) / (fast - fixed) == pytest.approx(300.0 / 32.0, rel=1e-9)
 

@@ -5,7 +5,8 @@ linear-layer (GEMM) time of one layer predicted by the roofline model against th
 over the table's token counts — the median and worst relative error with the GPU's default
 calibration (un-fitted to this table) and after fitting to it — the fitted keys, and the errors
 of the fitted elementwise kernels and all-reduce. Below it, each GPU's defaults fitted to all of
-its tables at once, and whether they are the ones :mod:`cpkv.serving.cost.gpus` ships.
+its tables at once (and its all-reduce at each measured worker count), and whether they are
+the ones :mod:`cpkv.serving.cost.gpus` ships.
 """
 
 from __future__ import annotations
@@ -123,11 +124,18 @@ def validation_table(root: str | Path, fmt: str = "text") -> str:
         ]
         shown = ", ".join(f"{k}={_short(getattr(d.calibration, k))}" for k in keys)
         same = all(getattr(d.calibration, k) == getattr(shipped, k) for k in keys)
+        same = same and d.allreduce_by_workers == GPUS.get(gpu).allreduce_by_workers
         out.append(
             f"  {gpu}: {shown}; linear layers over its {d.tables} tables: median "
             f"{d.gemm.median_pct:.1f} %, worst {d.gemm.worst_pct:.1f} % "
             f"({'as shipped in cpkv/serving/cost/gpus.py' if same else 'DIFFERENT from cpkv/serving/cost/gpus.py'})"
         )
+        for workers, r in d.allreduce_by_workers:
+            out.append(
+                f"    all-reduce at TP {workers}: allreduce_latency_us={_short(r.latency_us)}, "
+                f"allreduce_small_bw_eff={_short(r.small_bw_eff)}, "
+                f"allreduce_switch_bytes={r.switch_bytes}, allreduce_bw_eff={_short(r.bw_eff)}"
+            )
     return "\n".join(out)
 
 

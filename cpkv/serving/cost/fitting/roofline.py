@@ -12,14 +12,17 @@ What is fitted, to what (:mod:`cpkv.serving.cost.fitting.profiles` reads the tab
 * elementwise kernels — their measured sum against ``5·elementwise_latency_us +
   tokens·bytes / (elementwise_bw_eff·W)``: least squares on relative errors (linear in the
   latency and ``1 / efficiency``);
-* all-reduce — the single-node table of ``tp`` workers against ``allreduce_latency_us +
-  2(tp-1)/tp·bytes / (allreduce_bw_eff·NVLink)``: least squares on relative errors.
+* all-reduce — the single-node table of ``tp`` workers against the latency and two bandwidth
+  regimes of :mod:`cpkv.serving.cost.allreduce` (:mod:`cpkv.serving.cost.fitting.allreduce`:
+  weighted least squares on relative errors, every octave of sizes weighing the same).
 
 A GPU's defaults are the same fits over every profile table of that GPU at once (all models,
-all TP degrees; the all-reduce over every worker count). Numpy is imported here only.
+all TP degrees; the all-reduce over every worker count, the fallback for a TP degree the
+network table does not hold), and the all-reduce fitted to each worker count's table alone
+(the defaults at that TP degree). Numpy is imported here only.
 
 A fit needs more measurements than the numbers it fits (:data:`GEMM_KEYS` token counts per
-table, :data:`PAIR_KEYS` sizes per all-reduce table: as many would be matched exactly, with
+table, :data:`ALLREDUCE_KEYS` sizes per all-reduce table: as many would be matched exactly, with
 an error of 0 % that says nothing), and what it finds must be a calibration the config would
 accept (efficiencies in (0, 1], latencies in range: :func:`~cpkv.serving.cost.calibration.
 calibration_problem`); anything else is refused naming the profile.
@@ -34,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from cpkv.core.errors import InputError
+from cpkv.serving.cost.allreduce import AllReduceRegimes, with_regimes
 from cpkv.serving.cost.calibration import Calibration, calibration_problem
+from cpkv.serving.cost.fitting.allreduce import fit_allreduce, predict_allreduce_us
 from cpkv.serving.cost.fitting.profiles import (
-    AllReduceTimes,
     LinearProfile,
     network_table,
     read_allreduce,
@@ -55,8 +59,12 @@ MEDIAN_BOUND_PCT, WORST_BOUND_PCT = 10.0, 25.0
 FLOPS_EFF_RANGE = (0.2, 1.0)
 BW_EFF_RANGE = (0.2, 1.0)
 LATENCY_RANGE_US = (0.0, 15.0)
+ALLREDUCE_CALIBRATION_KEYS = (
+    "allreduce_latency_us", "allreduce_small_bw_eff", "allreduce_switch_bytes", "allreduce_bw_eff",
+)  # fmt: skip
 GEMM_KEYS = 5  # flops and bandwidth efficiency, latency, tile, corner
-PAIR_KEYS = 2  # bandwidth efficiency and latency (elementwise, all-reduce)
+PAIR_KEYS = 2  # bandwidth efficiency and latency (elementwise)
+ALLREDUCE_KEYS = 4  # latency, two bandwidth efficiencies, the switch between them
 
 
 @dataclass(frozen=True)
@@ -175,32 +183,9 @@ def predict_elementwise_us(
     return ELEMENTWISE_KERNELS * latency_us + tokens * per_token
 
 
-def fit_allreduce(tables: Sequence[tuple[int, AllReduceTimes]], gpu: Gpu) -> tuple[float, float]:
-    """``(allreduce_bw_eff, allreduce_latency_us)`` for the worker counts' tables."""
-    import numpy as np
-
-    rows, target = [], []
-    for n, times in tables:
-        factor = 2.0 * (n - 1) / n / (gpu.nvlink_gb_per_s * 1e3)
-        for size, y in zip(times.sizes, times.time_us, strict=True):
-            rows.append((1.0 / y, size * factor / y))
-            target.append(1.0)
-    latency, inverse_eff = _nonneg_lstsq(np, np.array(rows), np.array(target))
-    return _efficiency(inverse_eff), round(latency, 3)
-
-
 def _efficiency(inverse: float) -> float:
     """The efficiency whose inverse was fitted (inf when the fit found none: refused later)."""
     return round(1.0 / inverse, 4) if inverse > 0 and math.isfinite(inverse) else math.inf
-
-
-def predict_allreduce_us(
-    n: int, times: AllReduceTimes, gpu: Gpu, bw_eff: float, latency_us: float
-) -> Any:
-    import numpy as np
-
-    sizes = np.asarray(times.sizes, dtype=float)
-    return latency_us + 2.0 * (n - 1) / n * sizes / (bw_eff * gpu.nvlink_gb_per_s * 1e3)
 
 
 # -- one table, and every table ------------------------------------------------------------------
@@ -231,7 +216,7 @@ def fit_profile(profile: LinearProfile, tp: int, network: str | Path | None = No
             f"{profile.path}: no rows for TP {tp} (the table has TP {', '.join(map(str, profile.by_tp))})"
         )
     gpu = GPUS.get(profile.gpu)
-    base = gpu.calibration
+    base = gpu.calibration_for(tp)
     s = gemm_set(profile, tp)
     _enough(len(s.tokens), GEMM_KEYS, f"{profile.path}: TP {tp}", "token counts")
     fit = fit_gemm([s], gpu)
@@ -269,12 +254,12 @@ def fit_profile(profile: LinearProfile, tp: int, network: str | Path | None = No
             raise InputError(
                 f"{table}: no single-node rows for {tp} workers (has {', '.join(map(str, by_n))})"
             )
-        _enough(len(by_n[tp].sizes), PAIR_KEYS, f"{table}: {tp} workers", "sizes")
-        a_eff, a_lat = fit_allreduce([(tp, by_n[tp])], gpu)
-        pred = predict_allreduce_us(tp, by_n[tp], gpu, a_eff, a_lat)
+        _enough(len(by_n[tp].sizes), ALLREDUCE_KEYS, f"{table}: {tp} workers", "sizes")
+        regimes = fit_allreduce([(tp, by_n[tp])], gpu.nvlink_gb_per_s)
+        pred = predict_allreduce_us(tp, by_n[tp], gpu.nvlink_gb_per_s, regimes)
         allreduce = errors(np, pred, by_n[tp].time_us, by_n[tp].sizes)
-        cal = replace(cal, allreduce_bw_eff=a_eff, allreduce_latency_us=a_lat)
-        keys += ["allreduce_bw_eff", "allreduce_latency_us"]
+        cal = with_regimes(cal, regimes)
+        keys += list(ALLREDUCE_CALIBRATION_KEYS)
         used = str(table)
     _check_fitted(cal, f"{profile.path}: TP {tp}")
     return ProfileFit(
@@ -290,6 +275,7 @@ class GpuDefaults:
     calibration: Calibration
     gemm: Errors  # over every table of the GPU together
     tables: int
+    allreduce_by_workers: tuple[tuple[int, AllReduceRegimes], ...] = ()
 
 
 def fit_gpu_defaults(gpu_name: str, profiles: Sequence[LinearProfile]) -> GpuDefaults:
@@ -315,13 +301,17 @@ def fit_gpu_defaults(gpu_name: str, profiles: Sequence[LinearProfile]) -> GpuDef
         elementwise_bw_eff=e_eff, elementwise_latency_us=e_lat,
     )  # fmt: skip
     table = network_table(mine[0].path) if mine else None
+    by_workers: list[tuple[int, AllReduceRegimes]] = []
     if table is not None and table.is_file():
         tables = sorted(read_allreduce(table).items())
-        _enough(sum(len(t.sizes) for _, t in tables), PAIR_KEYS, str(table), "sizes")
-        a_eff, a_lat = fit_allreduce(tables, gpu)
-        cal = replace(cal, allreduce_bw_eff=a_eff, allreduce_latency_us=a_lat)
+        for n, times in tables:
+            _enough(len(times.sizes), ALLREDUCE_KEYS, f"{table}: {n} workers", "sizes")
+            regimes = fit_allreduce([(n, times)], gpu.nvlink_gb_per_s)
+            _check_fitted(with_regimes(cal, regimes), f"{table}: {n} workers")
+            by_workers.append((n, regimes))
+        cal = with_regimes(cal, fit_allreduce(tables, gpu.nvlink_gb_per_s))
     _check_fitted(cal, where)
-    return GpuDefaults(gpu_name, cal, errors(np, pred, measured, at), len(sets))
+    return GpuDefaults(gpu_name, cal, errors(np, pred, measured, at), len(sets), tuple(by_workers))
 
 
 def _enough(points: int, keys: int, where: str, what: str) -> None:
