@@ -1,0 +1,206 @@
+"""SGLang 0.5.23's ``PrefillAdder`` as its scheduler loop builds it each pass (a full-attention
+model, no host tier, no priority preemption).
+
+Memory is read live: ``remaining_total = available + evictable - total_offset`` and
+``remaining_current = available + evictable - current_offset``, where the offsets start at the
+mixed batch's decode tokens; the running requests reserve ``min(max_new - output, 4096) x
+ratio`` each in ``total_offset`` (ratio 1 for ``ignore_eos``). An admitted request reserves
+``ceil_page(extend) + page`` now and its ``min(max_new, 4096)`` (0 for a cut chunk) later. A
+candidate's memory check runs under a temporary lock of its matched prefix, so the prefix it
+would reuse does not count as evictable; an admitted request keeps the lock.
+
+``add_one_req`` (SGLang's order): the memory check ``extend + min(max_new - output, 4096) +
+page < remaining_total`` (NO_TOKEN); without chunking, a request after the first whose paged
+extend reaches ``rem_input_tokens`` stops the pass (OTHER); with chunking, a paged extend over
+``rem_chunk_tokens`` is cut to whole pages of it (OTHER when nothing is left); then the commit
+and ``budget_state()``. ``ignore_eos`` requests with the radix cache off take SGLang's own
+path (``add_one_req_ignore_eos``): the whole batch's future growth is checked against the
+current room, request by request in order of tokens left.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpkv.sglang.config import CLIP_MAX_NEW_TOKENS as CLIP
+from cpkv.sglang.config import IGNORE_EOS_RESERVE_TOKENS
+from cpkv.sglang.request import Req
+
+CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
+
+
+class PrefillAdder:
+    """One pass's budgets and the requests it takes (see the module docstring)."""
+
+    def __init__(
+        self, pool: Any, running: list[Req], ratio: float, max_prefill_tokens: int,
+        chunked_prefill_size: int | None, mixed_decode_tokens: int,
+    ) -> None:  # fmt: skip
+        self.pool, self.tree, self.page = pool, pool.tree, pool.page
+        self.running, self.ratio = running, ratio
+        self.rem_input = max_prefill_tokens - mixed_decode_tokens
+        self.rem_chunk = (
+            None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
+        )
+        self.total_offset: float = mixed_decode_tokens
+        self.current_offset = mixed_decode_tokens
+        for r in running:
+            left = r.max_new_tokens - r.output_len
+            self.total_offset += (left if left < CLIP else CLIP) * (1.0 if r.ignore_eos else ratio)
+        self.can_run: list[Req] = []
+        self.new_chunked: Req | None = None
+        self.req_states: list[tuple[float, int]] | None = None
+
+    # -- the budgets ----------------------------------------------------------------------
+    def _room(self) -> int:
+        return self.pool.available() + self.tree.evictable_size
+
+    def remaining_total(self) -> float:
+        return self._room() - self.total_offset
+
+    def remaining_current(self) -> float:
+        return self._room() - self.current_offset
+
+    def _ceil_page(self, tokens: int) -> int:
+        return -(-tokens // self.page) * self.page
+
+    def budget_state(self) -> str:
+        """What the budgets say before the next candidate: NO_TOKEN (no memory), OTHER (a
+        compute budget spent) or CONTINUE."""
+        room = self._room()
+        if not (room - self.total_offset > 0 and room - self.current_offset > 0):
+            return NO_TOKEN
+        if self.rem_input <= 0:
+            return OTHER
+        if self.rem_chunk is not None and self.rem_chunk <= 0:
+            return OTHER
+        return CONTINUE
+
+    def _charge(self, extend: int, max_new: int) -> None:
+        paged = self._ceil_page(extend)
+        now = paged + self.page
+        self.total_offset += now + max_new
+        self.current_offset += now
+        self.rem_input -= paged
+        if self.rem_chunk is not None:
+            self.rem_chunk -= paged
+
+    # -- the continuing chunk -------------------------------------------------------------
+    def add_chunked_req(self, req: Req) -> Req | None:
+        """The chunked request's next chunk; returns it while its prompt is not done."""
+        rem = self.rem_chunk
+        assert rem is not None
+        limit = min(rem, int(self.remaining_total()))
+        if limit <= 0:
+            limit = rem
+        left = len(req.fill) - req.prefix_len
+        truncated = left > limit
+        tokens = limit if truncated else left
+        req.extend_end = req.prefix_len + tokens
+        self.can_run.append(req)
+        max_new = req.max_new_tokens
+        self._charge(tokens, 0 if truncated else (max_new if max_new < CLIP else CLIP))
+        return req if truncated else None
+
+    # -- a waiting request ------------------------------------------------------------------
+    def add_one_req(self, req: Req) -> str:
+        """Try to admit ``req`` (its prefix matched); the verdict for the next candidate."""
+        if req.ignore_eos and self.tree.disabled:
+            return self._add_ignore_eos(req)
+        left = req.max_new_tokens - req.output_len
+        max_new = min(max(left, 0), CLIP)
+        extend = len(req.fill) - req.prefix_len
+        total_tokens = extend + max_new + self.page
+        node = req.last_node
+        self.tree.lock(node)  # (the candidate's own prefix is not evictable for it)
+        try:
+            verdict = self._select(req, total_tokens)
+            if isinstance(verdict, str):
+                return verdict
+            extend, max_new, chunked = verdict
+            req.extend_end = req.prefix_len + extend
+            self.tree.lock(node)
+            req.lock = node
+            self.can_run.append(req)
+            if chunked:
+                self.new_chunked = req
+            self._charge(extend, max_new)
+        finally:
+            self.tree.unlock(node)
+        return self.budget_state()
+
+    def _select(self, req: Req, total_tokens: int) -> tuple[int, int, bool] | str:
+        """``(extend, max_new reserved, cut)`` of ``req``, or the verdict that refuses it."""
+        prefix = req.prefix_len
+        extend = len(req.fill) - prefix
+        paged = self._ceil_page(extend)
+        if not total_tokens < self.remaining_total():
+            return NO_TOKEN
+        if self.rem_chunk is None and self.can_run and paged >= self.rem_input:
+            return OTHER
+        max_new = req.max_new_tokens
+        max_new = max_new if max_new < CLIP else CLIP
+        limit = self.rem_chunk
+        if limit is not None and paged > limit:
+            extend = limit // self.page * self.page
+            extend = (prefix + extend) // self.page * self.page - prefix
+            if extend <= 0:
+                return OTHER
+            return extend, 0, True
+        return extend, max_new, False
+
+    def _add_ignore_eos(self, req: Req) -> str:
+        """SGLang's ``add_one_req_ignore_eos`` (radix cache off)."""
+        extend = len(req.fill) - req.prefix_len
+        paged = self._ceil_page(extend) + self.page
+        if not paged <= min(self.remaining_current(), self.remaining_total()):
+            return NO_TOKEN
+        if self.req_states is None:
+            self.req_states = []
+            self._add_state(req, False)
+            for r in self.running:
+                self._add_state(r, False)
+            for r in self.can_run:
+                self._add_state(r, False)
+            self.req_states.sort(key=lambda state: state[0])
+        else:
+            self._add_state(req, True)
+        room = self.remaining_current() - paged
+        freed = 0
+        states = self.req_states
+        for i, (left, occupied) in enumerate(states):
+            batch = len(states) - i
+            if room + freed - left * batch <= IGNORE_EOS_RESERVE_TOKENS * batch:
+                return NO_TOKEN
+            freed += occupied
+        rem_chunk = self.rem_chunk
+        if rem_chunk is None or extend <= rem_chunk:
+            req.extend_end = len(req.fill)
+            self.can_run.append(req)
+            max_new = req.max_new_tokens
+            self._charge(req.extend_len, max_new if max_new < CLIP else CLIP)
+        else:
+            if rem_chunk <= 0:
+                return OTHER
+            req.extend_end = req.prefix_len + rem_chunk
+            self.can_run.append(req)
+            self.new_chunked = req
+            self._charge(rem_chunk, 0)
+        return self.budget_state()
+
+    def _add_state(self, r: Req, in_order: bool) -> None:
+        ratio = 1.0 if r.ignore_eos else self.ratio
+        left = r.max_new_tokens * ratio - r.output_len
+        occupied = r.prompt_len + r.output_len
+        if left <= 0:
+            return
+        states = self.req_states
+        assert states is not None
+        if not in_order:
+            states.append((left, occupied))
+            return
+        i = 0
+        for i in range(len(states)):  # (SGLang's insertion: past the end it lands before the last)
+            if left <= states[i][0]:
+                break
+        states.insert(i, (left, occupied))

@@ -1,0 +1,464 @@
+"""SGLang 0.5.23's scheduler loop, one iteration at a time: ``event_loop_normal`` and
+``event_loop_overlap`` with ``get_next_batch_to_run``, ``get_new_batch_prefill``,
+``update_running_batch`` and the batch-result processing, over the model's pool and radix
+cache.
+
+Each :meth:`Loop.step` is one pass of the event loop after the arrivals were added
+(:meth:`Loop.add_request`):
+
+1. the last batch, if it prefilled, leaves the chunked request aside (its computed part
+   enters the tree), drops its finished requests and joins the running batch;
+2. a prefill batch is built whenever the ``PrefillAdder`` admits something
+   (:mod:`cpkv.sglang.adder`); the ``batch_is_full`` latch skips the attempt until a running
+   request leaves; with ``enable_mixed_chunk`` (and chunked prefill) the running requests
+   decode in the same batch when the next decode step fits;
+3. otherwise the running batch decodes: when the next step's KV does not fit even after
+   evicting the radix cache, requests are retracted (fewest outputs first, then the longest
+   prompt) until it does, and the new-token ratio is re-estimated; else the ratio decays;
+4. the batch runs (the listener's ``launch``: the caller's clock and records); its results are
+   processed at once (normal loop) or after the next batch was launched (overlap loop): every
+   request gets a token, a finished one leaves its KV to the tree and frees the rest, a
+   request whose prompt is complete checkpoints it into the tree.
+
+A pass that runs nothing resets the ratio (``on_idle``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from cpkv.sglang.adder import CONTINUE, NO_TOKEN, OTHER, PrefillAdder
+from cpkv.sglang.config import LoopConfig
+from cpkv.sglang.memory import KvPool
+from cpkv.sglang.request import Req
+
+PREFILL, MIXED, DECODE = "prefill", "mixed", "decode"
+WAITING_PREFIX_REFRESH_INTERVAL = 32
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128
+
+
+class Batch:
+    """A ``ScheduleBatch``: its requests in order and, for an extend batch, the extend rows
+    ``(req, prefix, extend)`` of its first requests and the decoding requests mixed in."""
+
+    __slots__ = ("reqs", "batch_is_full", "mode", "rows", "decoding", "chunked", "end_us")
+
+    def __init__(self, reqs: list[Req], batch_is_full: bool = False) -> None:
+        self.reqs = reqs
+        self.batch_is_full = batch_is_full
+        self.mode: str | None = None
+        self.rows: list[tuple[Req, int, int]] = []
+        self.decoding: list[Req] | None = None
+        self.chunked: Req | None = None
+        self.end_us = 0.0
+
+    def copy(self) -> Batch:
+        other = Batch(list(self.reqs), self.batch_is_full)
+        other.mode, other.rows, other.decoding = self.mode, self.rows, self.decoding
+        other.chunked, other.end_us = self.chunked, self.end_us
+        return other
+
+    def filter(self, exclude: Any = ()) -> None:
+        """Drop finished requests and ``exclude``."""
+        self.reqs = [r for r in self.reqs if not r.finished and r not in exclude]
+
+    @property
+    def is_extend(self) -> bool:
+        return self.mode == PREFILL or self.mode == MIXED
+
+
+class Listener:
+    """What the loop tells its caller; the defaults do nothing."""
+
+    def launch(self, batch: Batch) -> None:
+        """``batch`` runs now (set ``batch.end_us``)."""
+
+    def token(self, req: Req, batch: Batch) -> None:
+        """``req`` got an output token at the end of ``batch``."""
+
+    def finished(self, req: Req, batch: Batch) -> None:
+        """``req`` finished at the end of ``batch``."""
+
+    def retracted(self, req: Req) -> None:
+        """``req`` went back to the queue with its outputs."""
+
+
+class Loop:
+    """One SGLang server's scheduler (see the module docstring)."""
+
+    def __init__(
+        self, config: LoopConfig, listener: Listener | None = None, output_token: int = 7
+    ) -> None:
+        self.config = c = config
+        self.listener = listener or Listener()
+        self.output_token = output_token
+        self.pool = KvPool(
+            c.max_total_num_tokens, c.page_size, c.max_running_requests, c.disable_radix_cache
+        )
+        self.tree = self.pool.tree
+        self.waiting: list[Req] = []
+        self.running = Batch([])
+        self.last_batch: Batch | None = None
+        self.chunked_req: Req | None = None
+        self.result_queue: deque[Batch] = deque()
+        init = min(c.init_new_token_ratio * c.schedule_conservativeness, 1.0)
+        self.ratio_init = init
+        self.ratio_min = min(init * c.min_new_token_ratio_factor, 1.0)
+        self.ratio_decay = (init - self.ratio_min) / c.new_token_ratio_decay_steps
+        self.ratio = init
+        self.forward_ct = 0
+        self.prefix_touches = 0
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add_request(self, req: Req) -> None:
+        """``init_req_max_new_tokens`` (clipped to the context and the pool), then the queue."""
+        c, page = self.config, self.config.page_size
+        max_new = max(0, min(req.max_new_tokens, c.context_len - req.prompt_len - 1))
+        paged = -(-req.prompt_len // page) * page
+        req.max_new_tokens = max(0, min(max_new, c.max_total_num_tokens - paged - page - 1))
+        self.waiting.append(req)
+
+    def is_fully_idle(self) -> bool:
+        return (
+            not self.running.reqs
+            and self.chunked_req is None
+            and (self.last_batch is None or not self.last_batch.reqs)
+            and not self.result_queue
+            and not self.waiting
+        )
+
+    # -- one pass of the event loop -------------------------------------------------------
+    def step(self) -> Batch | None:
+        """One pass: the batch it launched (None: nothing ran)."""
+        batch = self._next_batch()
+        if not self.config.overlap:
+            if batch is not None:
+                self._launch(batch)
+                self._process(batch)
+            else:
+                self._on_idle()
+            self.last_batch = batch
+            return batch
+        if batch is not None:
+            self._launch(batch)
+            self.result_queue.append(batch.copy())
+        if self.last_batch is not None:
+            self._process(self.result_queue.popleft())
+        elif batch is None:
+            self._on_idle()
+        self.last_batch = batch
+        return batch
+
+    def _launch(self, batch: Batch) -> None:
+        self.forward_ct += 1
+        batch.chunked = self.chunked_req
+        self.listener.launch(batch)
+
+    def _on_idle(self) -> None:
+        if self.is_fully_idle():
+            self.ratio = self.ratio_init
+
+    # -- get_next_batch_to_run ----------------------------------------------------------
+    def _next_batch(self) -> Batch | None:
+        exclude: set[Req] = set()
+        chunked = self.chunked_req
+        if chunked is not None:
+            exclude.add(chunked)
+            if chunked.extend_end > chunked.prefix_len:
+                self._checkpoint(chunked, chunked.extend_end)
+                chunked.prefix_len = chunked.extend_end
+        running, last = self.running, self.last_batch
+        if last is not None and last.is_extend:
+            if last.chunked is not None:
+                exclude.add(last.chunked)
+            before = len(last.reqs)
+            last.filter(exclude)
+            if len(last.reqs) < before:
+                running.batch_is_full = False
+            if last.reqs and last is not running:
+                if not running.reqs:
+                    running = last
+                else:
+                    running.reqs = running.reqs + last.reqs
+        before = len(running.reqs)
+        running.filter()
+        if len(running.reqs) < before:
+            running.batch_is_full = False
+        new_batch, running = self._new_prefill_batch(running)
+        self.running = running
+        if new_batch is not None:
+            return new_batch
+        if running.reqs:
+            decode = self._update_running_batch(running)
+            if decode is not None and decode.reqs:
+                return decode
+        return None
+
+    def _allocatable(self, running_bs: int, held_rows: int = 0) -> int:
+        budget = self.config.max_running_requests - running_bs
+        rows = max(self.pool.free_rows + held_rows, 0)
+        return budget if budget < rows else rows
+
+    # -- get_new_batch_prefill ----------------------------------------------------------
+    def _new_prefill_batch(self, running: Batch) -> tuple[Batch | None, Batch]:
+        if not running.reqs:
+            running.batch_is_full = False
+        chunked = self.chunked_req
+        if (running.batch_is_full or not self.waiting) and chunked is None:
+            return None, running
+        running_bs = len(running.reqs)
+        if self._allocatable(running_bs) <= 0 and chunked is None:
+            running.batch_is_full = True
+            return None, running
+        self._order_queue()
+        c = self.config
+        mixed = c.is_mixed_chunk
+        adder = PrefillAdder(
+            self.pool, running.reqs, self.ratio, c.max_prefill_tokens,
+            c.chunked_prefill_size, running_bs if mixed else 0,
+        )  # fmt: skip
+        if chunked is not None:
+            chunked.refresh_fill(self.output_token)
+            self.chunked_req = chunked = adder.add_chunked_req(chunked)
+        self._scan(adder, running)
+        can_run = adder.can_run
+        if not can_run:
+            return None, running
+        taken = set(can_run)
+        self.waiting = [r for r in self.waiting if r not in taken]
+        if adder.new_chunked is not None:
+            self.chunked_req = chunked = adder.new_chunked
+        if chunked is not None:
+            chunked.inflight_middle_chunks += 1
+        batch = Batch(list(can_run))
+        self._prepare_extend(batch)
+        if mixed and running.reqs:
+            finishing = self._finishing_inflight(running)
+            running.filter(finishing)
+            if finishing:
+                running.batch_is_full = False
+            if running.reqs and self._decode_fits(running.reqs):
+                self._prepare_decode(running.reqs)
+                for r in running.reqs:
+                    r.refresh_fill(self.output_token)
+                    r.extend_end = r.kv_committed
+                batch.mode = MIXED
+                batch.decoding = running.reqs
+                batch.reqs = batch.reqs + running.reqs
+                running = Batch([], running.batch_is_full)
+        return batch, running
+
+    def _scan(self, adder: PrefillAdder, running: Batch) -> None:
+        """The waiting queue through the adder, in order, until a verdict stops it."""
+        for req in self.waiting:
+            if adder.budget_state() == OTHER:
+                break
+            held = sum(1 for r in adder.can_run if r.holds_row)
+            if len(adder.can_run) >= self._allocatable(len(running.reqs), held):
+                running.batch_is_full = True
+            if running.batch_is_full:
+                break
+            req.refresh_fill(self.output_token)
+            req.prefix_len, req.last_node = self.tree.match(req.fill, len(req.fill) - 1)
+            req.protected_len = req.prefix_len
+            verdict = adder.add_one_req(req)
+            if verdict != CONTINUE:
+                if verdict == NO_TOKEN:
+                    running.batch_is_full = bool(adder.can_run) or bool(running.reqs)
+                break
+
+    def _order_queue(self) -> None:
+        """``calc_priority``: the queue's order, then (the radix cache on) every 32nd call the
+        prefixes of the first 128 waiting requests are touched in the tree, the head last,
+        so that LRU eviction takes them in reverse queue order."""
+        waiting = self.waiting
+        if self.config.schedule_policy == "lof":
+            waiting.sort(key=lambda r: -r.max_new_tokens)
+        tree = self.tree
+        if tree.disabled or not waiting:
+            return
+        calls = self.prefix_touches
+        self.prefix_touches = calls + 1
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL:
+            return
+        for r in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+            r.refresh_fill(self.output_token)
+            tree.match(r.fill, len(r.fill))
+
+    def _prepare_extend(self, batch: Batch) -> None:
+        """Rows and KV slots for the batch's extends (``prepare_for_extend``)."""
+        batch.mode = PREFILL
+        pool, page = self.pool, self.pool.page
+        tokens = pages = 0
+        for r in batch.reqs:
+            batch.rows.append((r, r.prefix_len, r.extend_end - r.prefix_len))
+            tokens += r.extend_end - r.prefix_len
+            pages += -(-r.extend_end // page) - (-(-r.prefix_len // page))
+            if not r.holds_row:
+                r.holds_row = True
+                pool.free_rows -= 1
+        pool.make_room(tokens if page == 1 else tokens + len(batch.reqs) * page)
+        pool.take_pages(pages)
+        for r in batch.reqs:
+            r.kv_allocated = r.kv_committed = r.extend_end
+            r.is_retracted = False
+
+    # -- update_running_batch -------------------------------------------------------------
+    def _update_running_batch(self, batch: Batch) -> Batch | None:
+        initial = len(batch.reqs)
+        finishing = self._finishing_inflight(batch)
+        batch.filter(finishing)
+        if not batch.reqs:
+            batch.batch_is_full = False
+            return batch
+        fits = self._decode_fits(batch.reqs)
+        if not fits and finishing:
+            batch.batch_is_full = False
+            return None
+        if not fits:
+            self._retract(batch)
+        else:
+            self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
+        if len(batch.reqs) < initial:
+            batch.batch_is_full = False
+        if not batch.reqs:
+            return batch
+        self._prepare_decode(batch.reqs)
+        batch.mode = DECODE
+        batch.rows = []
+        batch.decoding = None
+        return batch
+
+    def _finishing_inflight(self, batch: Batch) -> list[Req]:
+        """Overlap loop: the requests whose queued result gives them their last token."""
+        if not self.config.overlap or not self.result_queue:
+            return []
+        queued = set(self.result_queue[0].reqs)
+        return [r for r in batch.reqs if r in queued and r.next_output_finishes()]
+
+    def _decode_need(self, reqs: list[Req]) -> int:
+        page = self.pool.page
+        return sum(1 for r in reqs if r.kv_committed % page == 0) * page
+
+    def _decode_fits(self, reqs: list[Req]) -> bool:
+        """``check_decode_mem``: the next decode step's slots, after evicting for them."""
+        need = self._decode_need(reqs)
+        self.pool.make_room(need)
+        return self.pool.available() >= need
+
+    def _prepare_decode(self, reqs: list[Req]) -> None:
+        pool, page = self.pool, self.pool.page
+        pool.make_room(len(reqs) * page)
+        pool.take_pages(self._decode_need(reqs) // page)
+        for r in reqs:
+            r.kv_allocated += 1
+            r.kv_committed += 1
+
+    def _retract(self, batch: Batch) -> None:
+        """``retract_decode``: requests back to the queue until the next step fits (at least
+        one; never the last), the ratio re-estimated from those left."""
+        reqs = batch.reqs
+        order = sorted(
+            range(len(reqs)), key=lambda i: (reqs[i].output_len, -reqs[i].prompt_len), reverse=True
+        )
+        retracted = []
+        first = True
+        while first or not self._decode_fits([reqs[i] for i in order]):
+            if len(order) == 1:
+                break
+            first = False
+            req = reqs[order.pop()]
+            self._release(req, checkpoint=False)
+            self.pool.make_room(len(order) * self.config.retract_decode_steps)
+            req.reset_for_retract()
+            retracted.append(req)
+        if len(order) <= 1 and not self._decode_fits([reqs[i] for i in order]):
+            raise RuntimeError("out of KV memory with one request left: SGLang aborts it")
+        batch.reqs = [reqs[i] for i in order]
+        kept = batch.reqs
+        decoded = sum(r.output_len for r in kept)
+        asked = sum(r.max_new_tokens for r in kept)
+        steps = self.config.retract_decode_steps
+        self.ratio = min(1.0, (decoded + steps * len(kept)) / (asked + 1))
+        for req in retracted:
+            self.waiting.append(req)
+            self.listener.retracted(req)
+
+    # -- the tree and the pool around a request -------------------------------------------
+    def _checkpoint(self, req: Req, up_to: int) -> None:
+        """``checkpoint_into_tree``: the computed tokens up to ``up_to`` enter the tree; the
+        request's lock moves to the node they end on; duplicates of what the tree held are
+        freed."""
+        tree = self.tree
+        if tree.disabled:
+            return
+        duplicates, length, node = tree.insert(req.fill[:up_to], req.protected_len)
+        if length == 0:
+            return
+        self.pool.free_tokens(duplicates)
+        prompt = req.prompt_len // self.pool.page * self.pool.page
+        if 0 < prompt < length:
+            tree.insert(req.fill[:prompt], prompt)
+        if req.lock is not None:
+            tree.unlock(req.lock)
+        tree.lock(node)
+        req.lock = node
+        req.protected_len = length
+        req.last_node = node
+
+    def _release(self, req: Req, checkpoint: bool) -> None:
+        """``release_kv_cache``: (the tree takes the computed tokens,) the request's own slots
+        and its row are freed, its lock released."""
+        owned = req.kv_committed
+        if checkpoint:
+            req.refresh_fill(self.output_token)
+            self._checkpoint(req, owned)
+        page = self.pool.page
+        self.pool.free_pages += -(-owned // page) - req.protected_len // page
+        if req.lock is not None:
+            self.tree.unlock(req.lock)
+            req.lock = None
+        if req.holds_row:
+            req.holds_row = False
+            self.pool.free_rows += 1
+
+    # -- results -------------------------------------------------------------------------
+    def _process(self, batch: Batch) -> None:
+        if batch.mode == DECODE:
+            self._process_decode(batch)
+        else:
+            self._process_extend(batch)
+
+    def _emit(self, req: Req, batch: Batch) -> bool:
+        """``req`` takes its output token; whether that finished it."""
+        req.output_len += 1
+        self.listener.token(req, batch)
+        if req.output_len >= req.max_new_tokens:
+            req.finished = True
+            return True
+        return False
+
+    def _process_extend(self, batch: Batch) -> None:
+        decoding = batch.decoding or ()
+        for req in batch.reqs:
+            if (req.finished and req.inflight_middle_chunks <= 0) or req.is_retracted:
+                continue
+            if req.inflight_middle_chunks > 0:
+                req.inflight_middle_chunks -= 1
+                continue
+            if self._emit(req, batch):
+                self._release(req, checkpoint=True)
+                self.listener.finished(req, batch)
+            elif req not in decoding:
+                self._checkpoint(req, req.extend_end)
+                req.prefix_len = req.extend_end
+
+    def _process_decode(self, batch: Batch) -> None:
+        overlap = self.config.overlap
+        for req in batch.reqs:
+            if overlap and (req.finished or req.is_retracted):
+                continue
+            if self._emit(req, batch):
+                self._release(req, checkpoint=True)
+                self.listener.finished(req, batch)

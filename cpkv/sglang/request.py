@@ -1,0 +1,80 @@
+"""One request as SGLang's scheduler holds it (``Req`` and its ``kv`` record).
+
+``fill`` is SGLang's ``full_untruncated_fill_ids``: the prompt's token ids, then the output
+tokens generated up to its last refresh (:meth:`Req.refresh_fill`). ``prefix_len`` is what the KV cache holds of it (a radix-cache hit,
+or what earlier chunks computed), ``extend_end`` where this round's extend stops.
+``kv_allocated`` / ``kv_committed`` count the KV slots of the row (prefix included);
+``protected_len`` the leading ones the radix tree owns (the request's own lock keeps them), the
+rest are the request's own. ``last_node`` and ``lock`` are its place in the tree.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+
+class Req:
+    """A request's scheduling state (see the module docstring)."""
+
+    __slots__ = (
+        "rid", "index", "prompt_len", "fill", "max_new_tokens", "ignore_eos", "output_len",
+        "prefix_len", "extend_end", "last_node", "lock", "protected_len", "kv_allocated",
+        "kv_committed", "holds_row", "is_retracted", "retracted_stain", "inflight_middle_chunks",
+        "finished", "retractions", "arrival_us", "priority", "tag",
+    )  # fmt: skip
+
+    def __init__(
+        self, rid: str, index: int, prompt: array, max_new_tokens: int,
+        ignore_eos: bool = False, arrival_us: float = 0.0, priority: int = 0,
+    ) -> None:  # fmt: skip
+        self.rid, self.index = rid, index
+        self.prompt_len = len(prompt)
+        self.fill = array("q", prompt)
+        self.max_new_tokens = max_new_tokens
+        self.ignore_eos = ignore_eos
+        self.output_len = 0
+        self.prefix_len = 0
+        self.extend_end = 0
+        self.last_node: Any = None
+        self.lock: Any = None
+        self.protected_len = 0
+        self.kv_allocated = self.kv_committed = 0
+        self.holds_row = False
+        self.is_retracted = self.retracted_stain = False
+        self.inflight_middle_chunks = 0
+        self.finished = False
+        self.retractions = 0
+        self.arrival_us = arrival_us
+        self.priority = priority
+        self.tag: Any = None  # the caller's own record of the request
+
+    def __repr__(self) -> str:
+        return f"Req({self.rid})"
+
+    @property
+    def extend_len(self) -> int:
+        return self.extend_end - self.prefix_len
+
+    def refresh_fill(self, output_token: int) -> None:
+        """``fill`` catches up with the outputs (SGLang refreshes it at a match, a mix into a
+        prefill batch and a release; between those it lags)."""
+        missing = self.prompt_len + self.output_len - len(self.fill)
+        if missing > 0:
+            self.fill.extend([output_token] * missing)
+
+    def next_output_finishes(self) -> bool:
+        """Whether one more output token reaches ``max_new_tokens``."""
+        return self.output_len + 1 >= self.max_new_tokens
+
+    def reset_for_retract(self) -> None:
+        """Back to the queue with its outputs: no prefix, no KV, no place in the tree."""
+        self.retractions += 1
+        self.prefix_len = 0
+        self.last_node = None
+        self.lock = None
+        self.protected_len = 0
+        self.extend_end = 0
+        self.is_retracted = self.retracted_stain = True
+        self.inflight_middle_chunks = 0
+        self.kv_allocated = self.kv_committed = 0

@@ -1,0 +1,137 @@
+"""The real SGLang 0.5.23 scheduler loop as a differential oracle: the shared loop driver
+(``../shared/oracle/sglang_loop/drive.py``) in a subprocess that runs a whole list of
+scenarios, since importing sglang takes about a minute. ``compare`` diffs its output with
+``cpkv.sglang``'s, iteration by iteration and field by field.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = REPO.parent / "shared" / "oracle" / "sglang_loop" / "drive.py"
+WALL_FIELDS = ("wall_s", "us_per_iteration")
+RUNNER = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("sglang_loop_drive", sys.argv[1])
+drive = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(drive)
+out = []
+for sc in json.load(open(sys.argv[2])):
+    try:
+        out.append(drive.run_scenario(sc))
+    except Exception as exc:  # the real loop refused or failed: compared as such
+        out.append({"error": f"{type(exc).__name__}: {exc}"})
+json.dump(out, open(sys.argv[3], "w"))
+"""
+
+
+def missing() -> str | None:
+    """Why the oracle cannot run here, or None when it can."""
+    if not DRIVER.is_file():
+        return f"the SGLang loop oracle driver is not here ({DRIVER}: ../shared is missing)"
+    if importlib.util.find_spec("sglang") is None:
+        return (
+            "sglang is not importable in this python; run with the oracle venv: "
+            "bash scripts/oracle_venv.sh && .oracle-venv/bin/python -m pytest -m sglang"
+        )
+    return None
+
+
+def run_real(scenarios: list[dict], python: str | None = None, timeout: float = 1500) -> list[dict]:
+    """Run scenarios through the real SGLang loop (one subprocess for the whole list)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        batch, out = Path(tmp) / "batch.json", Path(tmp) / "out.json"
+        batch.write_text(json.dumps(scenarios))
+        proc = subprocess.run(
+            [python or sys.executable, "-c", RUNNER, str(DRIVER), str(batch), str(out)],
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"drive.py failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        results = json.loads(out.read_text())
+    for r in results:
+        for key in WALL_FIELDS:
+            r.pop(key, None)
+    return results
+
+
+def compare(model: dict, real: dict) -> list[str]:
+    """Every difference between two runs of one scenario (model first), as lines."""
+    if "error" in real:
+        return [f"the real loop failed: {real['error']}"]
+    model = json.loads(json.dumps(model))
+    out = []
+    if len(model["trace"]) != len(real["trace"]):
+        out.append(f"iterations: {len(model['trace'])} vs {len(real['trace'])}")
+    for mine, theirs in zip(model["trace"], real["trace"], strict=False):
+        if mine != theirs:
+            for key in sorted(set(mine) | set(theirs)):
+                if mine.get(key) != theirs.get(key):
+                    out.append(f"it {theirs['it']} {key}: {mine.get(key)!r} vs {theirs.get(key)!r}")
+    for rid in sorted(set(model["requests"]) | set(real["requests"])):
+        a, b = model["requests"].get(rid), real["requests"].get(rid)
+        if a != b:
+            out.append(f"request {rid}: {a} vs {b}")
+    for key in ("end_ms", "final"):
+        if model[key] != real[key]:
+            out.append(f"{key}: {model[key]} vs {real[key]}")
+    return out
+
+
+def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
+    """How many scenarios (of the real runs) exercise each rule the test is meant to cover."""
+
+    def count(pred) -> int:
+        return sum(1 for r in results if "trace" in r and pred(r["trace"]))
+
+    def readmitted(trace: list[dict]) -> bool:
+        out: set[str] = set()
+        for t in trace:
+            if any(rid in out for rid, _, _ in t["extend"]):
+                return True
+            out.update(t["retracted"])
+        return False
+
+    def first_rows_hit(trace: list[dict]) -> bool:
+        seen: set[str] = set()
+        for t in trace:
+            for rid, prefix, _ in t["extend"]:
+                if rid not in seen and prefix > 0:
+                    return True
+                seen.add(rid)
+        return False
+
+    def evicted(trace: list[dict]) -> bool:
+        return any(
+            b["evictable"] < a["evictable"] and b["protected"] <= a["protected"]
+            for a, b in zip(trace, trace[1:], strict=False)
+        )
+
+    def idle(trace: list[dict]) -> bool:
+        return any(b["t_ms"] - a["t_ms"] > 50 for a, b in zip(trace, trace[1:], strict=False))
+
+    return {
+        "retraction": count(lambda tr: any(t["retracted"] for t in tr)),
+        "readmitted_after_retraction": count(readmitted),
+        "prefix_hit": count(first_rows_hit),
+        "eviction": count(evicted),
+        "chunked": count(lambda tr: any(t["chunked"] for t in tr)),
+        "mixed_batch": count(lambda tr: any(t["kind"] == "mixed" for t in tr)),
+        "prefill_stalls_decodes": count(
+            lambda tr: any(t["kind"] == "prefill" and t["running"] > 0 for t in tr)
+        ),
+        "no_token_latch": count(
+            lambda tr: any(t["kind"] == "decode" and t["waiting"] > 0 for t in tr)
+        ),
+        "overlap": sum(1 for s in scenarios if s.get("overlap")),
+        "page_size_over_1": sum(1 for s in scenarios if s.get("page_size", 1) > 1),
+        "radix_off": sum(1 for s in scenarios if s.get("disable_radix_cache")),
+        "ignore_eos": sum(1 for s in scenarios if any(q.get("ignore_eos") for q in s["requests"])),
+        "idle_gap": count(idle),
+    }

@@ -1,0 +1,72 @@
+"""Differential test: cpkv.sglang against the real SGLang 0.5.23 scheduler loop, iteration by
+iteration.
+
+Seeded random scenarios (``scenarios.py``: queues larger than one batch, shared prefixes between
+waiting and running requests, long chunked prompts beside decodes, pools so small that decode
+retracts, bursts and gaps, ``ignore_eos``; the normal and the overlap loop, mixed chunk on and
+off, the radix cache on and off, page sizes 1 to 16, ``fcfs`` and ``lof``) run through the real
+loop (``oracle.py``: the shared driver, one subprocess) and through the model; every field of
+every iteration (batch kind, extend rows, decode rows, the chunked request, retractions, the
+new-token ratio, free slots, evictable and protected tree tokens, queue and batch sizes), every
+request's first-token, last-token and finish time and output length, and the final state must
+be equal. Needs sglang (the venv of ``scripts/oracle_venv.sh``) and ``../shared``; skips without
+them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cpkv.sglang import run_scenario
+from tests.sglang_loop import oracle
+from tests.sglang_loop.scenarios import make_scenarios
+
+NUM_SCENARIOS = 600
+SEED = 0
+
+pytestmark = [
+    pytest.mark.sglang,
+    pytest.mark.skipif(oracle.missing() is not None, reason=oracle.missing() or ""),
+]
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[tuple[dict, dict, dict]]:
+    scenarios = make_scenarios(NUM_SCENARIOS, SEED)
+    real = oracle.run_real(scenarios)
+    assert len(real) == len(scenarios)
+    return [(s, run_scenario(s), r) for s, r in zip(scenarios, real, strict=True)]
+
+
+def test_every_iteration_matches_the_real_loop(runs):
+    failures = []
+    for scenario, model, real in runs:
+        diff = oracle.compare(model, real)
+        if diff:
+            failures.append(
+                f"{scenario['name']}: {len(diff)} differences, first: " + "; ".join(diff[:3])
+            )
+    assert not failures, f"{len(failures)}/{len(runs)} scenarios differ:\n" + "\n".join(
+        failures[:20]
+    )
+
+
+def test_the_scenarios_exercise_the_rules(runs):
+    cov = oracle.coverage([s for s, _, _ in runs], [r for _, _, r in runs])
+    floors = {
+        "retraction": 40,
+        "readmitted_after_retraction": 30,
+        "prefix_hit": 100,
+        "eviction": 40,
+        "chunked": 100,
+        "mixed_batch": 60,
+        "prefill_stalls_decodes": 100,
+        "no_token_latch": 30,
+        "overlap": 200,
+        "page_size_over_1": 150,
+        "radix_off": 100,
+        "ignore_eos": 40,
+        "idle_gap": 100,
+    }
+    low = {k: (cov[k], v) for k, v in floors.items() if cov[k] < v}
+    assert not low, f"rules too rarely exercised (count, floor): {low}"
