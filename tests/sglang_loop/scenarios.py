@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 
 FAMILIES = ("queue", "shared", "long", "tight", "mixed")
+DRAWN = ("queue", "shared", "long", "tight", "tight", "mixed")  # the tight pools twice as often
 
 
 def _server(rng: random.Random, family: str) -> dict:
@@ -42,7 +43,9 @@ def _server(rng: random.Random, family: str) -> dict:
         "overlap": rng.random() < 0.5,
         "disable_radix_cache": rng.random() < 0.3,
         "schedule_policy": rng.choice(("fcfs", "fcfs", "fcfs", "lof")),
-        "schedule_conservativeness": rng.choice((1.0, 1.0, 0.3, 0.6)),
+        "schedule_conservativeness": rng.choice(
+            (0.3, 0.3, 0.6, 1.0) if family == "tight" else (1.0, 1.0, 0.3, 0.6)
+        ),
         "cost": {"fixed_us": 1000.0, "prefill_token_us": 20.0, "decode_req_us": 50.0},
         "max_iterations": 20000,
     }
@@ -70,7 +73,7 @@ def _prompt_ids(rng: random.Random, prefixes: list[list[int]], length: int, own:
 
 
 def scenario(rng: random.Random, name: str) -> dict:
-    family = rng.choice(FAMILIES)
+    family = rng.choice(DRAWN)
     sc = _server(rng, family)
     kv = sc["kv_size"]
     cap = max(16, min(3000, kv // 3))
