@@ -1,4 +1,4 @@
-"""cpkv's serving loop beside the real SGLang 0.5.23 scheduler loop, iteration by iteration.
+"""cpkv's serving loops beside the real SGLang 0.5.23 scheduler loop, iteration by iteration.
 
 Random scenarios (a queue larger than one batch, long prompts that chunk beside decodes,
 bursts and gaps, pools small enough that decode retracts) run through both:
@@ -6,8 +6,11 @@ bursts and gaps, pools small enough that decode retracts) run through both:
 * the real loop: ``../shared/oracle/sglang_loop/drive.py`` (``Scheduler.event_loop_normal``
   with a fake one-token forward and the linear cost ``fixed + prefill_token x extend tokens +
   decode_req x decode rows``), radix cache off, page 1;
-* cpkv: ``admit.mode: serving``, ``policy: prefill_adder``, the same linear cost, a pool of
-  ``kv_size`` one-token blocks, the same budgets and ratio.
+* cpkv's own loop (``admit.engine: sglang``): ``admit.mode: serving``, ``policy:
+  prefill_adder``, the same linear cost, a pool of ``kv_size`` one-token blocks, the same
+  budgets and ratio;
+* SGLang's loop as cpkv models it (``admit.engine: sglang_loop``, :mod:`cpkv.sglang`) on the
+  same scenario.
 
 Each iteration is compared on its kind (prefill / mixed / decode), its extend rows
 (``rid[prefix+extend]``), its number of decode rows and the requests retracted; each request
@@ -20,7 +23,7 @@ minute)::
     .oracle-venv/bin/python benchmarks/sglang_loop_compare.py [--scenarios 100] [--seed 0]
         [--mixed-chunk both|on|off] [--show 3]
 
-It measures how far cpkv's loop is from SGLang's; exit 0 either way.
+It measures how far each of cpkv's loops is from SGLang's; exit 0 either way.
 """
 
 from __future__ import annotations
@@ -163,12 +166,16 @@ def main() -> int:
 
     print(f"sglang imported in {time.perf_counter() - started:.0f} s")
     modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.mixed_chunk]
+    from cpkv.sglang import run_scenario
+
     for mixed in modes:
         rng = random.Random(args.seed)
-        same, where, shown = 0, Counter(), 0
+        same, where, shown, modelled = 0, Counter(), 0, 0
         for n in range(args.scenarios):
             sc = scenario(rng, mixed)
             real_rows, real_marks = oracle_trace(drive.run_scenario(sc), sc)
+            model_rows, model_marks = oracle_trace(run_scenario(sc), sc)
+            modelled += model_rows == real_rows and model_marks == real_marks
             with tempfile.TemporaryDirectory() as tmp:
                 our_rows, our_marks = cpkv_trace(sc, Path(tmp))
             k = first_difference(real_rows, our_rows)
@@ -188,9 +195,10 @@ def main() -> int:
                             f"    {name} {row[0]:<7} extend={list(row[1])} decode={row[2]} "
                             f"retracted={row[3]}"
                         )
-        print(f"mixed chunk {'on ' if mixed else 'off'}: {same} of {args.scenarios} scenarios "
-              f"identical on every iteration and every request's first-token and finish "
-              f"iteration; the others first differ in a {dict(where)} iteration")  # fmt: skip
+        print(f"mixed chunk {'on ' if mixed else 'off'}: engine sglang (cpkv's loop) {same} of "
+              f"{args.scenarios} scenarios identical on every iteration and every request's "
+              f"first-token and finish iteration (the others first differ in a {dict(where)} "
+              f"iteration); engine sglang_loop {modelled} of {args.scenarios}")  # fmt: skip
     return 0
 
 

@@ -4,10 +4,12 @@ __version__ = "0.1.0"
 
 MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),
+    ("sglang", "0.5.23", "scheduler loop (cpkv.sglang; serving with admit.engine: sglang_loop)"),
     ("vllm", "0.32.0", "V1 scheduler step (cpkv.vllm; serving with admit.engine: vllm)"),
 )
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
 NOT_MIRRORED = (
-    "serving loop: cpkv's own around SGLang's admission pass; vLLM engine: no clusters yet"
+    "admit.engine sglang (the default) is cpkv's own loop around SGLang's admission pass; "
+    "under SGLang's loop (sglang_loop) and vLLM's scheduler (vllm): one instance, no host tier"
 )
 """What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

@@ -20,7 +20,14 @@ from cpkv.policies.iteration import IterationBudget
 from cpkv.policies.profiled import ProfiledSpec
 from cpkv.serving.cluster.schema import ClusterSpec
 from cpkv.serving.cost.spec import CostSpec
-from cpkv.serving.schema import ENGINES, ArrivalsSpec, ServingSpec, SloSpec, VllmSpec
+from cpkv.serving.schema import (
+    ENGINES,
+    ArrivalsSpec,
+    ServingSpec,
+    SglangSpec,
+    SloSpec,
+    VllmSpec,
+)
 from cpkv.workload.sources import WorkloadSpec
 
 MODES = ("passes", "serving")
@@ -57,6 +64,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
     profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
     vllm: VllmSpec = VllmSpec()  # mode serving, engine vllm: vLLM's scheduler knobs
+    sglang: SglangSpec = SglangSpec()  # mode serving, engine sglang_loop: SGLang's server arguments
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -73,6 +81,8 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         choices("engine", (self.engine,), ENGINES)
         if self.engine == "vllm":
             self._validate_vllm()
+        if self.engine == "sglang_loop":
+            self._validate_sglang_loop()
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
@@ -152,6 +162,49 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             raise FieldError(
                 "serving",
                 "admit.serving's options are the SGLang engine's; with engine vllm only serving.timeline_points is read",
+            )
+
+    def _validate_sglang_loop(self) -> None:
+        """SGLang's own loop reads its server arguments from ``admit.sglang``: the keys of
+        cpkv's loop that it would not read are refused, not ignored."""
+        if self.mode != "serving":
+            raise FieldError(
+                "engine", "sglang_loop runs in admit.mode serving; allowed here: sglang"
+            )
+        default = type(self)()
+        for key, why in (
+            (
+                "policy",
+                "SGLang's loop runs its PrefillAdder; seed 004's policies run with engine sglang",
+            ),
+            (
+                "enable_priority_scheduling",
+                "priority scheduling is not modelled in SGLang's loop yet",
+            ),
+        ):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
+        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof"))
+        if self.cp != default.cp:
+            raise FieldError(
+                "cp",
+                "the CP shared-KV limits are not applied to SGLang's loop yet; leave admit.cp out",
+            )
+        if self.cluster.instances > 1:
+            raise FieldError(
+                "cluster.instances", "engine sglang_loop serves one instance for now; allowed: 1"
+            )
+        read = ("timeline_points", "ratio_min_factor", "ratio_decay_steps")
+        if self.serving != ServingSpec(**{k: getattr(self.serving, k) for k in read}):
+            raise FieldError(
+                "serving",
+                "admit.serving's options are cpkv's loop's; with engine sglang_loop only "
+                "serving.timeline_points, ratio_min_factor and ratio_decay_steps are read",
+            )
+        chunk = self.chunk_tokens
+        if chunk is not None and chunk < self.page_size:
+            raise FieldError(
+                "chunked_prefill_size", f"{chunk} is less than a page ({self.page_size} tokens)"
             )
 
     def _validate_graph_buckets(self) -> None:

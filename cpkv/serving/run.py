@@ -63,7 +63,13 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
 
         check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
         vllm = vllm_settings_from(block, cost, workload)
-        return lambda ctx: _execute_vllm(ctx, block, vllm, workload, cfg.seed, fit)
+        return lambda ctx: _execute_instance(ctx, block, vllm, workload, cfg.seed, fit)
+    if block.engine == "sglang_loop":
+        from cpkv.serving.engine import sglang_engine
+
+        sglang_engine.check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
+        loop = sglang_engine.sglang_settings_from(block, cost, workload)
+        return lambda ctx: _execute_instance(ctx, block, loop, workload, cfg.seed, fit)
     cancellations = any(r.cancel_ms is not None for r in workload.requests)
     settings = settings_from(block, cost, cfg.seed, cancellations)
 
@@ -118,21 +124,29 @@ def _execute_one(
     )  # fmt: skip
 
 
-def _execute_vllm(
+def _execute_instance(
     ctx: RunContext, block: Any, settings: Any, workload: Any, seed: int, fit: Any
 ) -> RunOutput:
-    """One instance under vLLM's scheduler (:mod:`cpkv.serving.engine.vllm_engine`)."""
-    from cpkv.serving.engine.vllm_engine import VllmEngine
-
+    """One instance under a real engine's scheduler: vLLM's
+    (:mod:`cpkv.serving.engine.vllm_engine`) or SGLang's loop
+    (:mod:`cpkv.serving.engine.sglang_engine`)."""
     count = workload.size
-    ctx.report(0, 1, f"serving {count} requests, engine vllm (policy {block.vllm.policy})")
+    if block.engine == "vllm":
+        from cpkv.serving.engine.vllm_engine import VllmEngine as Instance
+
+        what = f"engine vllm (policy {block.vllm.policy})"
+    else:
+        from cpkv.serving.engine.sglang_engine import SglangEngine as Instance
+
+        what = f"engine {block.engine}"
+    ctx.report(0, 1, f"serving {count} requests, {what}")
     cap, points = settings.capacity_blocks, block.serving.timeline_points
     lines = ctx.stream("requests.jsonl")
     stats = RequestStats(block.slo, lines.write)
     samples = IterationLog(
         cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
     )
-    engine = VllmEngine(
+    engine = Instance(
         settings, sink=stats, samples=samples, arrivals=workload.arriving(block.arrivals, seed)
     )
     try:
@@ -272,11 +286,31 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
     }
     if block.engine == "vllm":
         out["vllm"] = {**to_dict(block.vllm), **_derived_vllm(s.config)}
+    elif block.engine == "sglang_loop":
+        out["sglang"] = _sglang_arguments(s.config)
+        out["final_new_token_ratio"] = c["final_new_token_ratio"]
     elif block.policy == "prefill_adder":
         out["final_new_token_ratio"] = c["final_new_token_ratio"]
     if fit is not None:
         out["cost_fit"] = fit.describe()
     return out
+
+
+def _sglang_arguments(config: Any) -> dict[str, Any]:
+    """The server arguments SGLang's loop ran with (given or derived)."""
+    return {
+        "max_total_num_tokens": config.max_total_num_tokens,
+        "max_running_requests": config.max_running_requests,
+        "context_len": config.context_len,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "max_prefill_tokens": config.max_prefill_tokens,
+        "page_size": config.page_size,
+        "enable_mixed_chunk": config.enable_mixed_chunk,
+        "disable_overlap_schedule": not config.overlap,
+        "disable_radix_cache": config.disable_radix_cache,
+        "schedule_policy": config.schedule_policy,
+        "schedule_conservativeness": config.schedule_conservativeness,
+    }
 
 
 def _derived_vllm(config: Any) -> dict[str, int]:
@@ -301,7 +335,12 @@ def _snapshot_keys_set(block: Any) -> list[str]:
 
 
 def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
-    notes = _vllm_notes(s) if block.engine == "vllm" else _sglang_notes(block, s)
+    if block.engine == "vllm":
+        notes = _vllm_notes(s)
+    elif block.engine == "sglang_loop":
+        notes = _sglang_loop_notes(s)
+    else:
+        notes = _sglang_notes(block, s)
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
     if s.cost.kind == "roofline":
@@ -363,4 +402,20 @@ def _vllm_notes(s: Any) -> list[str]:
         f"vLLM's null block), max_model_len {c.max_model_len}; prefix caching "
         + ("on, in the pool (LRU eviction)" if c.enable_prefix_caching else "off")
         + "; admit.workload.cache is not read; a preempted request recomputes",
+    ]
+
+
+def _sglang_loop_notes(s: Any) -> list[str]:
+    from cpkv.sglang import SGLANG_VERSION
+
+    c = s.config
+    return [
+        f"serving simulation, engine sglang_loop: SGLang {SGLANG_VERSION}'s scheduler loop "
+        f"iteration for iteration ({'overlap' if c.overlap else 'normal'} loop, mixed chunk "
+        f"{'on' if c.is_mixed_chunk else 'off'}, chunked_prefill_size "
+        f"{c.chunked_prefill_size}, max_prefill_tokens {c.max_prefill_tokens}, "
+        f"max_running_requests {c.max_running_requests}, schedule_policy {c.schedule_policy})",
+        f"KV pool {c.max_total_num_tokens} tokens in pages of {c.page_size}; the radix cache "
+        + ("is off" if c.disable_radix_cache else "shares the pool (evictable, LRU)")
+        + "; decode retracts (recompute) when its next step does not fit; no host tier",
     ]

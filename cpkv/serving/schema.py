@@ -141,8 +141,11 @@ class ServingSpec:
         )
 
 
-ENGINES = ("sglang", "vllm")
-"""``admit.engine``: whose scheduler a serving run models (SGLang's is the default)."""
+ENGINES = ("sglang", "sglang_loop", "vllm")
+"""``admit.engine``: whose scheduler a serving run models: ``sglang`` (cpkv's serving loop
+around SGLang's ``PrefillAdder``, with the host tier, the CP limits and seed 004's policies;
+the default), ``sglang_loop`` (SGLang's own scheduler loop, iteration for iteration) or
+``vllm`` (vLLM's V1 scheduler, step for step)."""
 VllmTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
 
 
@@ -184,3 +187,37 @@ class VllmSpec:
             "num_gpu_blocks",
             f"must be >= 2 (block 0 is vLLM's null block), got {self.num_gpu_blocks}",
         )
+
+
+PositiveTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
+
+
+@dataclass(frozen=True)
+class SglangSpec:
+    """``admit.sglang``: the server arguments of SGLang 0.5.23's scheduler loop
+    (``admit.engine: sglang_loop``) that the ``admit`` block does not hold already, under
+    SGLang's names and with its defaults.
+
+    The loop also reads ``admit``'s ``chunked_prefill_size`` (null: chunked prefill off),
+    ``max_prefill_tokens``, ``page_size``, ``max_running_requests``, ``schedule_policy``
+    (``fcfs`` or ``lof``), ``new_token_ratio`` (``SGLANG_INIT_NEW_TOKEN_RATIO``) and
+    ``serving.ratio_min_factor`` / ``serving.ratio_decay_steps``. Here:
+    ``enable_mixed_chunk`` (decodes ride in prefill batches; only with chunked prefill),
+    ``disable_overlap_schedule`` (SGLang's default is the overlap loop: a batch's results are
+    processed after the next batch was launched), ``disable_radix_cache``,
+    ``schedule_conservativeness`` (scales the new-token ratio), ``max_total_num_tokens``
+    (null: ``admit.kv``'s tokens, ``capacity_blocks x block_size``; SGLang derives it from the
+    GPU memory left after the weights), ``context_len`` (null: the pool's tokens; a prompt
+    reaching it is rejected, an output is clipped to it). ``admit.max_running_requests``
+    null takes SGLang's rule: ``min(max(min(tokens / context_len x 512, 4096), 2048),
+    tokens / 2)``.
+    """
+
+    enable_mixed_chunk: bool = False
+    disable_overlap_schedule: bool = False
+    disable_radix_cache: bool = False
+    schedule_conservativeness: Annotated[
+        float, Range(0.01, 100.0, why="scales SGLang's new-token ratio (0.7 at 1.0)")
+    ] = 1.0
+    max_total_num_tokens: PositiveTokens | None = None
+    context_len: PositiveTokens | None = None

@@ -50,6 +50,7 @@ class PrefillAdder:
         self.can_run: list[Req] = []
         self.new_chunked: Req | None = None
         self.req_states: list[tuple[float, int]] | None = None
+        self.stop: str | None = None  # the budget behind the last verdict that stopped a scan
 
     # -- the budgets ----------------------------------------------------------------------
     def _room(self) -> int:
@@ -66,13 +67,16 @@ class PrefillAdder:
 
     def budget_state(self) -> str:
         """What the budgets say before the next candidate: NO_TOKEN (no memory), OTHER (a
-        compute budget spent) or CONTINUE."""
+        compute budget spent) or CONTINUE; ``stop`` names the budget."""
         room = self._room()
         if not (room - self.total_offset > 0 and room - self.current_offset > 0):
+            self.stop = "rem_total_tokens"
             return NO_TOKEN
         if self.rem_input <= 0:
+            self.stop = "rem_input_tokens"
             return OTHER
         if self.rem_chunk is not None and self.rem_chunk <= 0:
+            self.stop = "rem_chunk_tokens"
             return OTHER
         return CONTINUE
 
@@ -135,8 +139,10 @@ class PrefillAdder:
         extend = len(req.fill) - prefix
         paged = self._ceil_page(extend)
         if not total_tokens < self.remaining_total():
+            self.stop = "rem_total_tokens"
             return NO_TOKEN
         if self.rem_chunk is None and self.can_run and paged >= self.rem_input:
+            self.stop = "rem_input_tokens"
             return OTHER
         max_new = req.max_new_tokens
         max_new = max_new if max_new < CLIP else CLIP
@@ -145,6 +151,7 @@ class PrefillAdder:
             extend = limit // self.page * self.page
             extend = (prefix + extend) // self.page * self.page - prefix
             if extend <= 0:
+                self.stop = "rem_chunk_tokens"
                 return OTHER
             return extend, 0, True
         return extend, max_new, False
@@ -154,6 +161,7 @@ class PrefillAdder:
         extend = len(req.fill) - req.prefix_len
         paged = self._ceil_page(extend) + self.page
         if not paged <= min(self.remaining_current(), self.remaining_total()):
+            self.stop = "rem_total_tokens"
             return NO_TOKEN
         if self.req_states is None:
             self.req_states = []
@@ -171,6 +179,7 @@ class PrefillAdder:
         for i, (left, occupied) in enumerate(states):
             batch = len(states) - i
             if room + freed - left * batch <= IGNORE_EOS_RESERVE_TOKENS * batch:
+                self.stop = "ignore_eos_reserve"
                 return NO_TOKEN
             freed += occupied
         rem_chunk = self.rem_chunk
@@ -181,6 +190,7 @@ class PrefillAdder:
             self._charge(req.extend_len, max_new if max_new < CLIP else CLIP)
         else:
             if rem_chunk <= 0:
+                self.stop = "rem_chunk_tokens"
                 return OTHER
             req.extend_end = req.prefix_len + rem_chunk
             self.can_run.append(req)

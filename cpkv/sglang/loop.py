@@ -74,25 +74,24 @@ class Listener:
     def launch(self, batch: Batch) -> None:
         """``batch`` runs now (set ``batch.end_us``)."""
 
-    def token(self, req: Req, batch: Batch) -> None:
-        """``req`` got an output token at the end of ``batch``."""
+    def first_token(self, req: Req, batch: Batch) -> None:
+        """``req`` got its first output token at the end of ``batch`` (every token it gets
+        sets ``req.last_token_us``)."""
 
     def finished(self, req: Req, batch: Batch) -> None:
         """``req`` finished at the end of ``batch``."""
 
-    def retracted(self, req: Req) -> None:
-        """``req`` went back to the queue with its outputs."""
+    def retracted(self, req: Req, held_tokens: int) -> None:
+        """``req`` went back to the queue with its outputs, freeing the ``held_tokens`` KV
+        slots it had (the tree keeps what it had inserted of them)."""
 
 
 class Loop:
     """One SGLang server's scheduler (see the module docstring)."""
 
-    def __init__(
-        self, config: LoopConfig, listener: Listener | None = None, output_token: int = 7
-    ) -> None:
+    def __init__(self, config: LoopConfig, listener: Listener | None = None) -> None:
         self.config = c = config
         self.listener = listener or Listener()
-        self.output_token = output_token
         self.pool = KvPool(
             c.max_total_num_tokens, c.page_size, c.max_running_requests, c.disable_radix_cache
         )
@@ -109,6 +108,7 @@ class Loop:
         self.ratio = init
         self.forward_ct = 0
         self.prefix_touches = 0
+        self.stops: dict[str, int] = {}  # what ended each admission attempt, by name
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -159,6 +159,85 @@ class Loop:
         if self.is_fully_idle():
             self.ratio = self.ratio_init
 
+    # -- passes known in advance --------------------------------------------------------
+    def quiet_decode_passes(self, limit: int) -> int:
+        """How many of the next passes (at most ``limit``) are known to decode the running
+        batch and nothing else: no chunked request, nothing admitted (an empty queue, or the
+        ``batch_is_full`` latch), the last pass decoded this batch, no request's next output
+        finishes it (its result would release KV), and every pass's KV fits the free pages
+        or what evicting the radix cache frees (else it would retract). 0: none."""
+        running, last = self.running, self.last_batch
+        reqs = running.reqs
+        if not reqs or self.chunked_req is not None or last is not running:
+            return 0
+        if self.waiting and not running.batch_is_full:
+            return 0
+        steps = limit
+        for r in reqs:
+            left = r.max_new_tokens - r.output_len - 1
+            if left < steps:
+                steps = left
+                if steps <= 0:
+                    return 0
+        pool, page, bs = self.pool, self.pool.page, len(reqs)
+        room = pool.free_pages + self.tree.evictable_size // page  # pages free or freeable
+        if page == 1:
+            fitting = room // bs
+            return steps if steps < fitting else fitting
+        fitting = 0
+        while fitting < steps and room >= bs:
+            room -= sum(1 for r in reqs if (r.kv_committed + fitting) % page == 0)
+            fitting += 1
+        return fitting
+
+    def decode_pages(self, steps: int) -> list[int]:
+        """The pages each of the next ``min(steps, page)`` decode passes of the running batch
+        takes (the counts repeat with the page size)."""
+        page, reqs = self.pool.page, self.running.reqs
+        return [
+            sum(1 for r in reqs if (r.kv_committed + j) % page == 0)
+            for j in range(min(steps, page))
+        ]
+
+    def skip_decode_passes(self, steps: int, end_us: float) -> None:
+        """Take ``steps`` quiet decode passes at once (:meth:`quiet_decode_passes`), the
+        last ending at ``end_us``: every running request gets ``steps`` more tokens and KV
+        slots, the pages are taken (the radix cache evicted where a pass would evict), the
+        ratio decays ``steps`` times. (``last_token_us`` is not kept.)"""
+        reqs, pool = self.running.reqs, self.pool
+        page, bs = pool.page, len(reqs)
+        if page == 1:
+            left = steps
+            while left:  # as many passes as the free slots hold, then evict for the next
+                fit = pool.free_pages // bs
+                if not fit:
+                    pool.make_room(bs)
+                    continue
+                n = fit if fit < left else left
+                pool.take_pages(n * bs)
+                left -= n
+        else:
+            for j in range(steps):
+                pool.make_room(bs * page)
+                pool.take_pages(sum(1 for r in reqs if (r.kv_committed + j) % page == 0))
+        for r in reqs:
+            r.kv_allocated += steps
+            r.kv_committed += steps
+            r.output_len += steps
+        ratio, decay, low = self.ratio, self.ratio_decay, self.ratio_min
+        for _ in range(steps):
+            if ratio <= low:
+                ratio = low
+                break
+            ratio = max(ratio - decay, low)
+        self.ratio = ratio
+        if self.waiting:
+            self.stops["batch_is_full"] = self.stops.get("batch_is_full", 0) + steps
+        self.forward_ct += steps
+        self.running.end_us = end_us
+        if self.result_queue:
+            self.result_queue[0].end_us = end_us
+
     # -- get_next_batch_to_run ----------------------------------------------------------
     def _next_batch(self) -> Batch | None:
         exclude: set[Req] = set()
@@ -206,10 +285,13 @@ class Loop:
             running.batch_is_full = False
         chunked = self.chunked_req
         if (running.batch_is_full or not self.waiting) and chunked is None:
+            if self.waiting:
+                self._stopped("batch_is_full")
             return None, running
         running_bs = len(running.reqs)
         if self._allocatable(running_bs) <= 0 and chunked is None:
             running.batch_is_full = True
+            self._stopped("max_running_requests")
             return None, running
         self._order_queue()
         c = self.config
@@ -219,7 +301,7 @@ class Loop:
             c.chunked_prefill_size, running_bs if mixed else 0,
         )  # fmt: skip
         if chunked is not None:
-            chunked.refresh_fill(self.output_token)
+            chunked.refresh_fill()
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
         self._scan(adder, running)
         can_run = adder.can_run
@@ -241,7 +323,7 @@ class Loop:
             if running.reqs and self._decode_fits(running.reqs):
                 self._prepare_decode(running.reqs)
                 for r in running.reqs:
-                    r.refresh_fill(self.output_token)
+                    r.refresh_fill()
                     r.extend_end = r.kv_committed
                 batch.mode = MIXED
                 batch.decoding = running.reqs
@@ -253,20 +335,27 @@ class Loop:
         """The waiting queue through the adder, in order, until a verdict stops it."""
         for req in self.waiting:
             if adder.budget_state() == OTHER:
+                self._stopped(adder.stop)
                 break
             held = sum(1 for r in adder.can_run if r.holds_row)
             if len(adder.can_run) >= self._allocatable(len(running.reqs), held):
                 running.batch_is_full = True
             if running.batch_is_full:
+                self._stopped("max_running_requests")
                 break
-            req.refresh_fill(self.output_token)
+            req.refresh_fill()
             req.prefix_len, req.last_node = self.tree.match(req.fill, len(req.fill) - 1)
             req.protected_len = req.prefix_len
             verdict = adder.add_one_req(req)
             if verdict != CONTINUE:
                 if verdict == NO_TOKEN:
                     running.batch_is_full = bool(adder.can_run) or bool(running.reqs)
+                self._stopped(adder.stop)
                 break
+
+    def _stopped(self, why: str | None) -> None:
+        if why is not None:
+            self.stops[why] = self.stops.get(why, 0) + 1
 
     def _order_queue(self) -> None:
         """``calc_priority``: the queue's order, then (the radix cache on) every 32nd call the
@@ -283,7 +372,7 @@ class Loop:
         if calls % WAITING_PREFIX_REFRESH_INTERVAL:
             return
         for r in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-            r.refresh_fill(self.output_token)
+            r.refresh_fill()
             tree.match(r.fill, len(r.fill))
 
     def _prepare_extend(self, batch: Batch) -> None:
@@ -339,6 +428,8 @@ class Loop:
 
     def _decode_need(self, reqs: list[Req]) -> int:
         page = self.pool.page
+        if page == 1:
+            return len(reqs)
         return sum(1 for r in reqs if r.kv_committed % page == 0) * page
 
     def _decode_fits(self, reqs: list[Req]) -> bool:
@@ -369,10 +460,11 @@ class Loop:
                 break
             first = False
             req = reqs[order.pop()]
+            held = req.kv_committed
             self._release(req, checkpoint=False)
             self.pool.make_room(len(order) * self.config.retract_decode_steps)
             req.reset_for_retract()
-            retracted.append(req)
+            retracted.append((req, held))
         if len(order) <= 1 and not self._decode_fits([reqs[i] for i in order]):
             raise RuntimeError("out of KV memory with one request left: SGLang aborts it")
         batch.reqs = [reqs[i] for i in order]
@@ -381,9 +473,9 @@ class Loop:
         asked = sum(r.max_new_tokens for r in kept)
         steps = self.config.retract_decode_steps
         self.ratio = min(1.0, (decoded + steps * len(kept)) / (asked + 1))
-        for req in retracted:
+        for req, held in retracted:
             self.waiting.append(req)
-            self.listener.retracted(req)
+            self.listener.retracted(req, held)
 
     # -- the tree and the pool around a request -------------------------------------------
     def _checkpoint(self, req: Req, up_to: int) -> None:
@@ -412,7 +504,7 @@ class Loop:
         and its row are freed, its lock released."""
         owned = req.kv_committed
         if checkpoint:
-            req.refresh_fill(self.output_token)
+            req.refresh_fill()
             self._checkpoint(req, owned)
         page = self.pool.page
         self.pool.free_pages += -(-owned // page) - req.protected_len // page
@@ -433,7 +525,9 @@ class Loop:
     def _emit(self, req: Req, batch: Batch) -> bool:
         """``req`` takes its output token; whether that finished it."""
         req.output_len += 1
-        self.listener.token(req, batch)
+        req.last_token_us = batch.end_us
+        if req.output_len == 1:
+            self.listener.first_token(req, batch)
         if req.output_len >= req.max_new_tokens:
             req.finished = True
             return True

@@ -23,7 +23,6 @@ SGLang's cache does and the model keeps:
 from __future__ import annotations
 
 import heapq
-from array import array
 from collections.abc import Callable, Sequence
 
 
@@ -32,7 +31,7 @@ class Node:
 
     __slots__ = ("key", "children", "parent", "lock_ref", "last_access", "created")
 
-    def __init__(self, key: array, parent: Node | None, stamp: float) -> None:
+    def __init__(self, key: Sequence[int], parent: Node | None, stamp: float) -> None:
         self.key = key
         self.children: dict[object, Node] = {}
         self.parent = parent
@@ -52,11 +51,14 @@ class RadixTree:
         self.release = release  # frees the slots of evicted tokens
         self.disabled = disabled
         self.clock = 0.0
-        self.root = Node(array("q"), None, self._tick())
+        self.root = Node(range(0), None, self._tick())
         self.root.lock_ref = 1
         self.evictable_size = 0
         self.protected_size = 0
         self.leaves: set[Node] = set()  # unlocked nodes with no child
+        # eviction candidates: (last use, leaf) for every leaf at its current last use, and
+        # stale entries (a leaf since used again or gone), skipped when popped
+        self.heap: list[tuple[float, Node]] = []
 
     # -- the access clock -----------------------------------------------------------------
     def _tick(self) -> float:
@@ -64,7 +66,7 @@ class RadixTree:
         self.clock += 1.0
         return stamp
 
-    def _new_node(self, key: array, parent: Node | None) -> Node:
+    def _new_node(self, key: Sequence[int], parent: Node | None) -> Node:
         node = Node(key, parent, self._tick())
         node.created = self._tick()
         return node
@@ -74,7 +76,7 @@ class RadixTree:
             return tokens[at]
         return tuple(tokens[at : at + self.page])
 
-    def _common(self, key: array, tokens: Sequence[int], at: int, end: int) -> int:
+    def _common(self, key: Sequence[int], tokens: Sequence[int], at: int, end: int) -> int:
         """Tokens ``key`` shares with ``tokens[at:end]``, in whole pages."""
         n = min(len(key), end - at)
         if key[:n] == tokens[at : at + n]:
@@ -93,9 +95,23 @@ class RadixTree:
     # -- the leaf set ---------------------------------------------------------------------
     def _refresh_leaf(self, node: Node) -> None:
         if node is not self.root and node.lock_ref == 0 and not node.children:
-            self.leaves.add(node)
+            if node not in self.leaves:
+                self.leaves.add(node)
+                self._candidate(node)
         else:
             self.leaves.discard(node)
+
+    def _candidate(self, node: Node) -> None:
+        heap = self.heap
+        heapq.heappush(heap, (node.last_access, node))
+        if len(heap) > 4 * len(self.leaves) + 64:  # mostly stale: rebuild
+            heap[:] = [(n.last_access, n) for n in self.leaves]
+            heapq.heapify(heap)
+
+    def _use(self, node: Node, stamp: float) -> None:
+        node.last_access = stamp
+        if node in self.leaves:
+            self._candidate(node)
 
     # -- matching ---------------------------------------------------------------------------
     def match(self, tokens: Sequence[int], limit: int) -> tuple[int, Node]:
@@ -122,9 +138,11 @@ class RadixTree:
 
     def _stamp_path(self, node: Node) -> None:
         stamp = self._tick()
+        self._use(node, stamp)  # (only the deepest can be a leaf)
+        node = node.parent
         while node is not None:
-            node.last_access = stamp
             stamp -= 0.00001
+            node.last_access = stamp
             node = node.parent
 
     def _split(self, child: Node, length: int) -> Node:
@@ -138,7 +156,7 @@ class RadixTree:
         child.key = child.key[length:]
         child.parent = head
         head.children[self._child_key(child.key, 0)] = child
-        child.last_access = self._tick()
+        self._use(child, self._tick())
         self._refresh_leaf(head)
         self._refresh_leaf(child)
         return head
@@ -158,13 +176,13 @@ class RadixTree:
         while at < length:
             child = node.children.get(self._child_key(tokens, at))
             if child is None:
-                leaf = self._new_node(array("q", tokens[at:length]), node)
+                leaf = self._new_node(tokens[at:length], node)
                 node.children[self._child_key(tokens, at)] = leaf
                 self.evictable_size += length - at
                 self._refresh_leaf(leaf)
                 self._refresh_leaf(node)
                 return duplicates, length, leaf
-            child.last_access = self._tick()
+            self._use(child, self._tick())
             same = self._common(child.key, tokens, at, length)
             if same < len(child.key):
                 child = self._split(child, same)
@@ -205,33 +223,23 @@ class RadixTree:
     # -- eviction ---------------------------------------------------------------------------
     def evict(self, enough: Callable[[], bool]) -> int:
         """Evict unlocked leaves, least recently used first, until ``enough()`` says the
-        pool has room (checked after each leaf); returns the tokens freed."""
-        heap = [(node.last_access, node) for node in self.leaves]
-        heapq.heapify(heap)
+        pool has room (checked after each leaf); returns the tokens freed. A parent left
+        without children becomes a candidate at once."""
+        heap, leaves = self.heap, self.leaves
         freed = 0
-        last: Node | None = None
-        while True:
-            if last is not None and last.parent in self.leaves:
-                parent = last.parent
-                heapq.heappush(heap, (parent.last_access, parent))
-            last = None
-            node = None
-            while heap:
-                _, candidate = heapq.heappop(heap)
-                if candidate in self.leaves:
-                    node = candidate
-                    break
-            if node is None:
-                return freed
+        while heap:
+            stamp, node = heapq.heappop(heap)
+            if node not in leaves or node.last_access != stamp:
+                continue  # (stale)
             parent = node.parent
             assert parent is not None
             del parent.children[self._child_key(node.key, 0)]
-            self.leaves.discard(node)
+            leaves.discard(node)
             n = len(node.key)
             self.evictable_size -= n
             freed += n
             self.release(n)
             self._refresh_leaf(parent)
-            last = node
             if enough():
                 return freed
+        return freed

@@ -1,7 +1,10 @@
 """One request as SGLang's scheduler holds it (``Req`` and its ``kv`` record).
 
 ``fill`` is SGLang's ``full_untruncated_fill_ids``: the prompt's token ids, then the output
-tokens generated up to its last refresh (:meth:`Req.refresh_fill`). ``prefix_len`` is what the KV cache holds of it (a radix-cache hit,
+tokens generated up to its last refresh (:meth:`Req.refresh_fill`). The ids are any sequence
+that slices to its own kind and compares by value (``array``, ``list``; a ``range`` for a
+request that shares no token with another: its outputs continue the range); every output token
+of a request is ``output_token`` (its range's continuation when None). ``prefix_len`` is what the KV cache holds of it (a radix-cache hit,
 or what earlier chunks computed), ``extend_end`` where this round's extend stops.
 ``kv_allocated`` / ``kv_committed`` count the KV slots of the row (prefix included);
 ``protected_len`` the leading ones the radix tree owns (the request's own lock keeps them), the
@@ -10,7 +13,7 @@ rest are the request's own. ``last_node`` and ``lock`` are its place in the tree
 
 from __future__ import annotations
 
-from array import array
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -21,16 +24,19 @@ class Req:
         "rid", "index", "prompt_len", "fill", "max_new_tokens", "ignore_eos", "output_len",
         "prefix_len", "extend_end", "last_node", "lock", "protected_len", "kv_allocated",
         "kv_committed", "holds_row", "is_retracted", "retracted_stain", "inflight_middle_chunks",
-        "finished", "retractions", "arrival_us", "priority", "tag",
+        "finished", "retractions", "arrival_us", "priority", "tag", "output_token", "last_token_us",
     )  # fmt: skip
 
     def __init__(
-        self, rid: str, index: int, prompt: array, max_new_tokens: int,
+        self, rid: str, index: int, prompt: Sequence[int], max_new_tokens: int,
         ignore_eos: bool = False, arrival_us: float = 0.0, priority: int = 0,
+        output_token: int | None = None,
     ) -> None:  # fmt: skip
         self.rid, self.index = rid, index
         self.prompt_len = len(prompt)
-        self.fill = array("q", prompt)
+        self.fill: Sequence[int] = prompt if isinstance(prompt, range) else prompt[:]
+        self.output_token = output_token
+        self.last_token_us: float | None = None  # the end of the batch of its last token
         self.max_new_tokens = max_new_tokens
         self.ignore_eos = ignore_eos
         self.output_len = 0
@@ -56,12 +62,17 @@ class Req:
     def extend_len(self) -> int:
         return self.extend_end - self.prefix_len
 
-    def refresh_fill(self, output_token: int) -> None:
+    def refresh_fill(self) -> None:
         """``fill`` catches up with the outputs (SGLang refreshes it at a match, a mix into a
         prefill batch and a release; between those it lags)."""
-        missing = self.prompt_len + self.output_len - len(self.fill)
-        if missing > 0:
-            self.fill.extend([output_token] * missing)
+        fill = self.fill
+        missing = self.prompt_len + self.output_len - len(fill)
+        if missing <= 0:
+            return
+        if self.output_token is None:
+            self.fill = range(fill.start, fill.start + len(fill) + missing)  # type: ignore[attr-defined]
+        else:
+            self.fill.extend([self.output_token] * missing)  # type: ignore[attr-defined]
 
     def next_output_finishes(self) -> bool:
         """Whether one more output token reaches ``max_new_tokens``."""

@@ -55,6 +55,7 @@ class _Recorder(Listener):
         self.trace: list[dict] = []
         self.stats: dict[str, dict] = {}
         self.retracted_since: list[str] = []
+        self.reqs: list[Req] = []  # those with a token
 
     def launch(self, batch: Batch) -> None:
         loop = self.loop
@@ -80,10 +81,13 @@ class _Recorder(Listener):
         })  # fmt: skip
         self.retracted_since = []
 
-    def token(self, req: Req, batch: Batch) -> None:
-        st = self.stats[req.rid]
-        st.setdefault("first_token_us", batch.end_us)
-        st["last_token_us"] = batch.end_us
+    def first_token(self, req: Req, batch: Batch) -> None:
+        self.reqs.append(req)
+        self.stats[req.rid].setdefault("first_token_us", batch.end_us)
+
+    def last_tokens(self) -> None:
+        for req in self.reqs:
+            self.stats[req.rid]["last_token_us"] = req.last_token_us
 
     def finished(self, req: Req, batch: Batch) -> None:
         st = self.stats[req.rid]
@@ -91,7 +95,7 @@ class _Recorder(Listener):
             st["finish_us"] = batch.end_us
             st["output_len"] = req.output_len
 
-    def retracted(self, req: Req) -> None:
+    def retracted(self, req: Req, held_tokens: int) -> None:
         self.retracted_since.append(req.rid)
         st = self.stats[req.rid]
         st["retractions"] = st.get("retractions", 0) + 1
@@ -125,7 +129,7 @@ def run_scenario(sc: dict) -> dict:
     them (without its wall-clock fields)."""
     config = scenario_config(sc)
     cost = sc.get("cost", {})
-    loop = Loop(config, output_token=OUTPUT_TOKEN)
+    loop = Loop(config)
     rec = _Recorder(loop, (
         cost.get("fixed_us", 1000.0), cost.get("prefill_token_us", 20.0),
         cost.get("decode_req_us", 50.0),
@@ -149,12 +153,13 @@ def run_scenario(sc: dict) -> dict:
                 t, i, spec, ids = pending[at]
                 at += 1
                 req = Req(spec.get("rid", f"r{i}"), i, ids, spec.get("max_new_tokens", 16),
-                          bool(spec.get("ignore_eos", False)), t)  # fmt: skip
+                      bool(spec.get("ignore_eos", False)), t, output_token=OUTPUT_TOKEN)  # fmt: skip
                 rec.stats[req.rid] = {"arrival_us": t, "input_len": len(ids)}
                 loop.add_request(req)
                 got = True
             done = not got and at >= len(pending) and idle
         loop.step()
+    rec.last_tokens()
     pool, tree = loop.pool, loop.tree
     return {
         "iterations": len(rec.trace), "trace": rec.trace, "requests": rec.stats,

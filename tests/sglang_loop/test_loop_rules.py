@@ -145,3 +145,35 @@ def test_ignore_eos_keeps_room_for_every_running_requests_whole_output():
     assert late["t_ms"] == pytest.approx(20.8, abs=0.01)  # 7 ms prefill + 12 decodes of 1.15 ms
     assert plain["requests"]["r3"]["first_token_us"] < plain["requests"]["r0"]["finish_us"]
     assert eos["requests"]["r3"]["first_token_us"] > eos["requests"]["r0"]["finish_us"]
+
+
+def test_the_ratio_decays_only_in_decode_batches_and_resets_when_idle():
+    # init 0.7, floor 0.7 x 0.14 = 0.098, decay (0.7 - 0.098) / 600 per decode pass (before
+    # the batch launches); prefill batches leave it alone; an idle server resets it
+    decay = (0.7 - 0.098) / 600
+    res = run(
+        kv_size=8192, chunked_prefill_size=256, overlap=False,
+        requests=[
+            {"rid": "a", "len": 32, "max_new_tokens": 12},
+            {"rid": "b", "len": 600, "arrival_ms": 5, "max_new_tokens": 3},
+            {"rid": "c", "len": 32, "arrival_ms": 500, "max_new_tokens": 2},
+        ],
+    )  # fmt: skip
+    decodes = 0
+    for t in res["trace"]:
+        if t["extend"] and any(r == "c" for r, _, _ in t["extend"]):
+            assert t["ratio"] == pytest.approx(0.7, abs=1e-6)  # reset while idle
+            break
+        decodes += t["kind"] == "decode"
+        assert t["ratio"] == pytest.approx(0.7 - decodes * decay, abs=1e-6)
+    assert decodes > 5
+
+
+def test_a_tokens_kv_slot_is_taken_when_it_is_fed_back():
+    # one request of 100 + 5 in a 1000-token pool: its prefill holds 100 slots; each decode
+    # batch feeds the previous token back and takes its slot, so the k-th decode launches
+    # with 100 + k slots taken; its last token is never fed back (100 + 4 at the end)
+    res = run(kv_size=1000, overlap=False, requests=[{"rid": "a", "len": 100, "max_new_tokens": 5}])
+    avail = [t["avail"] for t in res["trace"]]
+    assert avail == [900, 899, 898, 897, 896]
+    assert res["final"]["evictable"] == 104 and res["final"]["avail"] == 896

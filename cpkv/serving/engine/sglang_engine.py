@@ -1,0 +1,326 @@
+"""A serving instance under SGLang's scheduler loop (``admit.engine: sglang_loop``).
+
+The decisions are :mod:`cpkv.sglang`'s, the model of SGLang 0.5.23's scheduler loop that the
+differential suite checks iteration for iteration against the real one; this engine adds time
+around them. Each pass of the loop, at simulated time ``now``:
+
+1. requests that arrived by ``now`` join the queue (when the server is fully idle, time jumps
+   to the next arrival); one that can never hold its prompt and a token in the pool, or whose
+   prompt reaches the context length, is rejected (``exceeds_kv_capacity``,
+   ``exceeds_context_len``); SGLang clips the others' ``max_new_tokens`` to the pool and the
+   context;
+2. the loop builds the next batch (a prefill batch whenever the ``PrefillAdder`` admits
+   something, else a decode of the running batch, retracting when its KV does not fit);
+3. the batch is priced by the run's cost model (:mod:`cpkv.serving.cost`): an extend row of
+   ``n`` tokens after ``p`` in KV is a prefill chunk (context ``p + n``, attention pairs ``n p
+   + n (n + 1) / 2``), a decode row reads the request's KV (its committed tokens); radix-cache
+   hits are not computed;
+4. its results (processed at once, or a pass later in the overlap loop) stamp each request's
+   tokens with the batch's end; a request's first token is its TTFT, its last its finish.
+
+The radix cache is SGLang's own, inside the KV pool: trace requests name their prompt tokens by
+their ``hash_ids`` (so prompts that share blocks share tokens), other requests share nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cpkv.core.errors import InputError
+from cpkv.serving.cost.stretch import line_steps_within, line_total
+from cpkv.serving.engine.engine import EngineResult, SimulationStalled
+from cpkv.serving.engine.stretch import decode_line
+from cpkv.serving.input.arrivals import Arrivals
+from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
+from cpkv.sglang import Batch, Listener, Loop, LoopConfig
+from cpkv.sglang import Req as LoopReq
+from cpkv.sglang.loop import DECODE
+
+INF = float("inf")
+COUNTERS = (
+    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
+)  # fmt: skip
+OWN_TOKENS = 1 << 32
+"""Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt ``k``); its outputs
+are ``-(index + 1) * OWN_TOKENS - 1``."""
+STRETCH_LIMIT = 1 << 20
+"""The most decode passes one closed-form stretch takes."""
+IDLE_PASSES = 8
+"""Passes in a row that run nothing while the server is not idle before the run stalls."""
+
+
+@dataclass(frozen=True)
+class SglangSettings:
+    """What an instance under SGLang's loop reads: its server arguments, the cost model and
+    the trace's block size (for ``hash_ids``; None: requests share no prefix)."""
+
+    config: LoopConfig
+    cost: Any
+    trace_block_tokens: int | None = None
+
+    @property
+    def block_size(self) -> int:
+        return self.config.page_size
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self.config.max_total_num_tokens // self.config.page_size
+
+
+def prompt_tokens(r: Req, trace_block: int | None) -> Any:
+    """``r``'s prompt as token ids: a trace request's hashed blocks ``h * block + offset``,
+    its own tokens (past its blocks, or all of them) unique to it; a request that shares
+    nothing is a ``range`` (its outputs continue it)."""
+    own = -(r.index + 1) * OWN_TOKENS
+    hashes = r.hash_ids
+    if not hashes or trace_block is None:
+        return range(own, own + r.prompt_tokens)
+    tokens: list[int] = []
+    for h in hashes:
+        start = h * trace_block
+        tokens.extend(range(start, start + trace_block))
+        if len(tokens) >= r.prompt_tokens:
+            break
+    del tokens[r.prompt_tokens :]
+    tokens.extend(range(own + len(tokens), own + r.prompt_tokens))
+    return tokens
+
+
+class SglangEngine(Listener):
+    """One serving instance under SGLang's scheduler loop; the driver interface of
+    :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
+
+    def __init__(
+        self, settings: SglangSettings, *, sink: Any, samples: Any,
+        arrivals: Iterable[Req] | None = None, stretches: bool = True,
+    ) -> None:  # fmt: skip
+        self.settings, self.sink, self.samples = settings, sink, samples
+        self.loop = Loop(settings.config, self)
+        self.arrivals = Arrivals(arrivals)
+        self.now, self.iterations, self.idle_passes = 0.0, 0, 0
+        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+        self.counters["preemptions"] = {}
+        self.counters["rejects"] = {}
+        c = settings.config
+        page = c.page_size
+        self.never_fits = c.max_total_num_tokens - page - 1  # a paged prompt above it
+        self.own = settings.trace_block_tokens is None
+        self.stretches = stretches
+        self.decode_lines: dict[int, tuple[float, float] | None] = {}
+
+    # -- driving it ------------------------------------------------------------------------
+    def deliver(self, r: Req) -> None:
+        self.arrivals.deliver(r)
+
+    def run(self) -> EngineResult:
+        self.advance(INF)
+        return self.close()
+
+    def advance(self, until_us: float) -> None:
+        loop, arrivals = self.loop, self.arrivals
+        while self.now < until_us:
+            if loop.is_fully_idle():
+                upcoming = arrivals.next_us
+                if upcoming >= until_us:
+                    return
+                self.now = max(self.now, upcoming)
+            if arrivals.next_us <= self.now:
+                self._arrive()
+            if self.stretches and self._decode_stretch(min(arrivals.next_us, until_us)):
+                continue
+            if loop.step() is None:
+                self._idle_pass()
+            else:
+                self.idle_passes = 0
+
+    def _decode_stretch(self, horizon: float) -> int:
+        """The quiet decode passes before ``horizon`` in closed form (the loop's
+        :meth:`~cpkv.sglang.loop.Loop.quiet_decode_passes`; the cost model's decode line);
+        how many ran (0: the loop runs the next pass in full)."""
+        loop, now = self.loop, self.now
+        steps = loop.quiet_decode_passes(STRETCH_LIMIT)
+        if steps < 2 or not now < horizon:
+            return 0
+        reqs = loop.running.reqs
+        running = len(reqs)
+        line = self.decode_lines.get(running)
+        if line is None:
+            line = self.decode_lines[running] = decode_line(self.settings.cost, running)
+            if line is None:
+                return 0
+        intercept, per_context = line
+        context = sum(r.kv_committed for r in reqs) + running  # the first pass's
+        first, slope = intercept + per_context * context, per_context * running
+        steps = line_steps_within(first, slope, horizon - now, steps)
+        end = now + line_total(first, slope, steps)
+        pool, tree = loop.pool, loop.tree
+        held = pool.total_pages - pool.free_pages - tree.evictable_size // pool.page
+        grow = loop.decode_pages(steps)
+        self.samples.stretch(
+            now, steps, end, running, len(loop.waiting), held, pool.total_pages - held,
+            0, context, 0, 0, 0, grow, None,
+        )  # fmt: skip
+        loop.skip_decode_passes(steps, end)
+        self.counters["decode_tokens"] += running * steps
+        self.iterations += steps
+        self.now = end
+        self.idle_passes = 0
+        return steps
+
+    def close(self) -> EngineResult:
+        loop = self.loop
+        counters = self.counters
+        pool = loop.pool
+        counters["final_used_blocks"] = pool.total_pages - pool.free_pages
+        counters["final_free_blocks"] = pool.free_pages
+        counters["final_new_token_ratio"] = loop.ratio
+        counters["admission_stops"] = dict(sorted(loop.stops.items()))
+        self.samples.close(self.now)
+        return EngineResult(None, self.now, self.iterations, None, counters, samples=self.samples)
+
+    def _idle_pass(self) -> None:
+        loop = self.loop
+        if loop.is_fully_idle():
+            self.idle_passes = 0
+            return
+        self.idle_passes += 1
+        if self.idle_passes >= IDLE_PASSES:
+            raise SimulationStalled(
+                f"admit.engine=sglang_loop: no batch ran for {self.idle_passes} passes at "
+                f"t={self.now / 1000:.3f} ms with {len(loop.waiting)} waiting and "
+                f"{len(loop.running.reqs)} running ({loop.pool.available()} free KV slots)"
+            )
+
+    # -- requests coming -------------------------------------------------------------------
+    def _arrive(self) -> None:
+        arrivals, now = self.arrivals, self.now
+        c = self.settings.config
+        page, trace_block = c.page_size, self.settings.trace_block_tokens
+        while arrivals.next_us <= now:
+            r = arrivals.pop()
+            paged = -(-r.prompt_tokens // page) * page
+            if paged > self.never_fits:
+                self._reject(r, "exceeds_kv_capacity")
+                continue
+            if r.prompt_tokens >= c.context_len:
+                self._reject(r, "exceeds_context_len")
+                continue
+            r.state = WAITING
+            own = -(r.index + 1) * OWN_TOKENS
+            req = LoopReq(
+                r.rid, r.index, prompt_tokens(r, trace_block), r.max_new_tokens,
+                arrival_us=r.arrival_us, priority=r.priority,
+                output_token=None if self.own and not r.hash_ids else own - 1,
+            )  # fmt: skip
+            req.tag = r
+            self.loop.add_request(req)
+
+    def _reject(self, r: Req, reason: str) -> None:
+        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
+        rejects = self.counters["rejects"]
+        rejects[reason] = rejects.get(reason, 0) + 1
+        self.sink.done(r)
+
+    # -- the loop's events (Listener) ------------------------------------------------------
+    def launch(self, batch: Batch) -> None:
+        loop, counters = self.loop, self.counters
+        start = self.now
+        prefill = prefill_context = pairs = 0
+        for req, prefix, extend in batch.rows:
+            prefill += extend
+            prefill_context += prefix + extend
+            pairs += extend * prefix + extend * (extend + 1) // 2
+            r = req.tag
+            r.state = PREFILL
+            if r.admitted_us is None:
+                r.admitted_us, r.l1_hit, r.l2_hit = start, prefix, 0
+                counters["l1_hit_tokens"] += prefix
+                counters["admissions"] += 1
+            r.prefilled += extend
+        decoding = batch.reqs if batch.mode == DECODE else (batch.decoding or ())
+        decoded = len(decoding)
+        decode_context = 0
+        for req in decoding:
+            decode_context += req.kv_committed
+        duration = self.settings.cost.batch_us(
+            prefill, decoded, decode_context, prefill_context, pairs, 0
+        )
+        self.now = batch.end_us = start + duration
+        pool, tree = loop.pool, loop.tree
+        free = pool.free_pages + tree.evictable_size // pool.page
+        running = decoded if batch.mode == DECODE else decoded + len(loop.running.reqs)
+        self.samples.iteration(
+            start, duration, running, len(loop.waiting),
+            pool.total_pages - free, free, prefill, decoded, decode_context, prefill_context,
+            pairs, 0,
+        )  # fmt: skip
+        counters["prefill_tokens"] += prefill
+        counters["decode_tokens"] += decoded
+        self.iterations += 1
+
+    def first_token(self, req: LoopReq, batch: Batch) -> None:
+        r = req.tag
+        r.first_token_us = batch.end_us
+        r.state = RUNNING
+        self.counters["first_tokens"] += 1
+
+    def finished(self, req: LoopReq, batch: Batch) -> None:
+        r = req.tag
+        r.state, r.finished_us, r.generated = FINISHED, batch.end_us, req.output_len
+        self.sink.done(r)
+
+    def retracted(self, req: LoopReq, held_tokens: int) -> None:
+        r = req.tag
+        r.state, r.generated = WAITING, req.output_len
+        r.preemptions += 1
+        r.recomputed += held_tokens
+        counts = self.counters["preemptions"]
+        counts["retract_decode"] = counts.get("retract_decode", 0) + 1
+
+
+def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings:
+    """The instance's server arguments from the ``admit`` block (``admit.sglang`` and the
+    ``PrefillAdder`` keys it shares with cpkv's loop; the pool from ``admit.kv`` unless
+    ``admit.sglang.max_total_num_tokens`` is given)."""
+    spec = block.sglang
+    page = block.page_size
+    tokens = spec.max_total_num_tokens
+    if tokens is None:
+        tokens = block.kv.capacity_blocks * block.kv.block_size
+    tokens = tokens // page * page
+    context = tokens if spec.context_len is None else spec.context_len
+    running = block.max_running_requests
+    if running is None:  # SGLang's rule for a pool of `tokens` and a context of `context`
+        estimate = max(min(int(tokens / context * 512), 4096), 2048)
+        running = max(1, min(estimate, tokens // 2))
+    config = LoopConfig(
+        max_total_num_tokens=tokens,
+        max_running_requests=running,
+        context_len=context,
+        chunked_prefill_size=block.chunk_tokens,
+        max_prefill_tokens=block.max_prefill_tokens,
+        page_size=page,
+        enable_mixed_chunk=spec.enable_mixed_chunk,
+        overlap=not spec.disable_overlap_schedule,
+        disable_radix_cache=spec.disable_radix_cache,
+        schedule_policy=block.schedule_policy,
+        schedule_conservativeness=spec.schedule_conservativeness,
+        init_new_token_ratio=float(block.new_token_ratio),
+        min_new_token_ratio_factor=block.serving.ratio_min_factor,
+        new_token_ratio_decay_steps=block.serving.ratio_decay_steps,
+    )
+    return SglangSettings(config, cost, workload.cache_block_size)
+
+
+def check_no_fixed_hits(workload: Any, source: str) -> None:
+    """SGLang's loop finds hits in its own radix cache: requests with fixed L1/L2 hits
+    (prefill-model JSONL lines, grid rows) cannot be served by it."""
+    for r in workload.requests:
+        if r.l1_cached_tokens or r.l2_cached_tokens:
+            raise InputError(
+                f"{source}: request {r.rid} has fixed cached tokens (l1 {r.l1_cached_tokens}, "
+                f"l2 {r.l2_cached_tokens}); SGLang's loop finds hits in its own radix cache: "
+                "give requests without cached tokens, or a trace with hash_ids"
+            )

@@ -1,0 +1,208 @@
+"""The serving engine under SGLang's loop (``admit.engine: sglang_loop``): times derived by
+hand, decisions and times equal to the loop model's own scenario runner (which the
+differential suite checks against the real loop), and the config refusals."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cpkv.serving.cost.model import CostModel
+from cpkv.serving.engine.sglang_engine import SglangEngine, SglangSettings
+from cpkv.serving.engine.simulate import KeepRequests
+from cpkv.serving.model.request import FINISHED, Req
+from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.sglang import LoopConfig, run_scenario
+
+FIXED, PER_TOKEN, PER_DECODE = 1000.0, 20.0, 50.0
+COST = CostModel(
+    fixed_us=FIXED, prefill_token_us=PER_TOKEN, decode_request_us=PER_DECODE, context_token_us=0.0
+)
+
+
+def serve(reqs: list[Req], trace_block: int | None = None, **knobs) -> list[Req]:
+    config = LoopConfig(**{"max_total_num_tokens": 8192, "max_running_requests": 64,
+                           "context_len": 8192, **knobs})  # fmt: skip
+    settings = SglangSettings(config, COST, trace_block)
+    sink = KeepRequests()
+    samples = IterationLog(settings.capacity_blocks, settings.block_size, keep=True, cost=COST)
+    SglangEngine(settings, sink=sink, samples=samples, arrivals=reqs).run()
+    return sink.in_input_order()
+
+
+def req(index: int, prompt: int, new: int, at_ms: float = 0.0, hashes=None) -> Req:
+    return Req.new(index, f"r{index}", at_ms * 1000, prompt, new, hash_ids=hashes)
+
+
+def test_one_request_prefills_then_decodes_one_token_a_batch() -> None:
+    (r,) = serve([req(0, 100, 4)])
+    prefill = FIXED + PER_TOKEN * 100
+    decode = FIXED + PER_DECODE
+    assert r.state == FINISHED and r.generated == 4
+    assert r.first_token_us == pytest.approx(prefill)
+    assert r.finished_us == pytest.approx(prefill + 3 * decode)
+
+
+def test_a_prompt_that_arrives_while_others_decode_stalls_them() -> None:
+    # SGLang's default (mixed chunk off): the second request's prefill runs alone, so the
+    # first request's next token waits for it
+    a, b = serve(
+        [req(0, 50, 10), req(1, 400, 2, at_ms=3.0)], chunked_prefill_size=8192, overlap=False
+    )
+    first_prefill = FIXED + PER_TOKEN * 50  # 2.0 ms
+    decode = FIXED + PER_DECODE  # 1.05 ms
+    # b arrives at 3 ms, during a's first decode (2.0 .. 3.05 ms): it prefills next, alone
+    assert b.first_token_us == pytest.approx(first_prefill + decode + FIXED + PER_TOKEN * 400)
+    # a's tokens: 2.0, 3.05, then nothing until b's prefill ends at 12.05; one batch decodes
+    # both (b's last token), then a decodes its last 7 alone
+    both, alone = FIXED + 2 * PER_DECODE, FIXED + PER_DECODE
+    assert b.finished_us == pytest.approx(b.first_token_us + both)
+    assert a.finished_us == pytest.approx(b.first_token_us + both + 7 * alone)
+
+
+def test_a_trace_request_hits_the_blocks_another_left_in_the_tree() -> None:
+    # trace blocks of 64 tokens: b shares a's first two blocks; a's prompt entered the radix
+    # cache after its prefill, so b computes only what follows them
+    a = req(0, 200, 30, hashes=(1, 2, 3, 4))
+    b = req(1, 200, 2, at_ms=20.0, hashes=(1, 2, 9, 10))
+    ra, rb = serve([a, b], trace_block=64)
+    assert ra.l1_hit == 0 and rb.l1_hit == 128
+    assert rb.prefilled == 72
+    off_a, off_b = serve(
+        [req(0, 200, 30, hashes=(1, 2, 3, 4)), req(1, 200, 2, at_ms=20.0, hashes=(1, 2, 9, 10))],
+        trace_block=64, disable_radix_cache=True,
+    )  # fmt: skip
+    assert off_b.l1_hit == 0 and off_b.prefilled == 200
+
+
+def test_a_prompt_that_cannot_fit_the_pool_is_rejected_and_outputs_are_clipped() -> None:
+    big, long_output = serve([req(0, 9000, 2), req(1, 100, 100_000)], max_total_num_tokens=8192)
+    assert big.reject_reason == "exceeds_kv_capacity"
+    # SGLang clips max_new_tokens to the pool (8192 - 100 - 1 - 1) and to the context
+    # (8192 - 100 - 1): the request is served, not rejected
+    assert long_output.state == FINISHED and long_output.generated == 8090
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) -> None:
+    # the engine and the scenario runner drive the same loop model with their own clock and
+    # arrival handling: with the same linear cost, every request's first token and finish
+    # must agree (the runner's records are what the differential compares with SGLang's)
+    rng = random.Random(seed)
+    knobs = {
+        "max_total_num_tokens": rng.choice((900, 2000, 8000)),
+        "max_running_requests": rng.choice((4, 64)),
+        "context_len": 8192,
+        "chunked_prefill_size": rng.choice((None, 256, 1024)),
+        "max_prefill_tokens": rng.choice((512, 16384)),
+        "enable_mixed_chunk": rng.random() < 0.5,
+        "overlap": rng.random() < 0.5,
+        "disable_radix_cache": rng.random() < 0.5,
+    }
+    t, specs, reqs = 0.0, [], []
+    for i in range(rng.randint(2, 14)):
+        t += rng.choice((0.0, rng.uniform(0, 5), rng.uniform(5, 200)))
+        prompt, new = rng.randint(10, 400), rng.randint(1, 150)
+        specs.append({"rid": f"r{i}", "arrival_ms": t, "len": prompt, "max_new_tokens": new})
+        reqs.append(req(i, prompt, new, at_ms=t))
+    scenario = {
+        "kv_size": knobs["max_total_num_tokens"], "max_running_requests": knobs["max_running_requests"],
+        "context_len": 8192, "chunked_prefill_size": knobs["chunked_prefill_size"],
+        "max_prefill_tokens": knobs["max_prefill_tokens"],
+        "enable_mixed_chunk": knobs["enable_mixed_chunk"], "overlap": knobs["overlap"],
+        "disable_radix_cache": knobs["disable_radix_cache"],
+        "cost": {"fixed_us": FIXED, "prefill_token_us": PER_TOKEN, "decode_req_us": PER_DECODE},
+        "requests": specs,
+    }  # fmt: skip
+    expected = run_scenario(scenario)["requests"]
+    for r in serve(reqs, **knobs):
+        e = expected[r.rid]
+        assert r.first_token_us == pytest.approx(e["first_token_us"], rel=1e-12)
+        assert r.finished_us == pytest.approx(e["finish_us"], rel=1e-12)
+        assert r.generated == e["output_len"]
+        assert r.preemptions == e.get("retractions", 0)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("admit.policy=iteration", "admit.policy: 'iteration' is cpkv's loop's"),
+        ("admit.cluster.instances=2", "engine sglang_loop serves one instance"),
+        ("admit.schedule_policy=lpm", "admit.schedule_policy"),
+        ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
+        ("admit.cp.max_batch_requests=4", "admit.cp: the CP shared-KV limits"),
+        ("admit.page_size=16 admit.chunked_prefill_size=8", "less than a page"),
+        ("admit.sglang.schedule_conservativeness=0", "admit.sglang.schedule_conservativeness"),
+    ],
+)
+def test_bad_sglang_loop_config_is_one_line(cli, override, message) -> None:
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang_loop",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *override.split(),
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert message in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def _run(reqs: list[Req], stretches: bool, trace_block: int | None, **knobs):
+    config = LoopConfig(**knobs)
+    settings = SglangSettings(config, ROOFLINE, trace_block)
+    sink = KeepRequests()
+    samples = IterationLog(settings.capacity_blocks, settings.block_size, keep=True, cost=ROOFLINE)
+    engine = SglangEngine(settings, sink=sink, samples=samples, arrivals=reqs, stretches=stretches)
+    res = engine.run()
+    return sink.in_input_order(), res, samples.kept
+
+
+ROOFLINE = None  # set below (the default cost model: decode iterations on a line in context)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_closed_form_decode_stretches_change_no_decision(seed) -> None:
+    # the same workload with every pass run in full and with quiet decode passes jumped
+    # over: every request's times (to rounding), tokens, hits and retractions, the number
+    # of iterations and the logged samples must agree
+    global ROOFLINE
+    if ROOFLINE is None:
+        from cpkv.serving.cost.spec import CostSpec
+
+        ROOFLINE = CostSpec().build()
+    rng = random.Random(1000 + seed)
+    page = rng.choice((1, 1, 4, 16))
+    knobs = {
+        "max_total_num_tokens": rng.choice((3000, 8000, 40000)) // page * page,
+        "max_running_requests": rng.choice((4, 16, 64)),
+        "context_len": 16384,
+        "chunked_prefill_size": rng.choice((None, 512, 2048)),
+        "max_prefill_tokens": rng.choice((1024, 16384)),
+        "page_size": page,
+        "enable_mixed_chunk": rng.random() < 0.5,
+        "overlap": rng.random() < 0.5,
+        "disable_radix_cache": rng.random() < 0.3,
+    }
+    trace_block = rng.choice((None, 32))
+
+    def workload() -> list[Req]:
+        r2 = random.Random(seed)
+        t, out = 0.0, []
+        for i in range(r2.randint(3, 25)):
+            t += r2.choice((0.0, r2.uniform(0, 20), r2.uniform(20, 400)))
+            prompt = r2.randint(10, 600)
+            hashes = (
+                tuple(r2.randint(1, 4) for _ in range(prompt // 32 + 1)) if trace_block else None
+            )
+            out.append(req(i, prompt, r2.randint(1, 400), at_ms=t, hashes=hashes))
+        return out
+
+    full, res_full, kept_full = _run(workload(), False, trace_block, **knobs)
+    fast, res_fast, kept_fast = _run(workload(), True, trace_block, **knobs)
+    assert res_fast.iterations == res_full.iterations
+    for a, b in zip(full, fast, strict=True):
+        assert (a.state, a.generated, a.preemptions, a.l1_hit, a.prefilled) == (
+            b.state, b.generated, b.preemptions, b.l1_hit, b.prefilled,
+        )  # fmt: skip
+        for field in ("first_token_us", "finished_us", "admitted_us"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-9, abs=1e-6)
+    assert len(kept_full[0]) == len(kept_fast[0])
+    assert kept_fast[2] == kept_full[2]  # KV used, iteration by iteration
