@@ -33,24 +33,32 @@ class PrefillAdder:
     """One pass's budgets and the requests it takes (see the module docstring)."""
 
     def __init__(
-        self, pool: Any, running: list[Req], ratio: float, max_prefill_tokens: int,
+        self, pool: Any, running: Any, ratio: float, max_prefill_tokens: int,
         chunked_prefill_size: int | None, mixed_decode_tokens: int,
     ) -> None:  # fmt: skip
         self.pool, self.tree, self.page = pool, pool.tree, pool.page
-        self.running, self.ratio = running, ratio
+        self.batch = running  # the running batch (priority preemption takes from it)
+        self.running, self.ratio = running.reqs, ratio
         self.rem_input = max_prefill_tokens - mixed_decode_tokens
         self.rem_chunk = (
             None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
         )
         self.total_offset: float = mixed_decode_tokens
         self.current_offset = mixed_decode_tokens
-        for r in running:
-            left = r.max_new_tokens - r.output_len
-            self.total_offset += (left if left < CLIP else CLIP) * (1.0 if r.ignore_eos else ratio)
+        for r in running.reqs:
+            self.total_offset += self._reservation(r)
         self.can_run: list[Req] = []
         self.new_chunked: Req | None = None
         self.req_states: list[tuple[float, int]] | None = None
         self.stop: str | None = None  # the budget behind the last verdict that stopped a scan
+        self.preempted: list[Req] = []  # running requests that gave way, in batch order
+        self.preempt: Any = None  # releases a preempted request (req, requests left)
+
+    def _reservation(self, r: Req) -> float:
+        """What a running request reserves: ``min(max_new - output, 4096) x ratio`` (ratio 1
+        for ``ignore_eos``)."""
+        left = r.max_new_tokens - r.output_len
+        return (left if left < CLIP else CLIP) * (1.0 if r.ignore_eos else self.ratio)
 
     # -- the budgets ----------------------------------------------------------------------
     def _room(self) -> int:
@@ -214,3 +222,46 @@ class PrefillAdder:
             if left <= states[i][0]:
                 break
         states.insert(i, (left, occupied))
+
+    # -- priority preemption --------------------------------------------------------------
+    def preempt_to_schedule(self, req: Req, threshold: int, sign: int) -> bool:
+        """``preempt_to_schedule``: running requests of lower priority (by at least
+        ``threshold``; the lowest and latest queued first) give way to ``req`` when their
+        reservations cover its shortfall (its extend + ``min(max_new, 4096)`` beyond the
+        remaining total, read with its fill and prefix as last refreshed: a request never
+        matched yet counts no fill); whether they did."""
+        taken = set(self.preempted)
+        candidates = sorted(
+            (r for r in self.running if r not in taken and not r.finished),
+            key=lambda r: (r.priority * -sign, -r.queue_entry),
+        )
+        max_new = req.max_new_tokens
+        shortfall = (
+            req.refreshed_len - req.prefix_len + (max_new if max_new < CLIP else CLIP)
+            - self.remaining_total()
+        )  # fmt: skip
+        chosen = []
+        for r in candidates:
+            if (req.priority - r.priority) * -sign <= threshold:
+                break
+            chosen.append(r)
+            shortfall -= self._reservation(r)
+            if shortfall <= 0:
+                break
+        if not chosen or shortfall > 0:
+            return False
+        chosen_set = set(chosen)
+        batch, kept, released = self.batch, [], 0
+        order = []
+        for r in batch.reqs:
+            if r in chosen_set:
+                self.total_offset -= self._reservation(r)
+                released += 1
+                self.preempt(r, len(batch.reqs) - released)
+                order.append(r)
+            else:
+                kept.append(r)
+        batch.reqs = kept
+        self.running = kept
+        self.preempted.extend(order)
+        return True

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULE_POLICIES = ("fcfs", "lof", "random")
+SCHEDULE_POLICIES = ("fcfs", "lof")
+RETRACTION_POLICIES = ("length", "priority")
 CLIP_MAX_NEW_TOKENS = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation's cap on tokens left to decode."""
 IGNORE_EOS_RESERVE_TOKENS = 1
@@ -39,6 +40,11 @@ class LoopConfig:
     min_new_token_ratio_factor: float = 0.14
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
+    retraction_policy: str = "length"
 
     def __post_init__(self) -> None:
         for name in ("max_total_num_tokens", "max_running_requests", "context_len", "page_size"):
@@ -48,10 +54,24 @@ class LoopConfig:
             raise ValueError(
                 f"chunked_prefill_size must be >= 1 or None, got {self.chunked_prefill_size}"
             )
+        if self.retraction_policy not in RETRACTION_POLICIES:
+            raise ValueError(
+                f"retraction_policy must be one of {RETRACTION_POLICIES}, got {self.retraction_policy!r}"
+            )
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
             )
+
+    @property
+    def priority_preemption(self) -> bool:
+        """Priority scheduling preempts running requests (unless it is disabled)."""
+        return self.enable_priority_scheduling and not self.disable_priority_preemption
+
+    @property
+    def priority_sign(self) -> int:
+        """1 when low priority values go first, else -1 (SGLang's ``priority_sign``)."""
+        return 1 if self.schedule_low_priority_values_first else -1
 
     @property
     def is_mixed_chunk(self) -> bool:

@@ -25,6 +25,7 @@ A pass that runs nothing resets the ratio (``on_idle``).
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Any
 
@@ -85,6 +86,9 @@ class Listener:
         """``req`` went back to the queue with its outputs, freeing the ``held_tokens`` KV
         slots it had (the tree keeps what it had inserted of them)."""
 
+    def preempted(self, req: Req) -> None:
+        """``req`` gave way to a higher-priority request and went back to the queue."""
+
 
 class Loop:
     """One SGLang server's scheduler (see the module docstring)."""
@@ -109,6 +113,7 @@ class Loop:
         self.forward_ct = 0
         self.prefix_touches = 0
         self.stops: dict[str, int] = {}  # what ended each admission attempt, by name
+        self.entries = 0  # requests that joined the queue so far
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -117,6 +122,16 @@ class Loop:
         max_new = max(0, min(req.max_new_tokens, c.context_len - req.prompt_len - 1))
         paged = -(-req.prompt_len // page) * page
         req.max_new_tokens = max(0, min(max_new, c.max_total_num_tokens - paged - page - 1))
+        self._enqueue(req)
+
+    def _enqueue(self, req: Req) -> None:
+        """``_add_request_to_queue``: a request without a priority gets the lowest under
+        priority scheduling; it joins the queue's end."""
+        c = self.config
+        if c.enable_priority_scheduling and req.priority is None:
+            req.priority = sys.maxsize if c.schedule_low_priority_values_first else -sys.maxsize - 1
+        self.entries += 1
+        req.queue_entry = self.entries
         self.waiting.append(req)
 
     def is_fully_idle(self) -> bool:
@@ -170,7 +185,7 @@ class Loop:
         reqs = running.reqs
         if not reqs or self.chunked_req is not None or last is not running:
             return 0
-        if self.waiting and not running.batch_is_full:
+        if self.waiting and (not running.batch_is_full or self.config.priority_preemption):
             return 0
         steps = limit
         for r in reqs:
@@ -281,7 +296,8 @@ class Loop:
 
     # -- get_new_batch_prefill ----------------------------------------------------------
     def _new_prefill_batch(self, running: Batch) -> tuple[Batch | None, Batch]:
-        if not running.reqs:
+        preemption = self.config.priority_preemption
+        if preemption or not running.reqs:
             running.batch_is_full = False
         chunked = self.chunked_req
         if (running.batch_is_full or not self.waiting) and chunked is None:
@@ -289,7 +305,7 @@ class Loop:
                 self._stopped("batch_is_full")
             return None, running
         running_bs = len(running.reqs)
-        if self._allocatable(running_bs) <= 0 and chunked is None:
+        if self._allocatable(running_bs) <= 0 and chunked is None and not preemption:
             running.batch_is_full = True
             self._stopped("max_running_requests")
             return None, running
@@ -297,18 +313,21 @@ class Loop:
         c = self.config
         mixed = c.is_mixed_chunk
         adder = PrefillAdder(
-            self.pool, running.reqs, self.ratio, c.max_prefill_tokens,
+            self.pool, running, self.ratio, c.max_prefill_tokens,
             c.chunked_prefill_size, running_bs if mixed else 0,
         )  # fmt: skip
+        adder.preempt = self._preempt_running
         if chunked is not None:
             chunked.refresh_fill()
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
         self._scan(adder, running)
         can_run = adder.can_run
         if not can_run:
+            self._requeue_preempted(adder)
             return None, running
         taken = set(can_run)
         self.waiting = [r for r in self.waiting if r not in taken]
+        self._requeue_preempted(adder)
         if adder.new_chunked is not None:
             self.chunked_req = chunked = adder.new_chunked
         if chunked is not None:
@@ -340,7 +359,13 @@ class Loop:
             held = sum(1 for r in adder.can_run if r.holds_row)
             if len(adder.can_run) >= self._allocatable(len(running.reqs), held):
                 running.batch_is_full = True
-            if running.batch_is_full:
+            c = self.config
+            if running.batch_is_full and not (
+                c.priority_preemption
+                and adder.preempt_to_schedule(
+                    req, c.priority_scheduling_preemption_threshold, c.priority_sign
+                )
+            ):
                 self._stopped("max_running_requests")
                 break
             req.refresh_fill()
@@ -353,6 +378,17 @@ class Loop:
                 self._stopped(adder.stop)
                 break
 
+    def _preempt_running(self, req: Req, remaining: int) -> None:
+        """A running request gives way to a higher-priority one (``release_req``)."""
+        self._release(req, checkpoint=False)
+        self.pool.make_room(remaining * self.config.retract_decode_steps)
+        req.reset_for_retract()
+
+    def _requeue_preempted(self, adder: PrefillAdder) -> None:
+        for req in adder.preempted:
+            self._enqueue(req)
+            self.listener.preempted(req)
+
     def _stopped(self, why: str | None) -> None:
         if why is not None:
             self.stops[why] = self.stops.get(why, 0) + 1
@@ -361,9 +397,15 @@ class Loop:
         """``calc_priority``: the queue's order, then (the radix cache on) every 32nd call the
         prefixes of the first 128 waiting requests are touched in the tree, the head last,
         so that LRU eviction takes them in reverse queue order."""
-        waiting = self.waiting
-        if self.config.schedule_policy == "lof":
-            waiting.sort(key=lambda r: -r.max_new_tokens)
+        waiting, c = self.waiting, self.config
+        sign = c.priority_sign
+        if c.schedule_policy == "lof":
+            if c.enable_priority_scheduling:
+                waiting.sort(key=lambda r: (r.priority * sign, -r.max_new_tokens))
+            else:
+                waiting.sort(key=lambda r: -r.max_new_tokens)
+        elif c.enable_priority_scheduling:
+            waiting.sort(key=lambda r: (r.priority * sign, r.queue_entry))
         tree = self.tree
         if tree.disabled or not waiting:
             return
@@ -449,10 +491,20 @@ class Loop:
     def _retract(self, batch: Batch) -> None:
         """``retract_decode``: requests back to the queue until the next step fits (at least
         one; never the last), the ratio re-estimated from those left."""
-        reqs = batch.reqs
-        order = sorted(
-            range(len(reqs)), key=lambda i: (reqs[i].output_len, -reqs[i].prompt_len), reverse=True
-        )
+        reqs, c = batch.reqs, self.config
+        if c.retraction_policy == "priority":
+            low = sys.maxsize if c.schedule_low_priority_values_first else -sys.maxsize - 1
+
+            def key(i: int) -> tuple[int, ...]:
+                r = reqs[i]
+                priority = low if r.priority is None else r.priority
+                return (priority * -c.priority_sign, r.output_len, -r.prompt_len)
+        else:
+
+            def key(i: int) -> tuple[int, ...]:
+                return (reqs[i].output_len, -reqs[i].prompt_len)
+
+        order = sorted(range(len(reqs)), key=key, reverse=True)
         retracted = []
         first = True
         while first or not self._decode_fits([reqs[i] for i in order]):
@@ -474,7 +526,7 @@ class Loop:
         steps = self.config.retract_decode_steps
         self.ratio = min(1.0, (decoded + steps * len(kept)) / (asked + 1))
         for req, held in retracted:
-            self.waiting.append(req)
+            self._enqueue(req)
             self.listener.retracted(req, held)
 
     # -- the tree and the pool around a request -------------------------------------------

@@ -25,11 +25,12 @@ class Req:
         "prefix_len", "extend_end", "last_node", "lock", "protected_len", "kv_allocated",
         "kv_committed", "holds_row", "is_retracted", "retracted_stain", "inflight_middle_chunks",
         "finished", "retractions", "arrival_us", "priority", "tag", "output_token", "last_token_us",
+        "queue_entry", "refreshed_len",
     )  # fmt: skip
 
     def __init__(
         self, rid: str, index: int, prompt: Sequence[int], max_new_tokens: int,
-        ignore_eos: bool = False, arrival_us: float = 0.0, priority: int = 0,
+        ignore_eos: bool = False, arrival_us: float = 0.0, priority: int | None = None,
         output_token: int | None = None,
     ) -> None:  # fmt: skip
         self.rid, self.index = rid, index
@@ -37,6 +38,8 @@ class Req:
         self.fill: Sequence[int] = prompt if isinstance(prompt, range) else prompt[:]
         self.output_token = output_token
         self.last_token_us: float | None = None  # the end of the batch of its last token
+        self.queue_entry = 0  # when it last joined the queue (an order, not a time)
+        self.refreshed_len = 0  # SGLang's len(full_untruncated_fill_ids): 0 until a refresh
         self.max_new_tokens = max_new_tokens
         self.ignore_eos = ignore_eos
         self.output_len = 0
@@ -68,11 +71,13 @@ class Req:
         fill = self.fill
         missing = self.prompt_len + self.output_len - len(fill)
         if missing <= 0:
+            self.refreshed_len = len(fill)
             return
         if self.output_token is None:
             self.fill = range(fill.start, fill.start + len(fill) + missing)  # type: ignore[attr-defined]
         else:
             self.fill.extend([self.output_token] * missing)  # type: ignore[attr-defined]
+        self.refreshed_len = len(self.fill)
 
     def next_output_finishes(self) -> bool:
         """Whether one more output token reaches ``max_new_tokens``."""

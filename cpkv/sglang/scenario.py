@@ -3,11 +3,15 @@ run through the model, with the oracle's per-iteration records.
 
 A scenario gives the server's knobs (``page_size``, ``kv_size``, ``max_running_requests``,
 ``context_len``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``enable_mixed_chunk``,
-``overlap``, ``schedule_policy``, ``schedule_conservativeness``, ``disable_radix_cache``), a
+``overlap``, ``schedule_policy``, ``schedule_conservativeness``, ``disable_radix_cache``,
+priority scheduling: ``enable_priority_scheduling``, ``schedule_low_priority_values_first``,
+``priority_scheduling_preemption_threshold``, ``retraction_policy``), a
 linear cost (``fixed_us + prefill_token_us x extend tokens + decode_req_us x decode rows`` a
 batch), prefixes put in the radix tree first (``cached``) and the requests (``rid``,
 ``arrival_ms``, a prompt as ``len`` fresh tokens, as ``ids`` or as ``prefix_of`` a cached
-prefix, ``hit`` tokens of it then fresh ones; ``max_new_tokens``, ``ignore_eos``). Every
+prefix, ``hit`` tokens of it then fresh ones; ``max_new_tokens``, ``ignore_eos``,
+``priority``). Each record also lists the requests preempted for a higher priority since the
+last one (``preempted``). Every
 generated token is token 7, as the oracle's fake forward makes it.
 
 The clock: each pass first adds the requests that have arrived; when the server is fully idle
@@ -43,6 +47,14 @@ def scenario_config(sc: dict) -> LoopConfig:
         disable_radix_cache=bool(sc.get("disable_radix_cache", False)),
         schedule_policy=sc.get("schedule_policy", "fcfs"),
         schedule_conservativeness=sc.get("schedule_conservativeness", 1.0),
+        enable_priority_scheduling=bool(sc.get("enable_priority_scheduling", False)),
+        schedule_low_priority_values_first=bool(
+            sc.get("schedule_low_priority_values_first", False)
+        ),
+        priority_scheduling_preemption_threshold=sc.get(
+            "priority_scheduling_preemption_threshold", 10
+        ),
+        retraction_policy=sc.get("retraction_policy", "length"),
     )
 
 
@@ -55,6 +67,7 @@ class _Recorder(Listener):
         self.trace: list[dict] = []
         self.stats: dict[str, dict] = {}
         self.retracted_since: list[str] = []
+        self.preempted_since: list[str] = []
         self.reqs: list[Req] = []  # those with a token
 
     def launch(self, batch: Batch) -> None:
@@ -74,12 +87,14 @@ class _Recorder(Listener):
             "extend": [[r.rid, prefix, extend] for r, prefix, extend in batch.rows],
             "decode": [r.rid for r in decoding],
             "chunked": loop.chunked_req.rid if loop.chunked_req is not None else None,
-            "retracted": self.retracted_since, "ratio": round(loop.ratio, 6),
+            "retracted": self.retracted_since, "preempted": self.preempted_since,
+            "ratio": round(loop.ratio, 6),
             "avail": pool.available(), "evictable": tree.evictable_size,
             "protected": tree.protected_size, "waiting": len(loop.waiting),
             "running": len(loop.running.reqs),
         })  # fmt: skip
         self.retracted_since = []
+        self.preempted_since = []
 
     def first_token(self, req: Req, batch: Batch) -> None:
         self.reqs.append(req)
@@ -94,6 +109,9 @@ class _Recorder(Listener):
         if "finish_us" not in st:
             st["finish_us"] = batch.end_us
             st["output_len"] = req.output_len
+
+    def preempted(self, req: Req) -> None:
+        self.preempted_since.append(req.rid)
 
     def retracted(self, req: Req, held_tokens: int) -> None:
         self.retracted_since.append(req.rid)
@@ -153,7 +171,8 @@ def run_scenario(sc: dict) -> dict:
                 t, i, spec, ids = pending[at]
                 at += 1
                 req = Req(spec.get("rid", f"r{i}"), i, ids, spec.get("max_new_tokens", 16),
-                      bool(spec.get("ignore_eos", False)), t, output_token=OUTPUT_TOKEN)  # fmt: skip
+                      bool(spec.get("ignore_eos", False)), t, spec.get("priority"),
+                      output_token=OUTPUT_TOKEN)  # fmt: skip
                 rec.stats[req.rid] = {"arrival_us": t, "input_len": len(ids)}
                 loop.add_request(req)
                 got = True

@@ -1,6 +1,9 @@
 """The real SGLang 0.5.23 scheduler loop as a differential oracle: the shared loop driver
 (``../shared/oracle/sglang_loop/drive.py``) in a subprocess that runs a whole list of
-scenarios, since importing sglang takes about a minute. ``compare`` diffs its output with
+scenarios, since importing sglang takes about a minute. The harness extends the driver: it
+passes the scenario's priority-scheduling server arguments and each request's ``priority``,
+and records the requests preempted for a higher priority in each iteration (``preempted``;
+SGLang collects them in a set, whose order the harness pins to the running batch's). ``compare`` diffs its output with
 ``cpkv.sglang``'s, iteration by iteration and field by field.
 """
 
@@ -21,8 +24,44 @@ import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("sglang_loop_drive", sys.argv[1])
 drive = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(drive)
+from sglang.srt.managers.schedule_policy import PrefillAdder
+
+# the driver does not pass priorities nor record priority preemptions: wrap it
+PRIORITY_KEYS = ("enable_priority_scheduling", "schedule_low_priority_values_first",
+                 "priority_scheduling_preemption_threshold", "retraction_policy")
+EXTRA, PREEMPTED = {}, []
+server_args = drive.ServerArgs
+drive.ServerArgs = lambda **kw: server_args(**kw, **EXTRA)
+make_req = drive.LoopScheduler._make_req
+def _make_req(self, i, r, cached):
+    t, k, req = make_req(self, i, r, cached)
+    req.priority = r.get("priority")
+    return t, k, req
+drive.LoopScheduler._make_req = _make_req
+run_batch = drive.LoopScheduler.run_batch
+def _run_batch(self, batch, pp_proxy_tensors=None):
+    res = run_batch(self, batch, pp_proxy_tensors)
+    self.trace[-1]["preempted"] = list(PREEMPTED)
+    PREEMPTED.clear()
+    return res
+drive.LoopScheduler.run_batch = _run_batch
+preempt = PrefillAdder.preempt_to_schedule
+def _preempt(self, req):
+    before, n = list(self.running_batch.reqs), len(self.preempt_list)
+    done = preempt(self, req)
+    # SGLang extends its list from a set (an order of memory addresses): pin it to the
+    # running batch's order
+    new = sorted(self.preempt_list[n:], key=before.index)
+    self.preempt_list[n:] = new
+    PREEMPTED.extend(r.rid for r in new)
+    return done
+PrefillAdder.preempt_to_schedule = _preempt
+
 out = []
 for sc in json.load(open(sys.argv[2])):
+    EXTRA.clear()
+    EXTRA.update({k: sc[k] for k in PRIORITY_KEYS if k in sc})
+    PREEMPTED.clear()
     try:
         out.append(drive.run_scenario(sc))
     except Exception as exc:  # the real loop refused or failed: compared as such
@@ -118,6 +157,7 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
 
     return {
         "retraction": count(lambda tr: any(t["retracted"] for t in tr)),
+        "priority_preemption": count(lambda tr: any(t.get("preempted") for t in tr)),
         "readmitted_after_retraction": count(readmitted),
         "prefix_hit": count(first_rows_hit),
         "eviction": count(evicted),

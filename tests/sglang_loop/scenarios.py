@@ -12,6 +12,9 @@ idles):
 * ``long``: long prompts that chunk beside running decodes;
 * ``tight``: a pool so small that decode retracts and retracted requests come back;
 * ``mixed``: a bit of everything, ``ignore_eos`` on some requests.
+
+A quarter of the scenarios schedule by priority (most requests given one, the others none:
+SGLang's lowest), with a preemption threshold of 0 or 10 and either retraction order.
 """
 
 from __future__ import annotations
@@ -111,6 +114,14 @@ def scenario(rng: random.Random, name: str) -> dict:
         if family == "mixed" and rng.random() < 0.25:
             req["ignore_eos"] = True
         requests.append(req)
+    if rng.random() < 0.25:  # priority scheduling, with or without preemption's threshold met
+        sc["enable_priority_scheduling"] = True
+        sc["schedule_low_priority_values_first"] = rng.random() < 0.5
+        sc["priority_scheduling_preemption_threshold"] = rng.choice((0, 10))
+        sc["retraction_policy"] = rng.choice(("length", "priority"))
+        for req in requests:
+            if rng.random() < 0.85:
+                req["priority"] = rng.choice((0, 5, 20, 40))
     sc["requests"] = requests
     sc["name"] = f"{name}-{family}"
     return sc

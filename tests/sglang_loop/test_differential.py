@@ -4,10 +4,11 @@ iteration.
 Seeded random scenarios (``scenarios.py``: queues larger than one batch, shared prefixes between
 waiting and running requests, long chunked prompts beside decodes, pools so small that decode
 retracts, bursts and gaps, ``ignore_eos``; the normal and the overlap loop, mixed chunk on and
-off, the radix cache on and off, page sizes 1 to 16, ``fcfs`` and ``lof``) run through the real
+off, the radix cache on and off, page sizes 1 to 16, ``fcfs`` and ``lof``, priority scheduling and
+preemption) run through the real
 loop (``oracle.py``: the shared driver, one subprocess) and through the model; every field of
-every iteration (batch kind, extend rows, decode rows, the chunked request, retractions, the
-new-token ratio, free slots, evictable and protected tree tokens, queue and batch sizes), every
+every iteration (batch kind, extend rows, decode rows, the chunked request, retractions,
+priority preemptions, the new-token ratio, free slots, evictable and protected tree tokens, queue and batch sizes), every
 request's first-token, last-token and finish time and output length, and the final state must
 be equal. Needs sglang (the venv of ``scripts/oracle_venv.sh``) and ``../shared``; skips without
 them.
@@ -55,6 +56,7 @@ def test_the_scenarios_exercise_the_rules(runs):
     cov = oracle.coverage([s for s, _, _ in runs], [r for _, _, r in runs])
     floors = {
         "retraction": 40,
+        "priority_preemption": 10,
         "readmitted_after_retraction": 30,
         "prefix_hit": 100,
         "eviction": 40,

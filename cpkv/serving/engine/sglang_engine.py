@@ -271,6 +271,13 @@ class SglangEngine(Listener):
         r.state, r.finished_us, r.generated = FINISHED, batch.end_us, req.output_len
         self.sink.done(r)
 
+    def preempted(self, req: LoopReq) -> None:
+        r = req.tag
+        r.state, r.generated = WAITING, req.output_len
+        r.preemptions += 1
+        counts = self.counters["preemptions"]
+        counts["priority"] = counts.get("priority", 0) + 1
+
     def retracted(self, req: LoopReq, held_tokens: int) -> None:
         r = req.tag
         r.state, r.generated = WAITING, req.output_len
@@ -307,6 +314,10 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
         disable_radix_cache=spec.disable_radix_cache,
         schedule_policy=block.schedule_policy,
         schedule_conservativeness=spec.schedule_conservativeness,
+        enable_priority_scheduling=block.enable_priority_scheduling,
+        schedule_low_priority_values_first=block.schedule_low_priority_values_first,
+        priority_scheduling_preemption_threshold=block.priority_scheduling_preemption_threshold,
+        disable_priority_preemption=block.disable_priority_preemption,
         init_new_token_ratio=float(block.new_token_ratio),
         min_new_token_ratio_factor=block.serving.ratio_min_factor,
         new_token_ratio_decay_steps=block.serving.ratio_decay_steps,

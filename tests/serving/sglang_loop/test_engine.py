@@ -206,3 +206,24 @@ def test_closed_form_decode_stretches_change_no_decision(seed) -> None:
             assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-9, abs=1e-6)
     assert len(kept_full[0]) == len(kept_fast[0])
     assert kept_fast[2] == kept_full[2]  # KV used, iteration by iteration
+
+
+def test_a_high_priority_request_preempts_the_latest_low_priority_one_when_the_batch_is_full():
+    # two request slots; a and b (priority 0) decode; c (priority 50, higher values first,
+    # threshold 10) arrives: the batch is full, so preempt_to_schedule frees the running
+    # request queued last (b) and c is admitted in the pass it arrives for; b waits again
+    a, b = req(0, 100, 200), req(1, 100, 200, at_ms=1.0)
+    c = req(2, 100, 5, at_ms=30.0)
+    c.priority = 50
+    ra, rb, rc = serve(
+        [a, b, c], max_running_requests=2, enable_priority_scheduling=True, overlap=False,
+        chunked_prefill_size=None,
+    )  # fmt: skip
+    assert (ra.preemptions, rb.preemptions, rc.preemptions) == (0, 1, 0)
+    assert rc.admitted_us < 31_000  # the first pass after 30 ms (a decode pass takes ~1.1 ms)
+    assert rb.finished_us > rc.finished_us and ra.state == rb.state == rc.state == FINISHED
+    without = serve(
+        [req(0, 100, 200), req(1, 100, 200, at_ms=1.0), req(2, 100, 5, at_ms=30.0)],
+        max_running_requests=2, overlap=False, chunked_prefill_size=None,
+    )  # fmt: skip
+    assert without[2].admitted_us >= without[0].finished_us  # no slot until a leaves
