@@ -185,10 +185,11 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
         choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof"))
-        if self.cp != default.cp:
+        if self.cp != default.cp and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",
-                "the CP shared-KV limits are not applied to SGLang's loop yet; leave admit.cp out",
+                "SGLang's loop applies the CP shared-KV limits only with admit.sglang.cp_limits: "
+                "true (cpkv's extension)",
             )
         if self.cluster.instances > 1:
             raise FieldError(

@@ -310,6 +310,7 @@ def _sglang_arguments(config: Any) -> dict[str, Any]:
         "disable_radix_cache": config.disable_radix_cache,
         "schedule_policy": config.schedule_policy,
         "schedule_conservativeness": config.schedule_conservativeness,
+        "cp_limits": config.cp_limit is not None,
     }
 
 

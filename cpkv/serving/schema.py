@@ -205,7 +205,9 @@ class SglangSpec:
     ``enable_mixed_chunk`` (decodes ride in prefill batches; only with chunked prefill),
     ``disable_overlap_schedule`` (SGLang's default is the overlap loop: a batch's results are
     processed after the next batch was launched), ``disable_radix_cache``,
-    ``schedule_conservativeness`` (scales the new-token ratio), ``max_total_num_tokens``
+    ``schedule_conservativeness`` (scales the new-token ratio), ``cp_limits`` (apply
+    ``admit.cp``'s CP shared-KV limits to each prefill batch, as cpkv's loop does: cpkv's
+    extension, not SGLang's), ``max_total_num_tokens``
     (null: ``admit.kv``'s tokens, ``capacity_blocks x block_size``; SGLang derives it from the
     GPU memory left after the weights), ``context_len`` (null: the pool's tokens; a prompt
     reaching it is rejected, an output is clipped to it). ``admit.max_running_requests``
@@ -219,5 +221,6 @@ class SglangSpec:
     schedule_conservativeness: Annotated[
         float, Range(0.01, 100.0, why="scales SGLang's new-token ratio (0.7 at 1.0)")
     ] = 1.0
+    cp_limits: bool = False
     max_total_num_tokens: PositiveTokens | None = None
     context_len: PositiveTokens | None = None

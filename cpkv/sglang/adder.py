@@ -13,7 +13,10 @@ would reuse does not count as evictable; an admitted request keeps the lock.
 page < remaining_total`` (NO_TOKEN); without chunking, a request after the first whose paged
 extend reaches ``rem_input_tokens`` stops the pass (OTHER); with chunking, a paged extend over
 ``rem_chunk_tokens`` is cut to whole pages of it (OTHER when nothing is left); then the commit
-and ``budget_state()``. ``ignore_eos`` requests with the radix cache off take SGLang's own
+and ``budget_state()``. On top, cpkv's CP shared-KV limits (when the loop is given them; not
+SGLang's): once the batch holds a request, a candidate whose admission would break one stops
+the pass (OTHER), checked after its selection (a cut request counts its cut extend).
+``ignore_eos`` requests with the radix cache off take SGLang's own
 path (``add_one_req_ignore_eos``): the whole batch's future growth is checked against the
 current room, request by request in order of tokens left.
 """
@@ -53,6 +56,10 @@ class PrefillAdder:
         self.stop: str | None = None  # the budget behind the last verdict that stopped a scan
         self.preempted: list[Req] = []  # running requests that gave way, in batch order
         self.preempt: Any = None  # releases a preempted request (req, requests left)
+        # cpkv's CP shared-KV limits (None: off): (requests, extend sum, cached sum) -> the
+        # limit broken or None; the sums are page-aligned, the continuing chunk included
+        self.cp_limit: Any = None
+        self.cp_extend = self.cp_cached = 0
 
     def _reservation(self, r: Req) -> float:
         """What a running request reserves: ``min(max_new - output, 4096) x ratio`` (ratio 1
@@ -88,8 +95,10 @@ class PrefillAdder:
             return OTHER
         return CONTINUE
 
-    def _charge(self, extend: int, max_new: int) -> None:
+    def _charge(self, extend: int, max_new: int, prefix: int = 0) -> None:
         paged = self._ceil_page(extend)
+        self.cp_extend += paged
+        self.cp_cached += self._ceil_page(prefix)
         now = paged + self.page
         self.total_offset += now + max_new
         self.current_offset += now
@@ -111,7 +120,9 @@ class PrefillAdder:
         req.extend_end = req.prefix_len + tokens
         self.can_run.append(req)
         max_new = req.max_new_tokens
-        self._charge(tokens, 0 if truncated else (max_new if max_new < CLIP else CLIP))
+        self._charge(
+            tokens, 0 if truncated else (max_new if max_new < CLIP else CLIP), req.prefix_len
+        )
         return req if truncated else None
 
     # -- a waiting request ------------------------------------------------------------------
@@ -130,16 +141,36 @@ class PrefillAdder:
             if isinstance(verdict, str):
                 return verdict
             extend, max_new, chunked = verdict
+            if (
+                self.cp_limit is not None
+                and self.can_run
+                and self._cp_stops(req.prefix_len, extend)
+            ):
+                return OTHER
             req.extend_end = req.prefix_len + extend
             self.tree.lock(node)
             req.lock = node
             self.can_run.append(req)
             if chunked:
                 self.new_chunked = req
-            self._charge(extend, max_new)
+            self._charge(extend, max_new, req.prefix_len)
         finally:
             self.tree.unlock(node)
         return self.budget_state()
+
+    def _cp_stops(self, prefix: int, extend: int) -> bool:
+        """cpkv's CP shared-KV limits (not SGLang's): whether admitting a request of this
+        prefix and extend would break one (``stop`` names it)."""
+        assert self.cp_limit is not None
+        broken = self.cp_limit(
+            len(self.can_run) + 1,
+            self.cp_extend + self._ceil_page(extend),
+            self.cp_cached + self._ceil_page(prefix),
+        )
+        if broken is None:
+            return False
+        self.stop = broken
+        return True
 
     def _select(self, req: Req, total_tokens: int) -> tuple[int, int, bool] | str:
         """``(extend, max_new reserved, cut)`` of ``req``, or the verdict that refuses it."""
@@ -191,19 +222,24 @@ class PrefillAdder:
                 return NO_TOKEN
             freed += occupied
         rem_chunk = self.rem_chunk
-        if rem_chunk is None or extend <= rem_chunk:
+        cut = rem_chunk is not None and extend > rem_chunk
+        if self.cp_limit is not None and self.can_run:
+            if self._cp_stops(req.prefix_len, rem_chunk if cut else extend):  # type: ignore[arg-type]
+                return OTHER
+        if not cut:
             req.extend_end = len(req.fill)
             self.can_run.append(req)
             max_new = req.max_new_tokens
-            self._charge(req.extend_len, max_new if max_new < CLIP else CLIP)
+            self._charge(req.extend_len, max_new if max_new < CLIP else CLIP, req.prefix_len)
         else:
+            assert rem_chunk is not None
             if rem_chunk <= 0:
                 self.stop = "rem_chunk_tokens"
                 return OTHER
             req.extend_end = req.prefix_len + rem_chunk
             self.can_run.append(req)
             self.new_chunked = req
-            self._charge(rem_chunk, 0)
+            self._charge(rem_chunk, 0, req.prefix_len)
         return self.budget_state()
 
     def _add_state(self, r: Req, in_order: bool) -> None:

@@ -12,6 +12,7 @@ the request-to-token pool's rows), ``chunked_prefill_size`` (None: chunked prefi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SCHEDULE_POLICIES = ("fcfs", "lof")
@@ -45,6 +46,10 @@ class LoopConfig:
     priority_scheduling_preemption_threshold: int = 10
     disable_priority_preemption: bool = False
     retraction_policy: str = "length"
+    cp_limit: Callable[[int, int, int], str | None] | None = None
+    """cpkv's CP shared-KV limits on each prefill batch (not SGLang's): ``(requests, extend
+    sum, cached sum)`` with the candidate in it, page-aligned, to the limit it breaks or
+    None; None: no limits."""
 
     def __post_init__(self) -> None:
         for name in ("max_total_num_tokens", "max_running_requests", "context_len", "page_size"):

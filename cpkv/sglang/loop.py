@@ -317,6 +317,7 @@ class Loop:
             c.chunked_prefill_size, running_bs if mixed else 0,
         )  # fmt: skip
         adder.preempt = self._preempt_running
+        adder.cp_limit = c.cp_limit
         if chunked is not None:
             chunked.refresh_fill()
             self.chunked_req = chunked = adder.add_chunked_req(chunked)

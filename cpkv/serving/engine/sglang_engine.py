@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from cpkv.admission.budgets import cp_limit_broken
 from cpkv.core.errors import InputError
 from cpkv.serving.cost.stretch import line_steps_within, line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
@@ -302,7 +304,17 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
     if running is None:  # SGLang's rule for a pool of `tokens` and a context of `context`
         estimate = max(min(int(tokens / context * 512), 4096), 2048)
         running = max(1, min(estimate, tokens // 2))
+    cp = block.cp
+    cp_limit = None
+    if spec.cp_limits and cp.active:
+        cp_limit = partial(
+            cp_limit_broken,
+            max_requests=cp.max_batch_requests,
+            max_extend_tokens=cp.max_total_extend_tokens,
+            max_cached_tokens=cp.max_total_cached_tokens,
+        )
     config = LoopConfig(
+        cp_limit=cp_limit,
         max_total_num_tokens=tokens,
         max_running_requests=running,
         context_len=context,

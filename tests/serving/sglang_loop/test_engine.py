@@ -5,6 +5,7 @@ differential suite checks against the real loop), and the config refusals."""
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import pytest
 
@@ -131,7 +132,10 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
         ("admit.cluster.instances=2", "engine sglang_loop serves one instance"),
         ("admit.schedule_policy=lpm", "admit.schedule_policy"),
         ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
-        ("admit.cp.max_batch_requests=4", "admit.cp: the CP shared-KV limits"),
+        (
+            "admit.cp.max_batch_requests=4",
+            "admit.cp: SGLang's loop applies the CP shared-KV limits only",
+        ),
         ("admit.page_size=16 admit.chunked_prefill_size=8", "less than a page"),
         ("admit.sglang.schedule_conservativeness=0", "admit.sglang.schedule_conservativeness"),
     ],
@@ -227,3 +231,21 @@ def test_a_high_priority_request_preempts_the_latest_low_priority_one_when_the_b
         max_running_requests=2, overlap=False, chunked_prefill_size=None,
     )  # fmt: skip
     assert without[2].admitted_us >= without[0].finished_us  # no slot until a leaves
+
+
+def test_cp_limits_on_top_of_the_loop_cap_each_prefill_batch():
+    # cpkv's CP shared-KV limits (not SGLang's), applied to SGLang's loop when asked: six
+    # 100-token requests at once fill one prefill batch without them; with at most 2
+    # requests a batch they need three prefill batches (a request alone is never stopped)
+    from cpkv.admission.budgets import cp_limit_broken
+
+    reqs = [req(i, 100, 3) for i in range(6)]
+    plain = serve(reqs, overlap=False)
+    assert len({r.admitted_us for r in plain}) == 1
+    capped = partial(
+        cp_limit_broken, max_requests=2, max_extend_tokens=None, max_cached_tokens=None
+    )
+    limited = serve([req(i, 100, 3) for i in range(6)], overlap=False, cp_limit=capped)
+    starts = sorted({r.admitted_us for r in limited})
+    assert len(starts) == 3
+    assert [sum(r.admitted_us == t for r in limited) for t in starts] == [2, 2, 2]
