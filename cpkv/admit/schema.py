@@ -184,7 +184,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         ):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
-        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof"))
+        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
         if self.cp != default.cp and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",

@@ -32,11 +32,15 @@ from typing import Any
 from cpkv.sglang.adder import CONTINUE, NO_TOKEN, OTHER, PrefillAdder
 from cpkv.sglang.config import LoopConfig
 from cpkv.sglang.memory import KvPool
+from cpkv.sglang.radix import RadixTree
 from cpkv.sglang.request import Req
 
 PREFILL, MIXED, DECODE = "prefill", "mixed", "decode"
 WAITING_PREFIX_REFRESH_INTERVAL = 32
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
+IN_BATCH_PREFIX_CHECK = 32
+IN_BATCH_PREFIX_DEPRIORITIZE = 32
+INF = float("inf")
 
 
 class Batch:
@@ -395,19 +399,24 @@ class Loop:
             self.stops[why] = self.stops.get(why, 0) + 1
 
     def _order_queue(self) -> None:
-        """``calc_priority``: the queue's order, then (the radix cache on) every 32nd call the
-        prefixes of the first 128 waiting requests are touched in the tree, the head last,
-        so that LRU eviction takes them in reverse queue order."""
-        waiting, c = self.waiting, self.config
+        """``calc_priority``: the queue's order; ``lpm`` (the radix cache on, at most 128
+        waiting: else ``fcfs``) by the longest prefix in the tree, requests sharing a long
+        prefix with one checked before them last; with a cache-agnostic order, every 32nd
+        call the prefixes of the first 128 waiting requests are touched in the tree, the head
+        last, so that LRU eviction takes them in reverse queue order."""
+        waiting, c, tree = self.waiting, self.config, self.tree
         sign = c.priority_sign
-        if c.schedule_policy == "lof":
+        if c.schedule_policy == "lpm" and not tree.disabled:
+            if len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
+                self._longest_prefix_first(waiting)
+                return
+        elif c.schedule_policy == "lof":
             if c.enable_priority_scheduling:
                 waiting.sort(key=lambda r: (r.priority * sign, -r.max_new_tokens))
             else:
                 waiting.sort(key=lambda r: -r.max_new_tokens)
         elif c.enable_priority_scheduling:
             waiting.sort(key=lambda r: (r.priority * sign, r.queue_entry))
-        tree = self.tree
         if tree.disabled or not waiting:
             return
         calls = self.prefix_touches
@@ -415,8 +424,31 @@ class Loop:
         if calls % WAITING_PREFIX_REFRESH_INTERVAL:
             return
         for r in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-            r.refresh_fill()
+            r.refresh_fill(mark=False)
             tree.match(r.fill, len(r.fill))
+
+    def _longest_prefix_first(self, waiting: list[Req]) -> None:
+        """``lpm``: each request matched in the tree in queue order (whole prompt + outputs;
+        it takes the match as its prefix); one whose prefix is at most 32 tokens is matched
+        among the waiting requests checked before it (a tree of their tokens), and goes last
+        when it shares at least 32 with one, else joins that tree; then a stable sort by the
+        longest match (at most all tokens but one)."""
+        tree = self.tree
+        checked = RadixTree(1, False, lambda tokens: None)
+        matched: dict[Req, float] = {}
+        for r in waiting:
+            r.refresh_fill(mark=False)
+            tokens = r.fill
+            r.prefix_len, r.last_node = tree.match(tokens, len(tokens))
+            r.protected_len = r.prefix_len
+            matched[r] = -min(r.prefix_len, len(tokens) - 1)
+            if r.prefix_len <= IN_BATCH_PREFIX_CHECK:
+                shared, _ = checked.match(tokens, len(tokens))
+                if shared >= IN_BATCH_PREFIX_DEPRIORITIZE:
+                    matched[r] = INF
+                else:
+                    checked.insert(tokens, 0)
+        waiting.sort(key=matched.__getitem__)
 
     def _prepare_extend(self, batch: Batch) -> None:
         """Rows and KV slots for the batch's extends (``prepare_for_extend``)."""

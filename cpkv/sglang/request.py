@@ -65,19 +65,22 @@ class Req:
     def extend_len(self) -> int:
         return self.extend_end - self.prefix_len
 
-    def refresh_fill(self) -> None:
+    def refresh_fill(self, mark: bool = True) -> None:
         """``fill`` catches up with the outputs (SGLang refreshes it at a match, a mix into a
-        prefill batch and a release; between those it lags)."""
+        prefill batch and a release; between those it lags). ``mark`` False: the tokens are
+        read for a lookup only (prompt + outputs), which SGLang's ``fill`` does not see."""
         fill = self.fill
         missing = self.prompt_len + self.output_len - len(fill)
         if missing <= 0:
-            self.refreshed_len = len(fill)
+            if mark:
+                self.refreshed_len = len(fill)
             return
         if self.output_token is None:
             self.fill = range(fill.start, fill.start + len(fill) + missing)  # type: ignore[attr-defined]
         else:
             self.fill.extend([self.output_token] * missing)  # type: ignore[attr-defined]
-        self.refreshed_len = len(self.fill)
+        if mark:
+            self.refreshed_len = len(self.fill)
 
     def next_output_finishes(self) -> bool:
         """Whether one more output token reaches ``max_new_tokens``."""

@@ -45,7 +45,7 @@ def _server(rng: random.Random, family: str) -> dict:
         "enable_mixed_chunk": rng.random() < 0.4,
         "overlap": rng.random() < 0.5,
         "disable_radix_cache": rng.random() < 0.3,
-        "schedule_policy": rng.choice(("fcfs", "fcfs", "fcfs", "lof")),
+        "schedule_policy": rng.choice(("fcfs", "fcfs", "fcfs", "lof", "lpm", "lpm")),
         "schedule_conservativeness": rng.choice(
             (0.3, 0.3, 0.6, 1.0) if family == "tight" else (1.0, 1.0, 0.3, 0.6)
         ),
@@ -114,7 +114,7 @@ def scenario(rng: random.Random, name: str) -> dict:
         if family == "mixed" and rng.random() < 0.25:
             req["ignore_eos"] = True
         requests.append(req)
-    if rng.random() < 0.25:  # priority scheduling, with or without preemption's threshold met
+    if rng.random() < 0.25 and sc["schedule_policy"] != "lpm":  # priority: fcfs and lof only
         sc["enable_priority_scheduling"] = True
         sc["schedule_low_priority_values_first"] = rng.random() < 0.5
         sc["priority_scheduling_preemption_threshold"] = rng.choice((0, 10))

@@ -4,7 +4,7 @@ iteration.
 Seeded random scenarios (``scenarios.py``: queues larger than one batch, shared prefixes between
 waiting and running requests, long chunked prompts beside decodes, pools so small that decode
 retracts, bursts and gaps, ``ignore_eos``; the normal and the overlap loop, mixed chunk on and
-off, the radix cache on and off, page sizes 1 to 16, ``fcfs`` and ``lof``, priority scheduling and
+off, the radix cache on and off, page sizes 1 to 16, ``fcfs``, ``lof`` and ``lpm``, priority scheduling and
 preemption) run through the real
 loop (``oracle.py``: the shared driver, one subprocess) and through the model; every field of
 every iteration (batch kind, extend rows, decode rows, the chunked request, retractions,

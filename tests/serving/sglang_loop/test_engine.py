@@ -130,7 +130,7 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
     [
         ("admit.policy=iteration", "admit.policy: 'iteration' is cpkv's loop's"),
         ("admit.cluster.instances=2", "engine sglang_loop serves one instance"),
-        ("admit.schedule_policy=lpm", "admit.schedule_policy"),
+        ("admit.schedule_policy=dfs-weight", "admit.schedule_policy"),
         ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
         (
             "admit.cp.max_batch_requests=4",
