@@ -28,11 +28,13 @@ bandwidth, ``layers`` the model's layers):
   ``allreduce_switch_bytes``, the bandwidth one beyond);
 * **load** — ``loaded_tokens`` x this GPU's share of KV bytes per token /
   (``load_bw_eff`` x host-to-device bandwidth): each GPU copies its own heads, in parallel;
-* **overhead** — ``overhead_us``.
+* **overhead** — the engine's CPU work the GPU waits for (:mod:`cpkv.serving.cost.cpu`:
+  a fixed part, a part per sampled sequence and one per token; with overlap scheduling only
+  what exceeds the gemm, elementwise and communication time), plus ``overhead_us``.
 
-The time is the sum of the parts (nothing overlaps: an upper bound for load-back and
-all-reduce, which engines can overlap). An iteration with no token (``T = 0``) costs only its
-load-back and overhead. The model FLOPs (for MFU) count the useful work of all GPUs: 2 x
+The time is the sum of the parts (nothing overlaps on the GPU: an upper bound for load-back
+and all-reduce, which engines can overlap). An iteration with no token (``T = 0``) costs only
+its load-back and overhead. The model FLOPs (for MFU) count the useful work of all GPUs: 2 x
 parameters x tokens for the linear layers and the LM head, plus attention's
 ``4·head_dim·heads·(prefill_attention_pairs + decode_context_tokens)`` per layer; no tile
 padding.
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from cpkv.core.schema import to_dict
 from cpkv.serving.cost.allreduce import allreduce_us, regimes_of
 from cpkv.serving.cost.calibration import Calibration
+from cpkv.serving.cost.cpu import ENGINE_CPU, EngineCpu
 from cpkv.serving.cost.gpus import Gpu
 from cpkv.serving.cost.shapes import ModelShape
 from cpkv.serving.cost.stretch import AffinePieces
@@ -63,7 +66,7 @@ ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNo
 ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
 DENSE_MEMO = 1 << 16
 """``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
-_NO_DENSE = (0.0, 0.0, 0.0)  # (gemm, elementwise, communication) of a stretch's growth
+_NO_DENSE = (0.0, 0.0, 0.0, 0.0)  # (gemm, elementwise, communication, overhead): no growth
 _FAR = float(1 << 62)
 """A stretch's crossing this many iterations away or more is never reached."""
 
@@ -131,7 +134,7 @@ class RooflineCost:
         "gemm_tflops",
         "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
         "_allreduce", "_allreduce_bytes_per_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
-        "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
+        "_load_token_us", "_overhead", "cpu", "_flops_token", "_flops_head", "_flops_pair",
         "_dense_memo", "_dense_known", "_stretch_constants", "_stretch_rates",
     )  # fmt: skip
 
@@ -143,8 +146,10 @@ class RooflineCost:
         calibration: Calibration | None = None,
         names: tuple[str | None, str | None] = (None, None),
         gemm_tflops: float | None = None,
+        cpu: EngineCpu = ENGINE_CPU["none"],
     ) -> None:
         cal = calibration if calibration is not None else gpu.calibration_for(tp)
+        self.cpu = cpu
         self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
         flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
         bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
@@ -221,10 +226,12 @@ class RooflineCost:
         tile = self._tile
         return self._lat + combine(c * (-(-tokens // tile) * tile), w + a * tokens, self._corner)
 
-    def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float]:
-        """``(gemm, elementwise, communication)`` for ``tokens`` tokens, ``head_tokens`` of them
-        through the LM head (memoised, up to :data:`DENSE_MEMO` pairs: iterations repeat
-        them)."""
+    def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float, float]:
+        """``(gemm, elementwise, communication, overhead)`` for ``tokens`` tokens,
+        ``head_tokens`` of them through the LM head (the sequences that sample a token): the
+        parts fixed by the token counts (memoised, up to :data:`DENSE_MEMO` pairs: iterations
+        repeat them). The overhead is the CPU work the GPU waits for, the other three its
+        cover (:mod:`cpkv.serving.cost.cpu`), plus ``overhead_us``."""
         key = (tokens, head_tokens)
         parts = self._dense_memo.get(key)
         if parts is not None:
@@ -242,9 +249,11 @@ class RooflineCost:
                     self._allreduce,
                 )
                 comm = layers * ALL_REDUCES_PER_LAYER * one
-            parts = (gemm, elementwise, comm)
+            cover = gemm + elementwise + comm
+            overhead = self._overhead + self.cpu.waited_us(tokens, head_tokens, cover)
+            parts = (gemm, elementwise, comm, overhead)
         else:
-            parts = (0.0, 0.0, 0.0)
+            parts = (0.0, 0.0, 0.0, self._overhead + self.cpu.waited_us(0, 0, 0.0))
         if len(self._dense_memo) >= DENSE_MEMO:
             self._dense_memo.clear()
         self._dense_memo[key] = parts
@@ -260,7 +269,7 @@ class RooflineCost:
         maximum: Any = None,
     ) -> tuple[Any, Any, Any]:
         """``(time_us, attention, load)`` from the dense parts (``(gemm, elementwise,
-        communication)``, :meth:`_dense`) and the attention and load arguments: the one
+        communication, overhead)``, :meth:`_dense`) and the attention and load arguments: the one
         place the attention, the load and the time's sum are written (the module docstring),
         for numbers and, element-wise, numpy arrays.
         ``maximum`` picks the prefill attention's larger term: None for numbers (inline),
@@ -274,8 +283,8 @@ class RooflineCost:
             prefill = maximum(flops_us, kv_us)
         attention = self._layers * (prefill + self._attn_decode_us * decode_context_tokens)
         load = self._load_token_us * loaded_tokens
-        gemm, elementwise, communication = dense
-        time_us = gemm + elementwise + attention + communication + load + self._overhead
+        gemm, elementwise, communication, overhead = dense
+        time_us = gemm + elementwise + attention + communication + load + overhead
         return time_us, attention, load
 
     def _flops(self, tokens: Any, head_tokens: Any, attention_pairs: Any) -> Any:
@@ -299,7 +308,7 @@ class RooflineCost:
         """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``."""
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (1 if prefill_tokens else 0)
-        dense = gemm, elementwise, comm = self._dense(tokens, head_tokens)
+        dense = gemm, elementwise, comm, overhead = self._dense(tokens, head_tokens)
         time_us, attention, load = self._parts(
             dense, decode_context_tokens, prefill_context_tokens,
             prefill_attention_pairs, loaded_tokens,
@@ -309,7 +318,7 @@ class RooflineCost:
             if tokens
             else 0.0
         )
-        return (time_us, gemm, elementwise, attention, comm, load, self._overhead, flops)
+        return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
 
     def batch_us(
         self,
@@ -343,23 +352,23 @@ class RooflineCost:
     ) -> list[Any]:
         """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
         columns out (a float array each, or a float for a column equal in every iteration:
-        the overhead, and the all-reduce without tensor parallelism), float for float: the
-        GEMM, elementwise and all-reduce parts once per distinct ``(tokens, head tokens)``,
-        the rest element-wise by the same formula (:meth:`_parts`)."""
+        the all-reduce without tensor parallelism), float for float: the GEMM, elementwise,
+        all-reduce and overhead parts once per distinct ``(tokens, head tokens)``, the rest
+        element-wise by the same formula (:meth:`_parts`)."""
         import numpy as np
 
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
-        gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
+        gemm, elementwise, comm, overhead = self._dense_many(tokens, head_tokens)
         if self.tp <= 1:
             comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
         time_us, attention, load = self._parts(
-            (gemm, elementwise, comm), decode_context_tokens, prefill_context_tokens,
+            (gemm, elementwise, comm, overhead), decode_context_tokens, prefill_context_tokens,
             prefill_attention_pairs, loaded_tokens, np.maximum,  # (no NaN here)
         )  # fmt: skip
         flops = self._flops(tokens, head_tokens, prefill_attention_pairs + decode_context_tokens)
         flops[tokens == 0] = 0.0
-        return [time_us, gemm, elementwise, attention, comm, load, self._overhead, flops]
+        return [time_us, gemm, elementwise, attention, comm, load, overhead, flops]
 
     def stretch(
         self,
@@ -411,19 +420,19 @@ class RooflineCost:
             return AffinePieces(((0, a, b),))
         return AffinePieces(((0, a, b), (math.floor(crossing) + 1, a_later, b_later)))
 
-    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
-        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
+    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, ...]:
+        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as four arrays: computed
         once per distinct pair (runs of equal pairs, as decode stretches log them, first
         taken as one)."""
         import numpy as np
 
         n = len(tokens)
         if not n:
-            return np.zeros(0), np.zeros(0), np.zeros(0)
+            return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
         if int(tokens.max()) >= 1 << 31 or int(head_tokens.max()) >= 1 << 32:  # not one key
             pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
-            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
-            return dense[:, 0], dense[:, 1], dense[:, 2]
+            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 4)
+            return tuple(dense[:, j] for j in range(4))
         key = np.left_shift(np.asarray(tokens, dtype=np.int64), 32)
         key |= np.asarray(head_tokens, dtype=np.int64)
         heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -431,17 +440,17 @@ class RooflineCost:
         dense = self._dense_of(keys)
         lengths = np.diff(np.append(heads, n))
         where = where.reshape(-1)
-        return tuple(np.repeat(dense[where, j], lengths) for j in range(3))
+        return tuple(np.repeat(dense[where, j], lengths) for j in range(4))
 
     def _dense_of(self, keys: Any) -> Any:
         """:meth:`_dense` of each packed ``tokens << 32 | head tokens`` of ``keys`` (sorted,
-        distinct), as a ``(len(keys), 3)`` array: those seen before (up to
+        distinct), as a ``(len(keys), 4)`` array: those seen before (up to
         :data:`DENSE_MEMO`) looked up, the others computed and remembered."""
         import numpy as np
 
         known, parts = getattr(self, "_dense_known", None) or (
             np.zeros(0, np.int64),
-            np.zeros((0, 3)),
+            np.zeros((0, 4)),
         )
         at = np.searchsorted(known, keys)
         found = at < len(known)
@@ -451,7 +460,7 @@ class RooflineCost:
             computed = np.array(
                 [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in new.tolist()],
                 dtype=float,
-            ).reshape(-1, 3)
+            ).reshape(-1, 4)
             if len(known) + len(new) > DENSE_MEMO:  # start over with these
                 known, parts = keys[found], parts[at[found]]
             known = np.concatenate([known, new])
@@ -476,6 +485,7 @@ class RooflineCost:
                 if k not in ("calibration", "profile_prefix", "fp8_tflops", "allreduce_by_workers")
             },
             "calibration": to_dict(self.calibration),
+            "cpu": to_dict(self.cpu),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             **({} if self.gemm_tflops is None else {"gemm_fp8_tflops": self.gemm_tflops}),
         }
@@ -488,8 +498,9 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
     calibration = spec.calibration.resolve(gpu.calibration_for(spec.tp))
     gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
+    cpu = spec.cpu.resolve(spec.cpu.engine or "sglang")
     return RooflineCost(
-        spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops
+        spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops, cpu
     )
 
 

@@ -10,7 +10,9 @@
   GPU's defaults), ``quantization`` (null, or ``fp8``: one byte a weight, the GEMMs at the
   GPU's FP8 tensor-core peak, as vLLM's and SGLang's ``--quantization fp8``) and
   ``kv_cache_dtype`` (``auto``: the model's, or ``fp8``: one byte a KV element, as their
-  ``--kv-cache-dtype fp8``);
+  ``--kv-cache-dtype fp8``), ``cpu`` (the engine's CPU work per iteration and whether it
+  overlaps the GPU's: :mod:`cpkv.serving.cost.cpu`; its ``engine`` null follows
+  ``admit.engine``);
 * ``linear``: ``fixed_us``, ``prefill_token_us``, ``decode_request_us``,
   ``context_token_us``, ``kv_bytes_per_token``, ``l2_load_gb_per_s`` and ``fit_points`` (a
   JSONL of measured iterations to fit the coefficients to).
@@ -31,6 +33,7 @@ from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
+from cpkv.serving.cost.cpu import CpuSpec
 from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, fp8_gpus, resolve_gpu
 from cpkv.serving.cost.shapes import (
     MAX_TP,
@@ -42,7 +45,7 @@ from cpkv.serving.cost.shapes import (
 
 ROOFLINE_KEYS = (
     "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
-    "kv_cache_dtype",
+    "kv_cache_dtype", "cpu",
 )  # fmt: skip
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -67,6 +70,7 @@ class CostSpec:
     calibration: CalibrationSpec = CalibrationSpec()
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
+    cpu: CpuSpec = CpuSpec()
     fixed_us: Microseconds = 5000.0
     prefill_token_us: Microseconds = 30.0
     decode_request_us: Microseconds = 30.0
@@ -130,6 +134,10 @@ class CostSpec:
             return ""
         return f" (model {self.model}, with the model_shape given)"
 
-    def build(self) -> IterationCost:
-        """The model the serving loop calls."""
-        return COST_KINDS.get(self.kind)(self)
+    def build(self, serving_engine: str = "sglang") -> IterationCost:
+        """The model the serving loop calls; ``serving_engine`` (``admit.engine``) gives the
+        CPU defaults when ``cpu.engine`` is null."""
+        spec = self
+        if self.cpu.engine is None:
+            spec = replace(self, cpu=replace(self.cpu, engine=serving_engine))
+        return COST_KINDS.get(self.kind)(spec)

@@ -214,8 +214,25 @@ def roofline_models() -> list[tuple[str, RooflineCost]]:
     return out
 
 
+def cpu_models() -> list[tuple[str, RooflineCost]]:
+    """Roofline models with the engine's CPU work: SGLang's defaults (hidden, mostly), no
+    overlap, and CPU-bound (the CPU work beyond the GEMMs' cover at every batch)."""
+    from cpkv.serving.cost.cpu import ENGINE_CPU, EngineCpu
+
+    h100, a100 = GPUS.get("h100-sxm"), GPUS.get("a100-80gb")
+    llama8, llama70 = MODELS.get("llama-3-8b"), MODELS.get("llama-2-70b")
+    return [
+        ("cpu-sglang-llama-3-8b-h100", RooflineCost(llama8, h100, cpu=ENGINE_CPU["sglang"])),
+        ("cpu-serial-llama-2-70b-a100-tp4", RooflineCost(
+            llama70, a100, 4, cpu=EngineCpu(310.0, 20.0, 0.01, overlap=False))),
+        ("cpu-bound-llama-3-8b-h100-tp2", RooflineCost(
+            llama8, h100, 2, cpu=EngineCpu(20000.0, 200.0, 1.0, overlap=True))),
+    ]  # fmt: skip
+
+
 MODELS_UNDER_TEST = [
     *roofline_models(),
+    *cpu_models(),
     ("linear", CostModel()),
     ("linear-fitted", CostModel(4000.0, 25.0, 28.0, 0.047, 131072, 51.6)),
     ("linear-no-context", CostModel(1000.0, 5.0, 20.0, 0.0, 1024, None)),
