@@ -131,6 +131,7 @@ _MODELLED = {
     "attention_bw_eff": 0.8,
     "load_bw_eff": 0.8,
     "overhead_us": 0.0,
+    "alltoall_bw_eff": 0.77,  # DeepEP's intranode all-to-all (cpkv.serving.cost.layers.experts)
 }
 
 GPUS: Registry[Gpu] = Registry("GPU")

@@ -10,7 +10,10 @@
   GPU's defaults), ``quantization`` (null, or ``fp8``: one byte a weight, the GEMMs at the
   GPU's FP8 tensor-core peak, as vLLM's and SGLang's ``--quantization fp8``) and
   ``kv_cache_dtype`` (``auto``: the model's, or ``fp8``: one byte a KV element, as their
-  ``--kv-cache-dtype fp8``), ``cpu`` (the engine's CPU work per iteration and whether it
+  ``--kv-cache-dtype fp8``), ``pp`` (pipeline stages, each of ``tp`` GPUs holding an even
+  share of the layers), ``ep`` (1, or ``tp``: the experts of a mixture-of-experts model split
+  whole over the tensor-parallel GPUs, tokens sent to them by all-to-all), ``cpu`` (the
+  engine's CPU work per iteration and whether it
   overlaps the GPU's: :mod:`cpkv.serving.cost.cpu`; its ``engine`` null follows
   ``admit.engine``);
 * ``linear``: ``fixed_us``, ``prefill_token_us``, ``decode_request_us``,
@@ -45,7 +48,7 @@ from cpkv.serving.cost.shapes import (
 
 ROOFLINE_KEYS = (
     "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
-    "kv_cache_dtype", "cpu",
+    "kv_cache_dtype", "cpu", "pp", "ep",
 )  # fmt: skip
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -67,6 +70,8 @@ class CostSpec:
     gpu: str = "h100-sxm"
     gpu_spec: GpuOverrides = GpuOverrides()
     tp: Annotated[int, Range(1, MAX_TP, why="it divides the heads, at most 1024")] = 1
+    pp: Annotated[int, Range(1, MAX_TP, why="a stage holds a layer at least, at most 1024")] = 1
+    ep: Annotated[int, Range(1, MAX_TP, why="1, or the tensor-parallel GPUs")] = 1
     calibration: CalibrationSpec = CalibrationSpec()
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
@@ -110,6 +115,35 @@ class CostSpec:
                 field, why = problem
                 key = field if field == "tp" else f"model_shape.{field}"
                 raise FieldError(key, why + ("" if field == "tp" else self._shape_origin(field)))
+            self._check_parallelism(shape)
+
+    def _check_parallelism(self, shape: ModelShape) -> None:
+        """``pp`` at most the layers; ``ep`` 1, or the ``tp`` GPUs of a model with experts
+        that divide among them."""
+        name = self.model or "given by model_shape"
+        if self.pp > shape.layers:
+            raise FieldError(
+                "pp", f"must be at most the model's {shape.layers} layers (each stage holds one "
+                f"at least), got {self.pp}",
+            )  # fmt: skip
+        if self.ep == 1:
+            return
+        if not shape.moe:
+            raise FieldError(
+                "ep", f"expert parallelism needs experts, and the model ({name}) has none; "
+                "allowed: 1",
+            )  # fmt: skip
+        if self.ep != self.tp:
+            raise FieldError(
+                "ep", f"expert parallelism spans the tensor-parallel GPUs (vLLM's "
+                f"--enable-expert-parallel, SGLang's --ep-size = --tp-size); allowed: 1 or "
+                f"{self.tp} (tp), got {self.ep}",
+            )  # fmt: skip
+        if shape.experts % self.ep:
+            raise FieldError(
+                "ep", f"must divide the model's {shape.experts} experts (each GPU holds as "
+                f"many), got {self.ep}",
+            )  # fmt: skip
 
     def shape(self) -> ModelShape:
         """The model's shape, ``model_shape`` applied, then the bytes of ``quantization`` and
