@@ -20,8 +20,9 @@ times per GEMM, per layer and per attention unit are :mod:`cpkv.serving.cost.lay
   its cache read (at most ``index_topk`` tokens a request with sparse attention, plus the
   indexer's every token): quadratic in a chunk's prefix and length for prefill;
 * **communication** — with ``tp > 1`` two all-reduces a layer (a layer of experts under
-  expert parallelism: one, and the dispatch and combine all-to-alls), with ``pp > 1`` the
-  activations sent between stages;
+  expert parallelism: one, and the dispatch and combine all-to-alls), each the engine's
+  custom kernels for small messages or NCCL's (``allreduce``:
+  :mod:`cpkv.serving.cost.allreduce`), with ``pp > 1`` the activations sent between stages;
 * **load** — ``loaded_tokens`` x this GPU's share of a token's KV bytes / (``load_bw_eff`` x
   host-to-device bandwidth): each GPU copies its own layers and heads, in parallel;
 * **overhead** — the engine's CPU work the GPU waits for (a fixed part, a part per sampled
@@ -94,7 +95,7 @@ class RooflineCost:
 
     kind = "roofline"
     __slots__ = (
-        "shape", "gpu", "tp", "pp", "ep", "calibration", "names", "kv_bytes_per_token",
+        "shape", "gpu", "tp", "pp", "ep", "allreduce", "calibration", "names", "kv_bytes_per_token",
         "peak_flops_per_us", "gemm_tflops", "cpu", "times", "_layers", "_sparse", "_simple",
         "_topk", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
         "_dense_memo", "_dense_known", "_stretch_constants",
@@ -111,11 +112,13 @@ class RooflineCost:
         cpu: EngineCpu = ENGINE_CPU["none"],
         pp: int = 1,
         ep: int = 1,
+        allreduce: str = "nccl",
     ) -> None:
         cal = calibration if calibration is not None else gpu.calibration_for(tp)
         self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
         self.pp, self.ep, self.cpu, self.gemm_tflops = pp, ep, cpu, gemm_tflops
-        times = self.times = DeploymentTimes(shape, gpu, tp, ep, cal, gemm_tflops)
+        self.allreduce = allreduce
+        times = self.times = DeploymentTimes(shape, gpu, tp, ep, cal, gemm_tflops, allreduce)
         self._layers = shape.layers
         self._sparse = times.topk > 0
         self._topk = times.topk
@@ -459,6 +462,7 @@ class RooflineCost:
             "tp": self.tp,
             "pp": self.pp,
             "ep": self.ep,
+            "allreduce": self.allreduce,
             "shape": {k: v for k, v in to_dict(self.shape).items() if k != "hf_id"},
             "gpu_spec": {
                 k: v
@@ -479,10 +483,12 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
     calibration = spec.calibration.resolve(gpu.calibration_for(spec.tp))
     gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
-    cpu = spec.cpu.resolve(spec.cpu.engine or "sglang", spec.pp)
+    engine = spec.cpu.engine or "sglang"
+    cpu = spec.cpu.resolve(engine, spec.pp)
+    allreduce = spec.allreduce or ("nccl" if engine == "none" else engine)
     return RooflineCost(
         spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops, cpu,
-        pp=spec.pp, ep=spec.ep,
+        pp=spec.pp, ep=spec.ep, allreduce=allreduce,
     )  # fmt: skip
 
 

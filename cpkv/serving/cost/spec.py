@@ -15,7 +15,9 @@
   whole over the tensor-parallel GPUs, tokens sent to them by all-to-all), ``cpu`` (the
   engine's CPU work per iteration and whether it
   overlaps the GPU's: :mod:`cpkv.serving.cost.cpu`; its ``engine`` null follows
-  ``admit.engine``);
+  ``admit.engine``), ``allreduce`` (the tensor-parallel all-reduce's kernels: ``nccl``,
+  ``sglang`` or ``vllm``, the engines' custom ones for small messages; null: the CPU's
+  engine's, ``nccl`` for ``none``: :mod:`cpkv.serving.cost.allreduce`);
 * ``linear``: ``fixed_us``, ``prefill_token_us``, ``decode_request_us``,
   ``context_token_us``, ``kv_bytes_per_token``, ``l2_load_gb_per_s`` and ``fit_points`` (a
   JSONL of measured iterations to fit the coefficients to).
@@ -34,6 +36,7 @@ from cpkv.core.errors import ConfigError
 from cpkv.core.schema import FieldError, Range, choices
 from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import Microseconds
+from cpkv.serving.cost.allreduce import ALLREDUCE_KINDS
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
 from cpkv.serving.cost.cpu import CpuSpec
@@ -48,7 +51,7 @@ from cpkv.serving.cost.shapes import (
 
 ROOFLINE_KEYS = (
     "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
-    "kv_cache_dtype", "cpu", "pp", "ep",
+    "kv_cache_dtype", "cpu", "pp", "ep", "allreduce",
 )  # fmt: skip
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -76,6 +79,7 @@ class CostSpec:
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     cpu: CpuSpec = CpuSpec()
+    allreduce: str | None = None
     fixed_us: Microseconds = 5000.0
     prefill_token_us: Microseconds = 30.0
     decode_request_us: Microseconds = 30.0
@@ -102,6 +106,8 @@ class CostSpec:
             if self.quantization is not None:
                 choices("quantization", (self.quantization,), ("null", *QUANTIZATIONS))
             choices("kv_cache_dtype", (self.kv_cache_dtype,), KV_CACHE_DTYPES)
+            if self.allreduce is not None:
+                choices("allreduce", (self.allreduce,), ALLREDUCE_KINDS)
             shape = self.shape()
             gpu = resolve_gpu(self.gpu, self.gpu_spec)
             if self.quantization == "fp8" and gpu.fp8_tflops is None:

@@ -8,7 +8,8 @@
   M^(1/c))^c`` for ``c = gemm_corner`` (``max(C, M)`` at 0);
 * a layer's elementwise kernels: ``5·elementwise_latency_us + T·B / (elementwise_bw_eff·W)``;
 * a layer's communication with ``tp > 1``: two all-reduces of ``T·hidden·2`` bytes
-  (:func:`~cpkv.serving.cost.allreduce.allreduce_us`), or, in a layer of experts under expert
+  (NCCL's, :func:`~cpkv.serving.cost.allreduce.allreduce_us`, or the engine's custom kernels
+  for small messages, :func:`~cpkv.serving.cost.allreduce.engine_allreduce_us`), or, in a layer of experts under expert
   parallelism, one all-reduce (after attention) and the dispatch and combine all-to-alls;
 * attention per unit of the iteration's arguments, per layer: FLOPs at
   ``attention_flops_eff·P``, cache reads at ``attention_bw_eff·W``; a decode context token
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cpkv.serving.cost.allreduce import allreduce_us, regimes_of
+from cpkv.serving.cost.allreduce import allreduce_us, custom_line, engine_allreduce_us, regimes_of
 from cpkv.serving.cost.calibration import Calibration
 from cpkv.serving.cost.gpus import Gpu
 from cpkv.serving.cost.layers.attention import attention_work
@@ -81,9 +82,10 @@ class DeploymentTimes:
 
     def __init__(
         self, shape: ModelShape, gpu: Gpu, tp: int, ep: int, cal: Calibration,
-        gemm_tflops: float | None = None,
+        gemm_tflops: float | None = None, allreduce: str = "nccl",
     ) -> None:  # fmt: skip
         self.shape, self.gpu, self.tp, self.ep, self.cal = shape, gpu, tp, ep, cal
+        self.custom = custom_line(allreduce, tp)
         flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
         self.bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
         gemm_peak = flops_us if gemm_tflops is None else gemm_tflops * 1e6
@@ -196,10 +198,13 @@ class DeploymentTimes:
         return gemm, elementwise, comm
 
     def allreduce_us(self, size_bytes: Any) -> float:
-        """One tensor-parallel all-reduce (0 on one GPU)."""
+        """One tensor-parallel all-reduce (0 on one GPU): the engine's kernels or NCCL's
+        (:func:`~cpkv.serving.cost.allreduce.engine_allreduce_us`)."""
         if self.tp <= 1:
             return 0.0
-        return allreduce_us(size_bytes, self.tp, self.gpu.nvlink_gb_per_s, self.allreduce)
+        return engine_allreduce_us(
+            size_bytes, self.tp, self.gpu.nvlink_gb_per_s, self.allreduce, self.custom
+        )
 
     def transfer_us(self, tokens: int) -> float:
         """Sending ``tokens`` tokens' activations from one pipeline stage to the next: a
