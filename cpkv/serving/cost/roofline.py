@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 DENSE_MEMO = 1 << 16
 """``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
-DENSE_PARTS = 5  # gemm, elementwise, communication, overhead, attention's scale
+DENSE_PARTS = 5  # gemm, elementwise, communication, overhead, attention's layers
 _FAR = float(1 << 62)
 """A stretch's crossing this many iterations away or more is never reached."""
 
@@ -97,7 +97,7 @@ class RooflineCost:
     __slots__ = (
         "shape", "gpu", "tp", "pp", "ep", "allreduce", "calibration", "names", "kv_bytes_per_token",
         "peak_flops_per_us", "gemm_tflops", "cpu", "times", "_layers", "_sparse", "_simple",
-        "_topk", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
+        "_topk", "_pair_us", "_context_us", "_decode_us", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
         "_dense_memo", "_dense_known", "_stretch_constants",
     )  # fmt: skip
 
@@ -123,6 +123,9 @@ class RooflineCost:
         self._sparse = times.topk > 0
         self._topk = times.topk
         self._simple = not self._sparse and times.prefix_us == 0.0  # grouped-query attention
+        self._pair_us, self._context_us, self._decode_us = (  # (the hot path's: one lookup)
+            times.pair_us, times.context_us, times.decode_us
+        )
         stage_layers = -(-shape.layers // pp)
         self._load_token_us = stage_layers * times.load_layer_us
         self._overhead = cal.overhead_us
@@ -151,12 +154,13 @@ class RooflineCost:
         return total
 
     def _dense(self, tokens: int, head_tokens: int) -> tuple[float, ...]:
-        """``(gemm, elementwise, communication, overhead, attention's scale)`` for ``tokens``
+        """``(gemm, elementwise, communication, overhead, attention's layers)`` for ``tokens``
         tokens, ``head_tokens`` of them through the LM head (the sequences that sample a
         token): the parts fixed by the token counts (memoised, up to :data:`DENSE_MEMO`
         pairs: iterations repeat them). The overhead is the CPU work the GPU waits for, the
-        other three its cover (:mod:`cpkv.serving.cost.cpu`), plus ``overhead_us``; the scale
-        multiplies the iteration's attention (``factor / m`` of a pipeline, else 1)."""
+        other three its cover (:mod:`cpkv.serving.cost.cpu`), plus ``overhead_us``; the
+        attention's layers multiply one layer's attention of the iteration (the layers, times
+        ``factor / m`` in a pipeline)."""
         key = (tokens, head_tokens)
         parts = self._dense_memo.get(key)
         if parts is not None:
@@ -174,9 +178,9 @@ class RooflineCost:
             comm = factor * comm + (self.pp - 1) * times.transfer_us(t)
             cover = gemm + elementwise + comm
             overhead = self._overhead + self.cpu.waited_us(tokens, head_tokens, cover)
-            parts = (gemm, elementwise, comm, overhead, factor / micro)
+            parts = (gemm, elementwise, comm, overhead, self._layers * factor / micro)
         else:
-            parts = (0.0, 0.0, 0.0, self._overhead + self.cpu.waited_us(0, 0, 0.0), 1.0)
+            parts = (0.0, 0.0, 0.0, self._overhead + self.cpu.waited_us(0, 0, 0.0), self._layers)
         if len(self._dense_memo) >= DENSE_MEMO:
             self._dense_memo.clear()
         self._dense_memo[key] = parts
@@ -201,15 +205,15 @@ class RooflineCost:
         (inline), ``numpy.maximum`` / ``numpy.minimum`` for arrays, or (``maximum``) a
         function returning one of its two arguments (a stretch's branches,
         :meth:`stretch`)."""
-        t = self.times
-        pairs, context, decode = (
-            prefill_attention_pairs, prefill_context_tokens, decode_context_tokens
-        )
         if self._simple:
-            flops_us = t.pair_us * pairs
-            kv_us = t.context_us * context
-            decode_us = t.decode_us * decode
+            flops_us = self._pair_us * prefill_attention_pairs
+            kv_us = self._context_us * prefill_context_tokens
+            decode_us = self._decode_us * decode_context_tokens
         else:
+            pairs, context, decode = (
+                prefill_attention_pairs, prefill_context_tokens, decode_context_tokens
+            )
+            t = self.times
             main_pairs, main_decode = pairs, decode
             if self._sparse:
                 topk = self._topk
@@ -227,8 +231,8 @@ class RooflineCost:
             prefill = flops_us if flops_us > kv_us else kv_us
         else:
             prefill = maximum(flops_us, kv_us)
-        gemm, elementwise, communication, overhead, scale = dense
-        attention = self._layers * scale * (prefill + decode_us)
+        gemm, elementwise, communication, overhead, layers = dense
+        attention = layers * (prefill + decode_us)
         load = self._load_token_us * loaded_tokens
         time_us = gemm + elementwise + attention + communication + load + overhead
         return time_us, attention, load
@@ -319,11 +323,11 @@ class RooflineCost:
 
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
-        gemm, elementwise, comm, overhead, scale = self._dense_many(tokens, head_tokens)
+        gemm, elementwise, comm, overhead, layers = self._dense_many(tokens, head_tokens)
         if self.tp <= 1 and self.pp <= 1:
             comm = 0.0  # (every iteration's: no collective on one GPU)
         time_us, attention, load = self._parts(
-            (gemm, elementwise, comm, overhead, scale), prefill_tokens, decode_requests,
+            (gemm, elementwise, comm, overhead, layers), prefill_tokens, decode_requests,
             decode_context_tokens, prefill_context_tokens, prefill_attention_pairs,
             loaded_tokens, np.maximum, np.minimum,  # (no NaN here)
         )  # fmt: skip
@@ -365,8 +369,8 @@ class RooflineCost:
         )  # fmt: skip
         if self._sparse:
             return Looped(self, args, step)
-        constant, scale = self._stretch_constant(prefill_tokens, decode_requests)
-        t, layers = self.times, self._layers * scale
+        constant, layers = self._stretch_constant(prefill_tokens, decode_requests)
+        t = self.times
         decode_rate, pair_rate = layers * t.decode_us, layers * t.pair_us
         prefix_rate, kv_rate = layers * t.prefix_us, layers * t.context_us
         prefix = prefill_context_tokens - prefill_tokens
@@ -388,7 +392,7 @@ class RooflineCost:
         return AffinePieces(((0, a, b), (math.floor(crossing) + 1, a_later, b_later)))
 
     def _stretch_constant(self, prefill_tokens: int, decode_requests: int) -> tuple[float, float]:
-        """A stretch's time with no attention and no load, and its attention scale
+        """A stretch's time with no attention and no load, and its attention's layers
         (remembered by token counts)."""
         key = (prefill_tokens, decode_requests)
         known = self._stretch_constants.get(key)
