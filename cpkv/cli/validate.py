@@ -37,7 +37,8 @@ def validate(
     Example: cpkv validate configs/validation
     """
     from cpkv.runs.report import table
-    from cpkv.validate.report import COLUMNS, validate as run
+    from cpkv.validate.report import COLUMNS
+    from cpkv.validate.report import validate as run
 
     if fmt not in ("text", "markdown"):
         raise ConfigError(f"--format: unknown format {fmt!r} (allowed: text, markdown)")

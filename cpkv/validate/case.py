@@ -21,7 +21,7 @@ from typing import Annotated
 from cpkv.core.errors import ConfigError
 from cpkv.core.files.yaml_input import CONFIG_LIMITS, read_yaml_file
 from cpkv.core.schema import FieldError, Range, build, choices, require
-from cpkv.core.schema.limits import TOKENS_WHY, MAX_TOKENS
+from cpkv.core.schema.limits import MAX_TOKENS, TOKENS_WHY
 from cpkv.serving.cost.spec import CostSpec
 
 METRICS = {

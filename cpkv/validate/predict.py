@@ -45,7 +45,11 @@ def predict(cost: Any, batch: int, prompt: int, output: int, gpus: int) -> Predi
     first = last = total = 0.0
     if steps:
         durations = stretch_durations(cost, 0, batch, batch * (prompt + 1), 0, 0, 0, 0)
-        first, last, total = durations.duration(0), durations.duration(steps - 1), durations.total(steps)
+        first, last, total = (
+            durations.duration(0),
+            durations.duration(steps - 1),
+            durations.total(steps),
+        )
     latency = prefill + total
     metrics = {
         "ttft_ms": prefill / 1000.0,

@@ -47,7 +47,9 @@ def test_every_shipped_config_checks_on_a_fresh_checkout(monkeypatch) -> None:
     if not MOONCAKE_TRACE.is_file():
         pytest.skip(f"trace not found at {MOONCAKE_TRACE}")
     monkeypatch.chdir(REPO)
-    experiments = [p for p in glob.glob("configs/*/*.yaml") if not p.startswith("configs/validation/")]
+    experiments = [
+        p for p in glob.glob("configs/*/*.yaml") if not p.startswith("configs/validation/")
+    ]
     plan = plan_sweep(sorted(experiments))
     first = {}
     for point in plan.points:  # one point of each config (the others differ in swept values)

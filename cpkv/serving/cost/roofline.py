@@ -124,7 +124,9 @@ class RooflineCost:
         self._topk = times.topk
         self._simple = not self._sparse and times.prefix_us == 0.0  # grouped-query attention
         self._pair_us, self._context_us, self._decode_us = (  # (the hot path's: one lookup)
-            times.pair_us, times.context_us, times.decode_us
+            times.pair_us,
+            times.context_us,
+            times.decode_us,
         )
         stage_layers = -(-shape.layers // pp)
         self._load_token_us = stage_layers * times.load_layer_us
@@ -211,7 +213,9 @@ class RooflineCost:
             decode_us = self._decode_us * decode_context_tokens
         else:
             pairs, context, decode = (
-                prefill_attention_pairs, prefill_context_tokens, decode_context_tokens
+                prefill_attention_pairs,
+                prefill_context_tokens,
+                decode_context_tokens,
             )
             t = self.times
             main_pairs, main_decode = pairs, decode
@@ -276,8 +280,14 @@ class RooflineCost:
         )  # fmt: skip
         flops = (
             self._flops(
-                tokens, head_tokens, prefill_tokens, decode_requests, decode_context_tokens,
-                prefill_context_tokens, prefill_attention_pairs, min,
+                tokens,
+                head_tokens,
+                prefill_tokens,
+                decode_requests,
+                decode_context_tokens,
+                prefill_context_tokens,
+                prefill_attention_pairs,
+                min,
             )  # fmt: skip
             if tokens
             else 0.0
@@ -378,7 +388,9 @@ class RooflineCost:
         slope = decode_rate * step
         a_flops = base + pair_rate * prefill_attention_pairs + prefix_rate * prefix
         a_kv = base + kv_rate * prefill_context_tokens
-        b_flops = slope + pair_rate * prefill_attention_pairs_step + prefix_rate * prefill_context_step
+        b_flops = (
+            slope + pair_rate * prefill_attention_pairs_step + prefix_rate * prefill_context_step
+        )
         b_kv = slope + kv_rate * prefill_context_step
         if a_flops > a_kv:  # (as the per-iteration max: a tie takes the KV term)
             a, b, a_later, b_later = a_flops, b_flops, a_kv, b_kv
@@ -417,7 +429,9 @@ class RooflineCost:
             return tuple(np.zeros(0) for _ in range(DENSE_PARTS))
         if int(tokens.max()) >= 1 << 31 or int(head_tokens.max()) >= 1 << 32:  # not one key
             pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
-            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, DENSE_PARTS)
+            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(
+                -1, DENSE_PARTS
+            )
             return tuple(dense[:, j] for j in range(DENSE_PARTS))
         key = np.left_shift(np.asarray(tokens, dtype=np.int64), 32)
         key |= np.asarray(head_tokens, dtype=np.int64)

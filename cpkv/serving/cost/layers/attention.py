@@ -16,8 +16,8 @@ arguments (a prefill attention pair, a cached prefix token, a context token read
 * **sparse (DeepSeek Sparse Attention)**: the indexer scores every causal pair with
   ``index_heads`` heads of ``index_head_dim`` (``2·index_heads·index_head_dim`` FLOPs, on
   every GPU) reading each context token's FP8 key and scale; each query then attends to at
-  most ``index_topk`` tokens (:data:`INDEX_TOPK`, applied by the roofline model to the
-  iteration's pairs and decode contexts).
+  most ``index_topk`` tokens (``topk``; the roofline model caps the iteration's pairs and
+  decode contexts with it).
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ the link's collective latency (``allreduce_latency_us`` of the same GPUs)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from cpkv.serving.cost.layers.dense import ACTIVATION_BYTES
+from cpkv.serving.cost.layers.dense import ACTIVATION_BYTES, mlp_gemms
 from cpkv.serving.cost.shapes import ModelShape
 
 
@@ -41,8 +42,6 @@ def experts_touched(experts: int, top_k: int, tokens: int) -> float:
 
 def _expm1_power(base: float, n: int) -> float:
     """``base**n − 1`` without cancellation when ``base**n`` is near 1."""
-    import math
-
     if base <= 0.0:
         return -1.0
     return math.expm1(n * math.log(base))
@@ -92,8 +91,6 @@ def moe_side_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
     """The other GEMMs of a layer of experts on one GPU: the router ``(hidden, experts)``
     (on every GPU) and the shared experts' MLP (``shared_experts·expert_mlp`` wide, split
     over ``tp``)."""
-    from cpkv.serving.cost.layers.dense import mlp_gemms
-
     gemms: tuple[tuple[int, int], ...] = ((shape.hidden, shape.experts),)
     if shape.shared_experts:
         width = shape.shared_experts * shape.expert_mlp

@@ -185,7 +185,10 @@ class DeploymentTimes:
             g = self.gemm_us(kind.gemms, tokens)
             if kind.experts is not None:
                 g += self.experts_us(kind.experts, tokens)
-            e = ELEMENTWISE_KERNELS * cal.elementwise_latency_us + kind.elementwise_token_us * tokens
+            e = (
+                ELEMENTWISE_KERNELS * cal.elementwise_latency_us
+                + kind.elementwise_token_us * tokens
+            )
             c = kind.all_reduces * one_reduce
             if kind.all_to_alls:
                 c += kind.all_to_alls * alltoall_us(

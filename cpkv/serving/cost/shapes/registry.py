@@ -76,46 +76,49 @@ MODELS.register(
     help="DeepSeek-V3 (671B, 37B active): MLA (KV latent 512 + rope 64), 256 experts top-8 "
     "+ 1 shared, 61 layers (3 dense), FP8 weights",
 )
+# deepseek-ai/DeepSeek-V3.2-Exp config.json: DeepSeek-V3's shape and DeepSeek Sparse
+# Attention's lightning indexer, index_n_heads 64 of index_head_dim 128, index_topk 2048
+DEEPSEEK_V3_2 = replace(
+    DEEPSEEK_V3, hf_id="deepseek-ai/DeepSeek-V3.2-Exp", index_topk=2048, index_heads=64,
+    index_head_dim=128,
+)  # fmt: skip
 MODELS.register(
     "deepseek-v3.2",
-    # deepseek-ai/DeepSeek-V3.2-Exp config.json: DeepSeek-V3's shape and DeepSeek Sparse
-    # Attention's lightning indexer, index_n_heads 64 of index_head_dim 128, index_topk 2048
-    replace(
-        DEEPSEEK_V3, hf_id="deepseek-ai/DeepSeek-V3.2-Exp", index_topk=2048, index_heads=64,
-        index_head_dim=128,
-    ),  # fmt: skip
+    DEEPSEEK_V3_2,
     help="DeepSeek-V3.2-Exp: DeepSeek-V3 with sparse attention (an indexer of 64 heads of "
     "128 picks 2048 tokens a query)",
 )
+# Qwen/Qwen3-30B-A3B config.json: every layer's MLP is 128 experts of moe_intermediate_size
+# 768, 8 a token, no shared expert (decoder_sparse_step 1, mlp_only_layers []); head_dim 128
+# (not hidden / heads); intermediate_size 6144 unused
+QWEN3_30B = ModelShape(
+    48, 2048, 32, 4, 128, 6144, True, 151936, hf_id="Qwen/Qwen3-30B-A3B",
+    experts=128, experts_per_token=8, expert_mlp=768,
+)  # fmt: skip
 MODELS.register(
     "qwen3-30b-a3b",
-    # Qwen/Qwen3-30B-A3B config.json: every layer's MLP is 128 experts of
-    # moe_intermediate_size 768, 8 a token, no shared expert (decoder_sparse_step 1,
-    # mlp_only_layers []); head_dim 128 (not hidden / heads); intermediate_size 6144 unused
-    ModelShape(
-        48, 2048, 32, 4, 128, 6144, True, 151936, hf_id="Qwen/Qwen3-30B-A3B",
-        experts=128, experts_per_token=8, expert_mlp=768,
-    ),  # fmt: skip
+    QWEN3_30B,
     help="Qwen3-30B-A3B: 48 layers, hidden 2048, 32 heads, 4 KV heads, 128 experts top-8 of 768",
 )
+# Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads, 4 KV heads of 128, 128
+# experts of moe_intermediate_size 1536, 8 a token, no shared expert
+QWEN3_235B = ModelShape(
+    94, 4096, 64, 4, 128, 12288, True, 151936, hf_id="Qwen/Qwen3-235B-A22B",
+    experts=128, experts_per_token=8, expert_mlp=1536,
+)  # fmt: skip
 MODELS.register(
     "qwen3-235b-a22b",
-    # Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads, 4 KV heads of 128,
-    # 128 experts of moe_intermediate_size 1536, 8 a token, no shared expert
-    ModelShape(
-        94, 4096, 64, 4, 128, 12288, True, 151936, hf_id="Qwen/Qwen3-235B-A22B",
-        experts=128, experts_per_token=8, expert_mlp=1536,
-    ),  # fmt: skip
-    help="Qwen3-235B-A22B: 94 layers, hidden 4096, 64 heads, 4 KV heads, 128 experts top-8 "
-    "of 1536",
+    QWEN3_235B,
+    help="Qwen3-235B-A22B: 94 layers, hidden 4096, 64 heads, 4 KV heads, 128 experts top-8 of 1536",
 )
+# mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
+# num_local_experts 8 of intermediate_size 14336, num_experts_per_tok 2, vocab 32000
+MIXTRAL_8X7B = ModelShape(
+    32, 4096, 32, 8, 128, 14336, True, 32000, hf_id="mistralai/Mixtral-8x7B-v0.1",
+    experts=8, experts_per_token=2, expert_mlp=14336,
+)  # fmt: skip
 MODELS.register(
     "mixtral-8x7b",
-    # mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
-    # num_local_experts 8 of intermediate_size 14336, num_experts_per_tok 2, vocab 32000
-    ModelShape(
-        32, 4096, 32, 8, 128, 14336, True, 32000, hf_id="mistralai/Mixtral-8x7B-v0.1",
-        experts=8, experts_per_token=2, expert_mlp=14336,
-    ),  # fmt: skip
+    MIXTRAL_8X7B,
     help="Mixtral-8x7B: 32 layers, hidden 4096, 32 heads, 8 KV heads, 8 experts top-2 of 14336",
 )
