@@ -83,6 +83,12 @@ ENGINE_CPU = {
 """Each engine's defaults (module docstring for the sources)."""
 
 
+def engine_family(serving_engine: str) -> str:
+    """Whose CPU defaults a serving engine (``admit.engine``) takes: vLLM's for ``vllm``,
+    SGLang's for SGLang's models (``sglang``, and any other SGLang scheduler cpkv runs)."""
+    return "vllm" if serving_engine.startswith("vllm") else "sglang"
+
+
 @dataclass(frozen=True)
 class CpuSpec:
     """``admit.cost.cpu``: the engine whose defaults apply (null: ``admit.engine``'s) and any
@@ -106,7 +112,7 @@ class CpuSpec:
     def resolve(self, serving_engine: str = "sglang", pipeline_stages: int = 1) -> EngineCpu:
         """The numbers under ``serving_engine`` (``admit.engine``) when ``engine`` is null,
         the keys set here replacing the engine's."""
-        engine = self.engine or serving_engine
+        engine = self.engine or engine_family(serving_engine)
         base = ENGINE_CPU[engine]
         overlap = base.overlap and not (engine == "vllm" and pipeline_stages > 1)
         return EngineCpu(

@@ -501,7 +501,7 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
     calibration = spec.calibration.resolve(gpu.calibration_for(spec.tp))
     gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
-    engine = spec.cpu.engine or "sglang"
+    engine = spec.cpu.engine or "sglang"  # (CostSpec.build fills it from admit.engine)
     cpu = spec.cpu.resolve(engine, spec.pp)
     allreduce = spec.allreduce or ("nccl" if engine == "none" else engine)
     return RooflineCost(

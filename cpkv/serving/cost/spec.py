@@ -39,7 +39,7 @@ from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.allreduce import ALLREDUCE_KINDS
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
-from cpkv.serving.cost.cpu import CpuSpec
+from cpkv.serving.cost.cpu import CpuSpec, engine_family
 from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, fp8_gpus, resolve_gpu
 from cpkv.serving.cost.shapes import (
     MAX_TP,
@@ -179,5 +179,5 @@ class CostSpec:
         CPU defaults when ``cpu.engine`` is null."""
         spec = self
         if self.cpu.engine is None:
-            spec = replace(self, cpu=replace(self.cpu, engine=serving_engine))
+            spec = replace(self, cpu=replace(self.cpu, engine=engine_family(serving_engine)))
         return COST_KINDS.get(self.kind)(spec)
