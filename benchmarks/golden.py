@@ -147,7 +147,9 @@ def read_kind(config: Path) -> tuple[str, bool]:
 
 
 def config_items(only: list[str]) -> list[Item]:
-    found = sorted((ROOT / "configs").rglob("*.yaml"))
+    found = sorted(  # (configs/validation holds `cpkv validate`'s cases, not runs)
+        p for p in (ROOT / "configs").rglob("*.yaml") if "validation" not in p.parts
+    )
     items = []
     for path in (p.relative_to(ROOT) for p in found):
         if only and not any(o in str(path) for o in only):

@@ -17,6 +17,7 @@ from cpkv.cli import alloc, trace
 from cpkv.cli import capacity as capacity_cli
 from cpkv.cli import runs as runs_cli
 from cpkv.cli import sweep as sweep_cli
+from cpkv.cli import validate as validate_cli
 from cpkv.cli.usage import OneLineGroup
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(alloc.app, name="alloc")
 app.command("admit")(admit_cli.admit)
 app.command("fit-cost")(admit_cli.fit_cost)
+app.command("validate")(validate_cli.validate)
 app.add_typer(trace.app, name="trace")
 app.command("sweep")(sweep_cli.sweep)
 app.command("capacity")(capacity_cli.capacity)

@@ -65,9 +65,11 @@ def admit(
     admit.kv.victim scan_order, newest_first, largest_first, least_progress;
     admit.arrivals.process trace, poisson, zero; admit.workload.prefix.model none, shared;
     admit.cost.kind roofline, linear; admit.cost.model llama-2-7b, llama-2-70b, llama-3-8b,
-    llama-3-70b, qwen-72b, codellama-34b; admit.cost.gpu a100-80gb (a100), h100-sxm (h100),
-    measured; a100-40gb, a40, l40s, h200 (h200-sxm), b200 from datasheets with a borrowed
-    calibration;
+    llama-3-70b, qwen-72b, codellama-34b (dense); mixtral-8x7b, qwen3-30b-a3b,
+    qwen3-235b-a22b (experts); deepseek-v3, deepseek-v3.2 (latent attention and experts);
+    admit.cost.gpu a100-80gb (a100), h100-sxm (h100), measured; a100-40gb, a40, l40s, h200
+    (h200-sxm), b200 from datasheets with a borrowed calibration; admit.cost.cpu.engine
+    sglang, vllm, none (null: admit.engine's);
     admit.cluster.router round_robin, random, least_requests, least_tokens, prefix_aware,
     power_of_two (admit.cluster.instances: how many instances behind it).
 

@@ -54,7 +54,7 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
     check_arrivals(workload, block.arrivals)
     fit = None
-    cost = block.cost.build()
+    cost = block.cost.build(block.engine)
     if block.cost.fit_points is not None:
         fit = fit_cost(read_points(block.cost.fit_points), cost, block.cost.fit_points)
         cost = fit.model

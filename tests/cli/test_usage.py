@@ -15,7 +15,10 @@ def run(*args: str):
 
 def test_an_unknown_command_is_one_line_and_exit_2() -> None:
     for args, expected in (
-        (("nope",), "cpkv: error: unknown command 'nope' (commands: admit, fit-cost, sweep,"),
+        (
+            ("nope",),
+            "cpkv: error: unknown command 'nope' (commands: admit, fit-cost, validate, sweep,",
+        ),
         (("admti",), "cpkv: error: unknown command 'admti'; did you mean 'admit'?"),
         (
             ("alloc", "hots"),

@@ -24,12 +24,13 @@ MAY_IMPORT: dict[str, set[str]] = {
     "vllm": set(),
     "sglang": set(),
     "admit": BELOW_CAPABILITIES | {"trace", "workload", "admission", "policies", "serving", "vllm", "sglang"},
+    "validate": BELOW_CAPABILITIES | {"serving"},
     "sweep": BELOW_CAPABILITIES,
     "capacity": BELOW_CAPABILITIES | {"sweep"},
     "diff": BELOW_CAPABILITIES | {"sweep"},
     "plots": BELOW_CAPABILITIES | {"sweep", "trace", "capacity"},
     "cli": {"core", "runs", "trace", "workload", "admission", "policies", "serving", "alloc",
-            "admit", "sweep", "capacity", "diff", "plots"},
+            "admit", "sweep", "capacity", "diff", "plots", "validate"},
 }  # fmt: skip
 ONLY_IN = {
     "typer": "cli",

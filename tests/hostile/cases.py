@@ -579,6 +579,38 @@ def capacity_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+VALID_CASE = (
+    "name: c\nsource: s\nsetup: s\nbatch: 2\nprompt_tokens: 8\noutput_tokens: 4\n"
+    "published: {latency_ms: 10}\n"
+)
+
+
+def validate_cases() -> list[Case]:
+    """``cpkv validate``: its cases are YAML files read with the config bounds."""
+    return [
+        Case("validate/missing", ("validate", "nope.yaml"), ("nope.yaml", "no such file")),
+        Case("validate/empty-folder", ("validate", "cases"), ("cases", "holds no validation case"),
+             setup=lambda f: (f / "cases").mkdir()),
+        Case("validate/not-yaml", ("validate", "c.yaml"), ("c.yaml",), files={"c.yaml": "a: [1\n"}),
+        Case("validate/unknown-key", ("validate", "c.yaml"), ("c.yaml", "colour", "unknown key"),
+             files={"c.yaml": VALID_CASE + "colour: red\n"}),
+        Case("validate/wrong-type", ("validate", "c.yaml"), ("c.yaml", "batch"),
+             files={"c.yaml": VALID_CASE.replace("batch: 2", "batch: two")}),
+        Case("validate/negative", ("validate", "c.yaml"), ("c.yaml", "published.latency_ms", "> 0"),
+             files={"c.yaml": VALID_CASE.replace("latency_ms: 10", "latency_ms: -10")}),
+        Case("validate/unknown-metric", ("validate", "c.yaml"), ("c.yaml", "published", "speed"),
+             files={"c.yaml": VALID_CASE.replace("latency_ms: 10", "speed: 10")}),
+        Case("validate/no-source", ("validate", "c.yaml"), ("c.yaml", "source", "must say it"),
+             files={"c.yaml": VALID_CASE.replace("source: s\n", "")}),
+        Case("validate/cost-key", ("validate", "c.yaml"), ("c.yaml", "cost.tp", ">= 1"),
+             files={"c.yaml": VALID_CASE + "cost: {tp: 0}\n"}),
+        Case("validate/format", ("validate", "--format", "html", "c.yaml"), ("--format", "html"),
+             files={"c.yaml": VALID_CASE}),
+        Case("validate/ok", ("validate", "c.yaml"), code=0, files={"c.yaml": VALID_CASE},
+             stdout_has=("1 published numbers",)),
+    ]  # fmt: skip
+
+
 def all_cases() -> list[Case]:
     cases: list[Case] = []
     for cmd in COMMANDS:
@@ -587,6 +619,7 @@ def all_cases() -> list[Case]:
     for reader in READERS:
         cases += input_cases(reader)
     cases += fit_overflow_cases() + saved_cases() + sweep_cases() + capacity_cases()
+    cases += validate_cases()
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

@@ -13,6 +13,22 @@ continuous and non-decreasing in ``B`` (both bandwidths are positive); ``switch_
 is one latency and one bandwidth. One worker has no all-reduce: 0. :func:`allreduce_us` is
 the one place the formula is written; the roofline's iterations and the fit to measured
 tables (:mod:`cpkv.serving.cost.fitting.allreduce`) both call it.
+
+**The engines' own all-reduce.** SGLang and vLLM do not send a decode step's small messages
+through NCCL: their custom all-reduce kernels (one-shot and two-shot, over NVLink peer
+memory) take a few microseconds. Their published latencies on H100
+(sgl-project/sglang#2904, 512 B to 1 MiB at 2, 4 and 8 GPUs, both engines' kernels) fit one
+latency and one bandwidth per GPU count (relative least squares, :data:`CUSTOM_ALLREDUCE`:
+median errors 1.4–11.8 %, worst 3.6–17.4 %); a message up to the largest size measured,
+:data:`CUSTOM_MAX_BYTES`, takes that line, a larger one NCCL's time above::
+
+    custom_us = latency_us + 2(n−1)/n · B / (bw_eff · L)      (B <= 1 MiB)
+
+``admit.cost.allreduce`` picks the kernels: ``nccl``, ``sglang`` (TensorRT-LLM's kernels, as
+SGLang runs them) or ``vllm``; null follows ``admit.cost.cpu.engine`` (``none``: NCCL). The
+fits are H100's; the other GPUs take them (the latency is a kernel launch and an NVLink round
+trip; the bandwidth a share of the GPU's own link). Over more GPUs than measured, or a number
+between, the next measured count above is used; beyond 8 GPUs (one NVLink node), NCCL.
 """
 
 from __future__ import annotations
@@ -55,6 +71,50 @@ def allreduce_us(
     large = size_bytes - small
     sent = ring_factor(workers) / link_us
     return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
+
+
+CUSTOM_MAX_BYTES = 1 << 20
+"""The largest message the custom kernels' fits were measured at (sglang#2904's table)."""
+CUSTOM_ALLREDUCE = {
+    "sglang": {2: (3.82, 0.1406), 4: (4.04, 0.1145), 8: (6.06, 0.1299)},
+    "vllm": {2: (8.74, 0.1323), 4: (8.68, 0.0999), 8: (10.02, 0.1032)},
+}
+"""``(latency_us, bw_eff)`` of each engine's custom all-reduce by GPU count, fitted to
+sgl-project/sglang#2904's H100 latencies (module docstring)."""
+CUSTOM_LATENCIES_US = {
+    "sglang": {2: (3.7, 3.9, 4.5, 7.9, 12.5, 19.9), 4: (4.8, 3.7, 4.8, 13.9, 20.2, 31.1),
+               8: (5.9, 5.7, 7.8, 16.7, 22.1, 33.8)},
+    "vllm": {2: (9.5, 8.8, 8.7, 12.9, 17.7, 26.6), 4: (9.1, 8.5, 9.2, 20.6, 26.9, 40.2),
+             8: (10.1, 9.3, 11.8, 24.1, 30.4, 45.0)},
+}  # fmt: skip
+"""The published latencies (us) the fits come from, at :data:`CUSTOM_SIZES` bytes."""
+CUSTOM_SIZES = (512, 4096, 32768, 262144, 524288, 1048576)
+ALLREDUCE_KINDS = ("nccl", "sglang", "vllm")
+
+
+def custom_line(kind: str, workers: int) -> tuple[float, float] | None:
+    """``(latency_us, bw_eff)`` of ``kind``'s custom all-reduce over ``workers`` GPUs (the next
+    measured count at or above), or None where NCCL runs (``nccl``, or beyond a node)."""
+    fits = CUSTOM_ALLREDUCE.get(kind)
+    if fits is None or workers <= 1:
+        return None
+    for count in sorted(fits):
+        if count >= workers:
+            return fits[count]
+    return None
+
+
+def engine_allreduce_us(
+    size_bytes: float, workers: int, link_gb_per_s: float, regimes: AllReduceRegimes,
+    custom: tuple[float, float] | None,
+) -> float:  # fmt: skip
+    """One all-reduce under an engine: its custom kernels' line up to :data:`CUSTOM_MAX_BYTES`
+    (``custom``, from :func:`custom_line`), NCCL's time (:func:`allreduce_us`) above or
+    without them."""
+    if custom is None or size_bytes > CUSTOM_MAX_BYTES or workers <= 1:
+        return allreduce_us(size_bytes, workers, link_gb_per_s, regimes)
+    latency_us, bw_eff = custom
+    return latency_us + ring_factor(workers) * size_bytes / (bw_eff * link_gb_per_s * 1e3)
 
 
 def regimes_of(cal: Calibration) -> AllReduceRegimes:

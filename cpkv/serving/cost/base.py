@@ -45,7 +45,8 @@ from cpkv.core.registry import Registry
 PARTS = ("gemm", "elementwise", "attention", "communication", "load", "overhead")
 """Where an iteration's time goes: linear layers (GEMMs, the LM head included), the other
 per-layer kernels (norms, rotary embedding, activation, residual adds), attention, tensor-
-parallel all-reduce, L2 -> L1 load-back, and the per-iteration overhead."""
+parallel collectives (all-reduce, all-to-all, pipeline transfers), L2 -> L1 load-back, and the
+overhead (the engine's CPU work the GPU waits for, :mod:`cpkv.serving.cost.cpu`)."""
 
 
 class IterationCost(Protocol):

@@ -19,8 +19,10 @@ or *modelled* (an assumption, said so):
   per measured worker count (:meth:`~cpkv.serving.cost.gpus.Gpu.calibration_for`);
 * modelled: ``attention_flops_eff`` (prefill attention's achieved / peak FLOP/s),
   ``attention_bw_eff`` (attention's achieved / peak HBM bandwidth reading the KV cache),
-  ``load_bw_eff`` (L2 -> L1 load-back's achieved / peak host-to-device bandwidth) and
-  ``overhead_us`` (CPU scheduling, sampling and launch gaps per iteration).
+  ``load_bw_eff`` (L2 -> L1 load-back's achieved / peak host-to-device bandwidth),
+  ``overhead_us`` (GPU idle time per iteration beyond the engine's CPU work,
+  :mod:`cpkv.serving.cost.cpu`) and ``alltoall_bw_eff`` (expert parallelism's dispatch and
+  combine: achieved / NVLink bandwidth, :mod:`cpkv.serving.cost.layers.experts`).
 
 ``admit.cost.calibration`` keys are null by default: null takes the GPU's default
 (:mod:`cpkv.serving.cost.gpus`). Efficiencies are in [:data:`MIN_EFFICIENCY`, 1] (achieved
@@ -85,6 +87,7 @@ class Calibration:
     attention_bw_eff: float
     load_bw_eff: float
     overhead_us: float
+    alltoall_bw_eff: float = 0.77
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class CalibrationSpec:
     attention_bw_eff: Efficiency | None = None
     load_bw_eff: Efficiency | None = None
     overhead_us: LatencyUs | None = None
+    alltoall_bw_eff: Efficiency | None = None
 
     def resolve(self, default: Calibration) -> Calibration:
         """``default`` with the keys set here replaced."""

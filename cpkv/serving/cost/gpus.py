@@ -122,14 +122,16 @@ class GpuOverrides:
 # Modelled (not in the profiles): FlashAttention-2 reaches 50-73 % of A100's peak in its
 # forward pass (Dao, 2023, Fig. 5 and sec. 4.1); we take 0.5 for prefill attention, 0.8 of
 # HBM bandwidth for reading KV (decode attention is a streaming read), 0.8 of the PCIe
-# bandwidth for L2 load-back (pinned-memory copies reach about that), and 500 us of CPU time
-# per iteration that the GPU waits for (scheduling, sampling, launches not hidden by CUDA
-# graphs or SGLang's overlap scheduler).
+# bandwidth for L2 load-back (pinned-memory copies reach about that). The engine's CPU time
+# per iteration is admit.cost.cpu's (cpkv.serving.cost.cpu); overhead_us is GPU idle time
+# per iteration beyond it: 0, as SGLang's Nsight profile of consecutive decode batches shows
+# no idle GPU time between them (LMSYS SGLang v0.4 blog, zero-overhead batch scheduler).
 _MODELLED = {
     "attention_flops_eff": 0.5,
     "attention_bw_eff": 0.8,
     "load_bw_eff": 0.8,
-    "overhead_us": 500.0,
+    "overhead_us": 0.0,
+    "alltoall_bw_eff": 0.77,  # DeepEP's intranode all-to-all (cpkv.serving.cost.layers.experts)
 }
 
 GPUS: Registry[Gpu] = Registry("GPU")

@@ -135,9 +135,15 @@ def cost_note(model: Any) -> str:
     name, gpu = model.names
     cal = model.calibration
     shown = ", ".join(f"{k}={v:g}" for k, v in to_dict(cal).items())
+    cpu = model.cpu
+    gpus, stages = model.tp * model.pp, f", PP {model.pp}" if model.pp > 1 else ""
+    experts = f", EP {model.ep}" if model.ep > 1 else ""
     return (
-        f"cost model roofline: {name or 'an inline model shape'} on {model.tp} x {gpu} "
-        f"(TP {model.tp}), KV {model.kv_bytes_per_token} bytes/token; linear layers, "
-        "elementwise kernels and all-reduce calibrated on measured GPU profiles; attention, "
-        f"load-back and the per-iteration overhead modelled; calibration: {shown}"
+        f"cost model roofline: {name or 'an inline model shape'} on {gpus} x {gpu} "
+        f"(TP {model.tp}{stages}{experts}), KV {model.kv_bytes_per_token} bytes/token; linear "
+        "layers, elementwise kernels and all-reduce calibrated on measured GPU profiles; "
+        "attention and load-back modelled; the engine's CPU work "
+        f"{cpu.iteration_us:g} us + {cpu.request_us:g} us a sequence + {cpu.token_us:g} us a "
+        f"token, {'overlapped' if cpu.overlap else 'not overlapped'}; all-reduce "
+        f"{model.allreduce}; calibration: {shown}"
     )

@@ -1,46 +1,51 @@
 """The roofline iteration-time model (``admit.cost.kind: roofline``): :class:`RooflineCost`.
 
-From the model's shape (:mod:`~cpkv.serving.cost.shapes`), the GPU's datasheet peaks
-(:mod:`~cpkv.serving.cost.gpus`), the tensor-parallel degree ``tp`` (weights, heads and the
-MLP split over ``tp`` GPUs; KV heads too, replicated when fewer than ``tp``) and the
-calibration (:mod:`~cpkv.serving.cost.calibration`), one iteration of ``T = prefill_tokens +
-decode_requests`` tokens takes, on each GPU (all in microseconds; ``P`` peak FLOP/s, ``W`` HBM
-bandwidth, ``layers`` the model's layers):
+From the model's shape (:mod:`~cpkv.serving.cost.shapes`: dense, latent or sparse attention,
+dense MLPs or experts), the GPU's datasheet peaks (:mod:`~cpkv.serving.cost.gpus`), the
+parallelism (``tp`` GPUs a pipeline stage sharing every layer's heads and MLP, ``ep`` of them
+holding whole experts, ``pp`` stages), the calibration (:mod:`~cpkv.serving.cost.calibration`)
+and the engine's CPU work (:mod:`~cpkv.serving.cost.cpu`), one iteration of ``T =
+prefill_tokens + decode_requests`` tokens, ``head`` sequences of which sample a token (the
+decoding requests and one for the prefill), takes on each GPU (all in microseconds; the unit
+times per GEMM, per layer and per attention unit are :mod:`cpkv.serving.cost.layers.timing`'s):
 
-* **gemm** — per layer, four GEMMs (QKV, attention output, gate+up, down), each
-  ``gemm_latency_us + combine(C, M)`` with ``C = 2·Tq·K·N / (gemm_flops_eff·P)`` (``Tq``: ``T``
-  rounded up to ``gemm_tile_tokens``), ``M = (K·N·param_bytes + T·(K+N)·2) /
-  (gemm_bw_eff·W)`` (weights read once, BF16 activations in and out) and ``combine(C, M) =
-  (C^(1/c) + M^(1/c))^c`` for ``c = gemm_corner`` (``max(C, M)`` at 0); plus the LM head, the
-  same GEMM on ``decode_requests`` tokens and one for the prefill (logits are computed for
-  each sequence's last token only);
-* **elementwise** — per layer, five memory-bound kernels (two RMSNorms, rotary embedding,
-  activation, residual add): ``5·elementwise_latency_us + T·B / (elementwise_bw_eff·W)``,
-  ``B`` the bytes each token reads and writes in them;
-* **attention** — per layer, ``max(F / (attention_flops_eff·P), R / (attention_bw_eff·W))``
-  for the prefill (``F = 4·head_dim·heads_per_gpu·prefill_attention_pairs``: QKᵀ and PV over
-  the causal pairs; ``R`` = ``prefill_context_tokens`` x KV bytes per token and layer) and the
-  same for decode (``F`` on ``decode_context_tokens`` pairs, ``R`` its KV): quadratic in a
-  chunk's prefix and length for prefill, memory-bound for decode;
-* **communication** — with ``tp > 1``, per layer two all-reduces (after attention and after
-  the MLP) of ``T·hidden·2`` bytes over NVLink, each a latency and two bandwidth regimes
-  (:func:`cpkv.serving.cost.allreduce.allreduce_us`: the low-latency one for the bytes up to
-  ``allreduce_switch_bytes``, the bandwidth one beyond);
-* **load** — ``loaded_tokens`` x this GPU's share of KV bytes per token /
-  (``load_bw_eff`` x host-to-device bandwidth): each GPU copies its own heads, in parallel;
-* **overhead** — ``overhead_us``.
+* **gemm** — every layer's GEMMs (attention projections; the dense MLP, or the router, the
+  shared experts and the routed experts' two grouped GEMMs), plus the LM head on ``head``
+  tokens (logits for each sequence's last token only);
+* **elementwise** — every layer's five memory-bound kernels;
+* **attention** — per layer, prefill ``max(F, R)``: ``F`` the causal pairs' FLOPs (at most
+  ``index_topk`` keys a query with sparse attention, plus the indexer's FLOPs on every pair,
+  plus the up-projection of the cached prefixes' latents with MLA), ``R`` the prefill
+  contexts' cache reads; and decode, each context token the larger of its pair's FLOPs and
+  its cache read (at most ``index_topk`` tokens a request with sparse attention, plus the
+  indexer's every token): quadratic in a chunk's prefix and length for prefill;
+* **communication** — with ``tp > 1`` two all-reduces a layer (a layer of experts under
+  expert parallelism: one, and the dispatch and combine all-to-alls), each the engine's
+  custom kernels for small messages or NCCL's (``allreduce``:
+  :mod:`cpkv.serving.cost.allreduce`), with ``pp > 1`` the activations sent between stages;
+* **load** — ``loaded_tokens`` x this GPU's share of a token's KV bytes / (``load_bw_eff`` x
+  host-to-device bandwidth): each GPU copies its own layers and heads, in parallel;
+* **overhead** — the engine's CPU work the GPU waits for (a fixed part, a part per sampled
+  sequence and one per token; with overlap scheduling only what exceeds the gemm,
+  elementwise and communication time), plus ``overhead_us``.
 
-The time is the sum of the parts (nothing overlaps: an upper bound for load-back and
-all-reduce, which engines can overlap). An iteration with no token (``T = 0``) costs only its
-load-back and overhead. The model FLOPs (for MFU) count the useful work of all GPUs: 2 x
-parameters x tokens for the linear layers and the LM head, plus attention's
-``4·head_dim·heads·(prefill_attention_pairs + decode_context_tokens)`` per layer; no tile
-padding.
+With ``pp > 1`` the iteration's sequences go through the stages as ``m = min(pp, head)``
+micro-batches (:mod:`cpkv.serving.cost.layers.pipeline`): the layers' parts are those of
+``⌈T/m⌉`` tokens (the LM head's of ``⌈head/m⌉``) and attention ``1/m`` of the iteration's, all
+times the slowest stage's factor, plus ``pp − 1`` transfers.
 
-The attention, load and sum are written once (:meth:`RooflineCost._parts`), the dense parts
-once (:meth:`RooflineCost._dense`); ``batch_us``, ``breakdown``, the vectorised
-``breakdowns`` and ``stretch`` (:mod:`cpkv.serving.cost.stretch`: at most two affine pieces,
-split where prefill attention's larger term changes) all take their numbers from them.
+The time is the sum of the parts (nothing overlaps on the GPU: an upper bound for load-back
+and all-reduce, which engines can overlap). An iteration with no token (``T = 0``) costs only
+its load-back and overhead. The model FLOPs (for MFU) count the useful work of all GPUs: 2 x
+active parameters x tokens for the linear layers and the LM head, plus attention's FLOPs as
+above (no tile padding, no replicated work counted twice).
+
+The attention, load and sum are written once (:meth:`RooflineCost._parts`), the parts fixed by
+the token counts once (:meth:`RooflineCost._dense`); ``batch_us``, ``breakdown``, the
+vectorised ``breakdowns`` and ``stretch`` (:mod:`cpkv.serving.cost.stretch`: at most two affine
+pieces, split where prefill attention's larger term changes; iteration by iteration for sparse
+attention, whose caps make the durations bend where no line follows) all take their numbers
+from them.
 """
 
 from __future__ import annotations
@@ -49,90 +54,51 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from cpkv.core.schema import to_dict
-from cpkv.serving.cost.allreduce import allreduce_us, regimes_of
 from cpkv.serving.cost.calibration import Calibration
+from cpkv.serving.cost.cpu import ENGINE_CPU, EngineCpu
 from cpkv.serving.cost.gpus import Gpu
+from cpkv.serving.cost.layers.attention import attention_work
+from cpkv.serving.cost.layers.dense import attention_gemms, mlp_gemms
+from cpkv.serving.cost.layers.experts import moe_side_gemms
+from cpkv.serving.cost.layers.pipeline import micro_batches, stage_factor
+from cpkv.serving.cost.layers.timing import DeploymentTimes
 from cpkv.serving.cost.shapes import ModelShape
-from cpkv.serving.cost.stretch import AffinePieces
+from cpkv.serving.cost.stretch import AffinePieces, Looped
 
 if TYPE_CHECKING:
     from cpkv.serving.cost.spec import CostSpec
 
-ACTIVATION_BYTES = 2  # BF16 activations
-ELEMENTWISE_KERNELS = 5  # input RMSNorm, rotary embedding, post-attention RMSNorm, activation, add
-ALL_REDUCES_PER_LAYER = 2  # after the attention output projection and after the MLP
 DENSE_MEMO = 1 << 16
 """``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
-_NO_DENSE = (0.0, 0.0, 0.0)  # (gemm, elementwise, communication) of a stretch's growth
+DENSE_PARTS = 5  # gemm, elementwise, communication, overhead, attention's layers
 _FAR = float(1 << 62)
 """A stretch's crossing this many iterations away or more is never reached."""
 
 
-def _flops_term(flops_us: Any, kv_us: Any) -> Any:
-    """Prefill attention's FLOP term (:meth:`RooflineCost._parts`'s ``maximum`` for it)."""
-    return flops_us
-
-
-def _kv_term(flops_us: Any, kv_us: Any) -> Any:
-    """Prefill attention's KV-read term."""
-    return kv_us
-
-
-def layer_gemms(shape: ModelShape, tp: int) -> tuple[tuple[int, int], ...]:
-    """``(K, N)`` of one layer's four GEMMs on one GPU: QKV, attention output, gate+up, down."""
-    heads = shape.heads // tp
-    kv_heads = -(-shape.kv_heads // tp)
-    mlp = -(-shape.mlp // tp)
-    d, h = shape.head_dim, shape.hidden
-    return (
-        (h, (heads + 2 * kv_heads) * d),
-        (heads * d, h),
-        (h, (2 if shape.gated_mlp else 1) * mlp),
-        (mlp, h),
-    )
-
-
-def elementwise_bytes_per_token(shape: ModelShape, tp: int) -> int:
-    """Bytes one token reads and writes in one layer's elementwise kernels on one GPU: two
-    RMSNorms (read and write ``hidden``), rotary embedding (read and write Q and K), the
-    activation (gated: read gate and up, write one; else read and write one) and the
-    residual add (read two, write one ``hidden``)."""
-    heads, kv_heads = shape.heads // tp, -(-shape.kv_heads // tp)
-    mlp = -(-shape.mlp // tp)
-    act = (3 if shape.gated_mlp else 2) * mlp
-    elements = (
-        2 * 2 * shape.hidden + 2 * (heads + kv_heads) * shape.head_dim + act + 3 * shape.hidden
-    )
-    return elements * ACTIVATION_BYTES
-
-
-def combine(compute_us: float, memory_us: float, corner: float) -> float:
-    """``(C^(1/c) + M^(1/c))^c``: ``max`` at ``c = 0``, the sum at 1 (scaled: no overflow)."""
-    if corner == 0.0:
-        return compute_us if compute_us > memory_us else memory_us
-    if corner == 1.0:
-        return compute_us + memory_us
-    if corner == 0.5:
-        return math.hypot(compute_us, memory_us)
-    top = compute_us if compute_us > memory_us else memory_us
-    if top <= 0.0:
-        return 0.0
-    p = 1.0 / corner
-    return top * ((compute_us / top) ** p + (memory_us / top) ** p) ** corner
+def active_params(shape: ModelShape) -> int:
+    """The weights one token goes through in the linear layers and the LM head (embeddings
+    and norms left out; a layer of experts counts its router, shared experts and
+    ``experts_per_token`` routed experts)."""
+    layer = sum(k * n for k, n in attention_gemms(shape, 1))
+    dense = sum(k * n for k, n in mlp_gemms(shape.hidden, shape.mlp, shape.gated_mlp, 1))
+    total = shape.layers * layer + (shape.layers - shape.moe_layers) * dense
+    if shape.moe:
+        expert = (3 if shape.gated_mlp else 2) * shape.hidden * shape.expert_mlp
+        side = sum(k * n for k, n in moe_side_gemms(shape, 1))
+        total += shape.moe_layers * (side + shape.experts_per_token * expert)
+    return total + shape.hidden * shape.vocab
 
 
 class RooflineCost:
-    """The roofline model of one deployment (shape, GPU, ``tp``, calibration); every constant
-    of :meth:`breakdown` is computed here once."""
+    """The roofline model of one deployment (shape, GPU, parallelism, calibration, CPU); every
+    constant of :meth:`breakdown` is computed here once."""
 
     kind = "roofline"
     __slots__ = (
-        "shape", "gpu", "tp", "calibration", "names", "kv_bytes_per_token", "peak_flops_per_us",
-        "gemm_tflops",
-        "_gemms", "_head", "_lat", "_tile", "_corner", "_layers", "_elem_fixed", "_elem_token",
-        "_allreduce", "_allreduce_bytes_per_token", "_attn_pair_us", "_attn_kv_us", "_attn_decode_us",
-        "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_pair",
-        "_dense_memo", "_dense_known", "_stretch_constants", "_stretch_rates",
+        "shape", "gpu", "tp", "pp", "ep", "allreduce", "calibration", "names", "kv_bytes_per_token",
+        "peak_flops_per_us", "gemm_tflops", "cpu", "times", "_layers", "_sparse", "_simple",
+        "_topk", "_pair_us", "_context_us", "_decode_us", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
+        "_dense_memo", "_dense_known", "_stretch_constants",
     )  # fmt: skip
 
     def __init__(
@@ -143,108 +109,80 @@ class RooflineCost:
         calibration: Calibration | None = None,
         names: tuple[str | None, str | None] = (None, None),
         gemm_tflops: float | None = None,
+        cpu: EngineCpu = ENGINE_CPU["none"],
+        pp: int = 1,
+        ep: int = 1,
+        allreduce: str = "nccl",
     ) -> None:
         cal = calibration if calibration is not None else gpu.calibration_for(tp)
         self.shape, self.gpu, self.tp, self.calibration, self.names = shape, gpu, tp, cal, names
-        flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
-        bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
-        self.gemm_tflops = gemm_tflops
-        gemm_peak_us = flops_us if gemm_tflops is None else gemm_tflops * 1e6
-        gemm_flops_us, gemm_bytes_us = cal.gemm_flops_eff * gemm_peak_us, cal.gemm_bw_eff * bytes_us
-        pb = shape.param_bytes
-
-        def gemm(k: int, n: int) -> tuple[float, float, float]:
-            # (us per padded token of compute, us of weight reads, us per token of activations)
-            return (
-                2.0 * k * n / gemm_flops_us,
-                k * n * pb / gemm_bytes_us,
-                (k + n) * ACTIVATION_BYTES / gemm_bytes_us,
-            )
-
-        self._gemms = tuple(gemm(k, n) for k, n in layer_gemms(shape, tp))
-        self._head = gemm(shape.hidden, -(-shape.vocab // tp))
-        self._lat, self._tile, self._corner = (
-            cal.gemm_latency_us,
-            cal.gemm_tile_tokens,
-            cal.gemm_corner,
-        )
+        self.pp, self.ep, self.cpu, self.gemm_tflops = pp, ep, cpu, gemm_tflops
+        self.allreduce = allreduce
+        times = self.times = DeploymentTimes(shape, gpu, tp, ep, cal, gemm_tflops, allreduce)
         self._layers = shape.layers
-        self._elem_fixed = ELEMENTWISE_KERNELS * cal.elementwise_latency_us
-        self._elem_token = elementwise_bytes_per_token(shape, tp) / (
-            cal.elementwise_bw_eff * bytes_us
+        self._sparse = times.topk > 0
+        self._topk = times.topk
+        self._simple = not self._sparse and times.prefix_us == 0.0  # grouped-query attention
+        self._pair_us, self._context_us, self._decode_us = (  # (the hot path's: one lookup)
+            times.pair_us,
+            times.context_us,
+            times.decode_us,
         )
-        self._allreduce = regimes_of(cal)
-        self._allreduce_bytes_per_token = shape.hidden * ACTIVATION_BYTES
-        heads, kv_heads = shape.heads // tp, -(-shape.kv_heads // tp)
-        kv_layer_bytes = 2 * kv_heads * shape.head_dim * shape.kv_bytes  # one token, one layer
-        self._attn_pair_us = 4.0 * shape.head_dim * heads / (cal.attention_flops_eff * flops_us)
-        self._attn_kv_us = kv_layer_bytes / (cal.attention_bw_eff * bytes_us)
-        # decode: max(pair_us * c, kv_us * c) is max(pair_us, kv_us) * c, float for float
-        # (rounding is monotone; c >= 0): one attention pair per context token
-        self._attn_decode_us = max(self._attn_pair_us, self._attn_kv_us)
-        load_bytes_us = cal.load_bw_eff * gpu.h2d_gb_per_s * 1e3
-        self._load_token_us = shape.layers * kv_layer_bytes / load_bytes_us
+        stage_layers = -(-shape.layers // pp)
+        self._load_token_us = stage_layers * times.load_layer_us
         self._overhead = cal.overhead_us
         self.kv_bytes_per_token = shape.kv_bytes_per_token()
-        self.peak_flops_per_us = tp * flops_us
-        linear_params = sum(k * n for k, n in layer_gemms(shape, 1))
-        self._flops_token = 2.0 * shape.layers * linear_params
+        self.peak_flops_per_us = tp * pp * gpu.peak_tflops * 1e6
+        work = attention_work(shape, 1)
+        self._flops_token = 2.0 * (active_params(shape) - shape.hidden * shape.vocab)
         self._flops_head = 2.0 * shape.hidden * shape.vocab
-        self._flops_pair = 4.0 * shape.layers * shape.head_dim * shape.heads
-        self._dense_memo: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self._flops_units = tuple(
+            shape.layers * f
+            for f in (work.prefill_pair_flops, work.decode_pair_flops, work.prefix_token_flops,
+                      work.index_pair_flops)
+        )  # fmt: skip
+        self._dense_memo: dict[tuple[int, int], tuple[float, ...]] = {}
         self._dense_known: tuple[Any, Any] | None = None
-        self._stretch_constants: dict[tuple[int, int], float] = {}
-        self._stretch_rates = (  # _parts's growth per decode context token, pair, prefill token
-            self._parts(_NO_DENSE, 1, 0, 0, 0, _flops_term)[1],
-            self._parts(_NO_DENSE, 0, 0, 1, 0, _flops_term)[1],
-            self._parts(_NO_DENSE, 0, 1, 0, 0, _kv_term)[1],
-        )  # _dense_many's: keys, (m, 3) parts
+        self._stretch_constants: dict[tuple[int, int], tuple[float, float]] = {}
 
     # -- the per-iteration parts ---------------------------------------------------------------
     def gemm_us(self, tokens: int) -> float:
-        """One layer's four GEMMs on ``tokens`` tokens (the linear-layer time the profiles
-        measure)."""
-        if tokens <= 0:
-            return 0.0
-        tile = self._tile
-        padded = -(-tokens // tile) * tile
-        corner = self._corner
-        total = 0.0
-        for c, w, a in self._gemms:
-            total += self._lat + combine(c * padded, w + a * tokens, corner)
+        """One layer's GEMMs on ``tokens`` tokens, the first layers' kind (a dense model's four:
+        the linear-layer time the profiles measure)."""
+        kind = self.times.kinds[0]
+        total = self.times.gemm_us(kind.gemms, tokens)
+        if kind.experts is not None:
+            total += self.times.experts_us(kind.experts, tokens)
         return total
 
-    def _head_us(self, tokens: int) -> float:
-        if tokens <= 0:
-            return 0.0
-        c, w, a = self._head
-        tile = self._tile
-        return self._lat + combine(c * (-(-tokens // tile) * tile), w + a * tokens, self._corner)
-
-    def _dense(self, tokens: int, head_tokens: int) -> tuple[float, float, float]:
-        """``(gemm, elementwise, communication)`` for ``tokens`` tokens, ``head_tokens`` of them
-        through the LM head (memoised, up to :data:`DENSE_MEMO` pairs: iterations repeat
-        them)."""
+    def _dense(self, tokens: int, head_tokens: int) -> tuple[float, ...]:
+        """``(gemm, elementwise, communication, overhead, attention's layers)`` for ``tokens``
+        tokens, ``head_tokens`` of them through the LM head (the sequences that sample a
+        token): the parts fixed by the token counts (memoised, up to :data:`DENSE_MEMO`
+        pairs: iterations repeat them). The overhead is the CPU work the GPU waits for, the
+        other three its cover (:mod:`cpkv.serving.cost.cpu`), plus ``overhead_us``; the
+        attention's layers multiply one layer's attention of the iteration (the layers, times
+        ``factor / m`` in a pipeline)."""
         key = (tokens, head_tokens)
         parts = self._dense_memo.get(key)
         if parts is not None:
             return parts
+        times = self.times
         if tokens > 0:
-            layers = self._layers
-            gemm = layers * self.gemm_us(tokens) + self._head_us(head_tokens)
-            elementwise = layers * (self._elem_fixed + self._elem_token * tokens)
-            comm = 0.0
-            if self.tp > 1:
-                one = allreduce_us(
-                    tokens * self._allreduce_bytes_per_token,
-                    self.tp,
-                    self.gpu.nvlink_gb_per_s,
-                    self._allreduce,
-                )
-                comm = layers * ALL_REDUCES_PER_LAYER * one
-            parts = (gemm, elementwise, comm)
+            micro, factor = 1, 1.0
+            if self.pp > 1:
+                micro = micro_batches(self.pp, head_tokens)
+                factor = stage_factor(self._layers, self.pp, micro)
+            t, h = -(-tokens // micro), -(-head_tokens // micro)
+            gemm, elementwise, comm = times.layers_us(t)
+            gemm = factor * gemm + times.gemm_us((times.head,), h)
+            elementwise *= factor
+            comm = factor * comm + (self.pp - 1) * times.transfer_us(t)
+            cover = gemm + elementwise + comm
+            overhead = self._overhead + self.cpu.waited_us(tokens, head_tokens, cover)
+            parts = (gemm, elementwise, comm, overhead, self._layers * factor / micro)
         else:
-            parts = (0.0, 0.0, 0.0)
+            parts = (0.0, 0.0, 0.0, self._overhead + self.cpu.waited_us(0, 0, 0.0), self._layers)
         if len(self._dense_memo) >= DENSE_MEMO:
             self._dense_memo.clear()
         self._dense_memo[key] = parts
@@ -252,40 +190,75 @@ class RooflineCost:
 
     def _parts(
         self,
-        dense: tuple[Any, Any, Any],
+        dense: tuple[Any, ...],
+        prefill_tokens: Any,
+        decode_requests: Any,
         decode_context_tokens: Any,
         prefill_context_tokens: Any,
         prefill_attention_pairs: Any,
         loaded_tokens: Any,
         maximum: Any = None,
+        minimum: Any = None,
     ) -> tuple[Any, Any, Any]:
-        """``(time_us, attention, load)`` from the dense parts (``(gemm, elementwise,
-        communication)``, :meth:`_dense`) and the attention and load arguments: the one
-        place the attention, the load and the time's sum are written (the module docstring),
-        for numbers and, element-wise, numpy arrays.
-        ``maximum`` picks the prefill attention's larger term: None for numbers (inline),
-        ``numpy.maximum`` for arrays, or a function returning one of its two arguments (a
-        stretch's branches, :meth:`stretch`)."""
-        flops_us = self._attn_pair_us * prefill_attention_pairs
-        kv_us = self._attn_kv_us * prefill_context_tokens
+        """``(time_us, attention, load)`` from the dense parts (:meth:`_dense`) and the
+        iteration's arguments: the one place the attention, the load and the time's sum are
+        written (the module docstring), for numbers and, element-wise, numpy arrays.
+        ``maximum`` and ``minimum`` pick the larger / smaller of two terms: None for numbers
+        (inline), ``numpy.maximum`` / ``numpy.minimum`` for arrays, or (``maximum``) a
+        function returning one of its two arguments (a stretch's branches,
+        :meth:`stretch`)."""
+        if self._simple:
+            flops_us = self._pair_us * prefill_attention_pairs
+            kv_us = self._context_us * prefill_context_tokens
+            decode_us = self._decode_us * decode_context_tokens
+        else:
+            pairs, context, decode = (
+                prefill_attention_pairs,
+                prefill_context_tokens,
+                decode_context_tokens,
+            )
+            t = self.times
+            main_pairs, main_decode = pairs, decode
+            if self._sparse:
+                topk = self._topk
+                cap_pairs, cap_decode = prefill_tokens * topk, decode_requests * topk
+                if minimum is None:
+                    main_pairs = pairs if pairs < cap_pairs else cap_pairs
+                    main_decode = decode if decode < cap_decode else cap_decode
+                else:
+                    main_pairs, main_decode = minimum(pairs, cap_pairs), minimum(decode, cap_decode)
+            prefix = context - prefill_tokens
+            flops_us = t.pair_us * main_pairs + t.prefix_us * prefix + t.index_pair_us * pairs
+            kv_us = (t.context_us + t.index_context_us) * context
+            decode_us = t.decode_us * main_decode + t.index_decode_us * decode
         if maximum is None:
             prefill = flops_us if flops_us > kv_us else kv_us
         else:
             prefill = maximum(flops_us, kv_us)
-        attention = self._layers * (prefill + self._attn_decode_us * decode_context_tokens)
+        gemm, elementwise, communication, overhead, layers = dense
+        attention = layers * (prefill + decode_us)
         load = self._load_token_us * loaded_tokens
-        gemm, elementwise, communication = dense
-        time_us = gemm + elementwise + attention + communication + load + self._overhead
+        time_us = gemm + elementwise + attention + communication + load + overhead
         return time_us, attention, load
 
-    def _flops(self, tokens: Any, head_tokens: Any, attention_pairs: Any) -> Any:
-        """The model FLOPs of all GPUs (``attention_pairs``: prefill pairs + decode context)
-        when ``tokens`` is not 0 (the caller's to zero)."""
+    def _flops(
+        self, tokens: Any, head_tokens: Any, prefill_tokens: Any, decode_requests: Any,
+        decode_context: Any, prefill_context: Any, pairs: Any, minimum: Any,
+    ) -> Any:  # fmt: skip
+        """The model FLOPs of all GPUs when ``tokens`` is not 0 (the caller's to zero)."""
+        prefill_pair, decode_pair, prefix_token, index_pair = self._flops_units
+        flops = self._flops_token * tokens + self._flops_head * head_tokens
+        if self._simple:
+            return flops + prefill_pair * pairs + decode_pair * decode_context
+        main_pairs, main_decode = pairs, decode_context
+        if self._sparse:
+            main_pairs = minimum(pairs, prefill_tokens * self._topk)
+            main_decode = minimum(decode_context, decode_requests * self._topk)
+        prefix = prefill_context - prefill_tokens
         return (
-            self._flops_token * tokens
-            + self._flops_head * head_tokens
-            + self._flops_pair * attention_pairs
-        )
+            flops + prefill_pair * main_pairs + decode_pair * main_decode
+            + prefix_token * prefix + index_pair * (pairs + decode_context)
+        )  # fmt: skip
 
     def breakdown(
         self,
@@ -299,17 +272,27 @@ class RooflineCost:
         """``(time_us, gemm, elementwise, attention, communication, load, overhead, flops)``."""
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (1 if prefill_tokens else 0)
-        dense = gemm, elementwise, comm = self._dense(tokens, head_tokens)
+        dense = self._dense(tokens, head_tokens)
+        gemm, elementwise, comm, overhead, _ = dense
         time_us, attention, load = self._parts(
-            dense, decode_context_tokens, prefill_context_tokens,
-            prefill_attention_pairs, loaded_tokens,
+            dense, prefill_tokens, decode_requests, decode_context_tokens,
+            prefill_context_tokens, prefill_attention_pairs, loaded_tokens,
         )  # fmt: skip
         flops = (
-            self._flops(tokens, head_tokens, prefill_attention_pairs + decode_context_tokens)
+            self._flops(
+                tokens,
+                head_tokens,
+                prefill_tokens,
+                decode_requests,
+                decode_context_tokens,
+                prefill_context_tokens,
+                prefill_attention_pairs,
+                min,
+            )  # fmt: skip
             if tokens
             else 0.0
         )
-        return (time_us, gemm, elementwise, attention, comm, load, self._overhead, flops)
+        return (time_us, gemm, elementwise, attention, comm, load, overhead, flops)
 
     def batch_us(
         self,
@@ -328,8 +311,8 @@ class RooflineCost:
         if dense is None:
             dense = self._dense(*key)
         return self._parts(
-            dense, decode_context_tokens, prefill_context_tokens,
-            prefill_attention_pairs, loaded_tokens,
+            dense, prefill_tokens, decode_requests, decode_context_tokens,
+            prefill_context_tokens, prefill_attention_pairs, loaded_tokens,
         )[0]  # fmt: skip
 
     def breakdowns(
@@ -343,23 +326,28 @@ class RooflineCost:
     ) -> list[Any]:
         """:meth:`breakdown` of many iterations at once: integer numpy arrays in, the eight
         columns out (a float array each, or a float for a column equal in every iteration:
-        the overhead, and the all-reduce without tensor parallelism), float for float: the
-        GEMM, elementwise and all-reduce parts once per distinct ``(tokens, head tokens)``,
-        the rest element-wise by the same formula (:meth:`_parts`)."""
+        the communication without tensor or pipeline parallelism), float for float: the parts
+        fixed by the token counts once per distinct ``(tokens, head tokens)``, the rest
+        element-wise by the same formula (:meth:`_parts`)."""
         import numpy as np
 
         tokens = prefill_tokens + decode_requests
         head_tokens = decode_requests + (prefill_tokens != 0)
-        gemm, elementwise, comm = self._dense_many(tokens, head_tokens)
-        if self.tp <= 1:
-            comm = 0.0  # (every iteration's: no all-reduce without tensor parallelism)
+        gemm, elementwise, comm, overhead, layers = self._dense_many(tokens, head_tokens)
+        if self.tp <= 1 and self.pp <= 1:
+            comm = 0.0  # (every iteration's: no collective on one GPU)
         time_us, attention, load = self._parts(
-            (gemm, elementwise, comm), decode_context_tokens, prefill_context_tokens,
-            prefill_attention_pairs, loaded_tokens, np.maximum,  # (no NaN here)
+            (gemm, elementwise, comm, overhead, layers), prefill_tokens, decode_requests,
+            decode_context_tokens, prefill_context_tokens, prefill_attention_pairs,
+            loaded_tokens, np.maximum, np.minimum,  # (no NaN here)
         )  # fmt: skip
-        flops = self._flops(tokens, head_tokens, prefill_attention_pairs + decode_context_tokens)
+        flops = self._flops(
+            tokens, head_tokens, prefill_tokens, decode_requests, decode_context_tokens,
+            prefill_context_tokens, prefill_attention_pairs, np.minimum,
+        )  # fmt: skip
+        flops = np.asarray(flops, dtype=float)
         flops[tokens == 0] = 0.0
-        return [time_us, gemm, elementwise, attention, comm, load, self._overhead, flops]
+        return [time_us, gemm, elementwise, attention, comm, load, overhead, flops]
 
     def stretch(
         self,
@@ -372,34 +360,38 @@ class RooflineCost:
         prefill_attention_pairs_step: int,
         *,
         decode_context_step: int | None = None,
-    ) -> AffinePieces:
+    ) -> AffinePieces | Looped:
         """The durations of a stretch (:mod:`cpkv.serving.cost.stretch`; the decode context
         grows by ``decode_context_step``, default ``decode_requests``, a step): the token
         count is fixed, so the dense parts and the overhead are constant, decode attention
         is affine in the step, load is 0, and prefill attention is the larger of two
-        affine terms (the pairs' FLOPs and the context's KV reads). :meth:`_parts` is
-        linear in the contexts and pairs for a chosen term: its constant (no attention, no
-        load; remembered by token counts) and its rates per decode context token, per pair
-        and per prefill context token (:attr:`_stretch_rates`, taken from it once) give each
-        term's line; one piece when the same term is the larger throughout, else two, split
-        at their crossing."""
+        affine terms (the FLOPs of the pairs and of the prefixes' up-projection, and the
+        contexts' reads). :meth:`_parts` is linear in the contexts and pairs for a chosen
+        term: its constant (no attention, no load; remembered by token counts) and its
+        rates per decode context token, per pair, per prefix token and per prefill context
+        token give each term's line; one piece when the same term is the larger throughout,
+        else two, split at their crossing. With sparse attention the caps on pairs and
+        contexts bend the durations: the stretch is looped over, iteration by iteration."""
         step = decode_requests if decode_context_step is None else decode_context_step
-        key = (prefill_tokens, decode_requests)
-        constant = self._stretch_constants.get(key)
-        if constant is None:  # the time with no attention and no load: the dense parts
-            if len(self._stretch_constants) >= DENSE_MEMO:
-                self._stretch_constants.clear()
-            dense = self._dense(
-                prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
-            )
-            constant = self._stretch_constants[key] = self._parts(dense, 0, 0, 0, 0)[0]
-        decode_us, flops_us, kv_us = self._stretch_rates
-        base = constant + decode_us * decode_context_tokens
-        slope = decode_us * step
-        a_flops = base + flops_us * prefill_attention_pairs
-        a_kv = base + kv_us * prefill_context_tokens
-        b_flops = slope + flops_us * prefill_attention_pairs_step
-        b_kv = slope + kv_us * prefill_context_step
+        args = (
+            prefill_tokens, decode_requests, decode_context_tokens, prefill_context_tokens,
+            prefill_attention_pairs, prefill_context_step, prefill_attention_pairs_step,
+        )  # fmt: skip
+        if self._sparse:
+            return Looped(self, args, step)
+        constant, layers = self._stretch_constant(prefill_tokens, decode_requests)
+        t = self.times
+        decode_rate, pair_rate = layers * t.decode_us, layers * t.pair_us
+        prefix_rate, kv_rate = layers * t.prefix_us, layers * t.context_us
+        prefix = prefill_context_tokens - prefill_tokens
+        base = constant + decode_rate * decode_context_tokens
+        slope = decode_rate * step
+        a_flops = base + pair_rate * prefill_attention_pairs + prefix_rate * prefix
+        a_kv = base + kv_rate * prefill_context_tokens
+        b_flops = (
+            slope + pair_rate * prefill_attention_pairs_step + prefix_rate * prefill_context_step
+        )
+        b_kv = slope + kv_rate * prefill_context_step
         if a_flops > a_kv:  # (as the per-iteration max: a tie takes the KV term)
             a, b, a_later, b_later = a_flops, b_flops, a_kv, b_kv
         else:
@@ -411,19 +403,36 @@ class RooflineCost:
             return AffinePieces(((0, a, b),))
         return AffinePieces(((0, a, b), (math.floor(crossing) + 1, a_later, b_later)))
 
-    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, Any, Any]:
-        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as three arrays: computed
+    def _stretch_constant(self, prefill_tokens: int, decode_requests: int) -> tuple[float, float]:
+        """A stretch's time with no attention and no load, and its attention's layers
+        (remembered by token counts)."""
+        key = (prefill_tokens, decode_requests)
+        known = self._stretch_constants.get(key)
+        if known is None:
+            if len(self._stretch_constants) >= DENSE_MEMO:
+                self._stretch_constants.clear()
+            dense = self._dense(
+                prefill_tokens + decode_requests, decode_requests + (1 if prefill_tokens else 0)
+            )
+            known = self._parts(dense, 0, 0, 0, 0, 0, 0)[0], dense[4]
+            self._stretch_constants[key] = known
+        return known
+
+    def _dense_many(self, tokens: Any, head_tokens: Any) -> tuple[Any, ...]:
+        """:meth:`_dense` of each ``(tokens, head tokens)`` pair, as five arrays: computed
         once per distinct pair (runs of equal pairs, as decode stretches log them, first
         taken as one)."""
         import numpy as np
 
         n = len(tokens)
         if not n:
-            return np.zeros(0), np.zeros(0), np.zeros(0)
+            return tuple(np.zeros(0) for _ in range(DENSE_PARTS))
         if int(tokens.max()) >= 1 << 31 or int(head_tokens.max()) >= 1 << 32:  # not one key
             pairs = list(zip(tokens.tolist(), head_tokens.tolist(), strict=True))
-            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(-1, 3)
-            return dense[:, 0], dense[:, 1], dense[:, 2]
+            dense = np.array([self._dense(t, h) for t, h in pairs], dtype=float).reshape(
+                -1, DENSE_PARTS
+            )
+            return tuple(dense[:, j] for j in range(DENSE_PARTS))
         key = np.left_shift(np.asarray(tokens, dtype=np.int64), 32)
         key |= np.asarray(head_tokens, dtype=np.int64)
         heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -431,17 +440,17 @@ class RooflineCost:
         dense = self._dense_of(keys)
         lengths = np.diff(np.append(heads, n))
         where = where.reshape(-1)
-        return tuple(np.repeat(dense[where, j], lengths) for j in range(3))
+        return tuple(np.repeat(dense[where, j], lengths) for j in range(DENSE_PARTS))
 
     def _dense_of(self, keys: Any) -> Any:
         """:meth:`_dense` of each packed ``tokens << 32 | head tokens`` of ``keys`` (sorted,
-        distinct), as a ``(len(keys), 3)`` array: those seen before (up to
+        distinct), as a ``(len(keys), 5)`` array: those seen before (up to
         :data:`DENSE_MEMO`) looked up, the others computed and remembered."""
         import numpy as np
 
         known, parts = getattr(self, "_dense_known", None) or (
             np.zeros(0, np.int64),
-            np.zeros((0, 3)),
+            np.zeros((0, DENSE_PARTS)),
         )
         at = np.searchsorted(known, keys)
         found = at < len(known)
@@ -451,7 +460,7 @@ class RooflineCost:
             computed = np.array(
                 [self._dense(int(k >> 32), int(k & 0xFFFFFFFF)) for k in new.tolist()],
                 dtype=float,
-            ).reshape(-1, 3)
+            ).reshape(-1, DENSE_PARTS)
             if len(known) + len(new) > DENSE_MEMO:  # start over with these
                 known, parts = keys[found], parts[at[found]]
             known = np.concatenate([known, new])
@@ -469,6 +478,9 @@ class RooflineCost:
             "model": model,
             "gpu": gpu,
             "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "allreduce": self.allreduce,
             "shape": {k: v for k, v in to_dict(self.shape).items() if k != "hf_id"},
             "gpu_spec": {
                 k: v
@@ -476,6 +488,7 @@ class RooflineCost:
                 if k not in ("calibration", "profile_prefix", "fp8_tflops", "allreduce_by_workers")
             },
             "calibration": to_dict(self.calibration),
+            "cpu": to_dict(self.cpu),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             **({} if self.gemm_tflops is None else {"gemm_fp8_tflops": self.gemm_tflops}),
         }
@@ -488,9 +501,13 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
     calibration = spec.calibration.resolve(gpu.calibration_for(spec.tp))
     gemm_tflops = gpu.fp8_tflops if spec.quantization == "fp8" else None
+    engine = spec.cpu.engine or "sglang"  # (CostSpec.build fills it from admit.engine)
+    cpu = spec.cpu.resolve(engine, spec.pp)
+    allreduce = spec.allreduce or ("nccl" if engine == "none" else engine)
     return RooflineCost(
-        spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops
-    )
+        spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops, cpu,
+        pp=spec.pp, ep=spec.ep, allreduce=allreduce,
+    )  # fmt: skip
 
 
 def mfu_pct(flops: float, seconds: float, peak_flops_per_us: float | None) -> float | None:

@@ -10,7 +10,14 @@
   GPU's defaults), ``quantization`` (null, or ``fp8``: one byte a weight, the GEMMs at the
   GPU's FP8 tensor-core peak, as vLLM's and SGLang's ``--quantization fp8``) and
   ``kv_cache_dtype`` (``auto``: the model's, or ``fp8``: one byte a KV element, as their
-  ``--kv-cache-dtype fp8``);
+  ``--kv-cache-dtype fp8``), ``pp`` (pipeline stages, each of ``tp`` GPUs holding an even
+  share of the layers), ``ep`` (1, or ``tp``: the experts of a mixture-of-experts model split
+  whole over the tensor-parallel GPUs, tokens sent to them by all-to-all), ``cpu`` (the
+  engine's CPU work per iteration and whether it
+  overlaps the GPU's: :mod:`cpkv.serving.cost.cpu`; its ``engine`` null follows
+  ``admit.engine``), ``allreduce`` (the tensor-parallel all-reduce's kernels: ``nccl``,
+  ``sglang`` or ``vllm``, the engines' custom ones for small messages; null: the CPU's
+  engine's, ``nccl`` for ``none``: :mod:`cpkv.serving.cost.allreduce`);
 * ``linear``: ``fixed_us``, ``prefill_token_us``, ``decode_request_us``,
   ``context_token_us``, ``kv_bytes_per_token``, ``l2_load_gb_per_s`` and ``fit_points`` (a
   JSONL of measured iterations to fit the coefficients to).
@@ -29,8 +36,10 @@ from cpkv.core.errors import ConfigError
 from cpkv.core.schema import FieldError, Range, choices
 from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import Microseconds
+from cpkv.serving.cost.allreduce import ALLREDUCE_KINDS
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
+from cpkv.serving.cost.cpu import CpuSpec, engine_family
 from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, fp8_gpus, resolve_gpu
 from cpkv.serving.cost.shapes import (
     MAX_TP,
@@ -42,7 +51,7 @@ from cpkv.serving.cost.shapes import (
 
 ROOFLINE_KEYS = (
     "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
-    "kv_cache_dtype",
+    "kv_cache_dtype", "cpu", "pp", "ep", "allreduce",
 )  # fmt: skip
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -64,9 +73,13 @@ class CostSpec:
     gpu: str = "h100-sxm"
     gpu_spec: GpuOverrides = GpuOverrides()
     tp: Annotated[int, Range(1, MAX_TP, why="it divides the heads, at most 1024")] = 1
+    pp: Annotated[int, Range(1, MAX_TP, why="a stage holds a layer at least, at most 1024")] = 1
+    ep: Annotated[int, Range(1, MAX_TP, why="1, or the tensor-parallel GPUs")] = 1
     calibration: CalibrationSpec = CalibrationSpec()
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
+    cpu: CpuSpec = CpuSpec()
+    allreduce: str | None = None
     fixed_us: Microseconds = 5000.0
     prefill_token_us: Microseconds = 30.0
     decode_request_us: Microseconds = 30.0
@@ -93,6 +106,8 @@ class CostSpec:
             if self.quantization is not None:
                 choices("quantization", (self.quantization,), ("null", *QUANTIZATIONS))
             choices("kv_cache_dtype", (self.kv_cache_dtype,), KV_CACHE_DTYPES)
+            if self.allreduce is not None:
+                choices("allreduce", (self.allreduce,), ALLREDUCE_KINDS)
             shape = self.shape()
             gpu = resolve_gpu(self.gpu, self.gpu_spec)
             if self.quantization == "fp8" and gpu.fp8_tflops is None:
@@ -106,6 +121,35 @@ class CostSpec:
                 field, why = problem
                 key = field if field == "tp" else f"model_shape.{field}"
                 raise FieldError(key, why + ("" if field == "tp" else self._shape_origin(field)))
+            self._check_parallelism(shape)
+
+    def _check_parallelism(self, shape: ModelShape) -> None:
+        """``pp`` at most the layers; ``ep`` 1, or the ``tp`` GPUs of a model with experts
+        that divide among them."""
+        name = self.model or "given by model_shape"
+        if self.pp > shape.layers:
+            raise FieldError(
+                "pp", f"must be at most the model's {shape.layers} layers (each stage holds one "
+                f"at least), got {self.pp}",
+            )  # fmt: skip
+        if self.ep == 1:
+            return
+        if not shape.moe:
+            raise FieldError(
+                "ep", f"expert parallelism needs experts, and the model ({name}) has none; "
+                "allowed: 1",
+            )  # fmt: skip
+        if self.ep != self.tp:
+            raise FieldError(
+                "ep", f"expert parallelism spans the tensor-parallel GPUs (vLLM's "
+                f"--enable-expert-parallel, SGLang's --ep-size = --tp-size); allowed: 1 or "
+                f"{self.tp} (tp), got {self.ep}",
+            )  # fmt: skip
+        if shape.experts % self.ep:
+            raise FieldError(
+                "ep", f"must divide the model's {shape.experts} experts (each GPU holds as "
+                f"many), got {self.ep}",
+            )  # fmt: skip
 
     def shape(self) -> ModelShape:
         """The model's shape, ``model_shape`` applied, then the bytes of ``quantization`` and
@@ -130,6 +174,10 @@ class CostSpec:
             return ""
         return f" (model {self.model}, with the model_shape given)"
 
-    def build(self) -> IterationCost:
-        """The model the serving loop calls."""
-        return COST_KINDS.get(self.kind)(self)
+    def build(self, serving_engine: str = "sglang") -> IterationCost:
+        """The model the serving loop calls; ``serving_engine`` (``admit.engine``) gives the
+        CPU defaults when ``cpu.engine`` is null."""
+        spec = self
+        if self.cpu.engine is None:
+            spec = replace(self, cpu=replace(self.cpu, engine=engine_family(serving_engine)))
+        return COST_KINDS.get(self.kind)(spec)

@@ -24,7 +24,8 @@ from cpkv.serving.cost.fitting.roofline import (
     predict_gemm_us,
 )
 from cpkv.serving.cost.gpus import GPUS
-from cpkv.serving.cost.roofline import RooflineCost, layer_gemms
+from cpkv.serving.cost.layers.dense import layer_gemms
+from cpkv.serving.cost.roofline import RooflineCost
 from cpkv.serving.cost.shapes import MODELS, ModelShape
 from tests.helpers.paths import CONFIGS, SHARED
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from cpkv.core.schema import FieldError
-from cpkv.serving.cost.roofline import layer_gemms
+from cpkv.serving.cost.layers.dense import layer_gemms
 from cpkv.serving.cost.shapes import MODELS
 from cpkv.serving.cost.spec import CostSpec
 

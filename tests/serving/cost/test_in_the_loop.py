@@ -192,5 +192,5 @@ def test_shipped_azure_configs_run_and_report_time_and_mfu(cli, config) -> None:
     time = doc["summary"]["time"]
     assert doc["rows"][0]["finished"] == 400
     assert 0 < time["mfu_pct"] <= time["mfu_busy_pct"] < 100
-    assert time["gemm_s"] > time["overhead_s"] > 0
+    assert time["gemm_s"] > time["overhead_s"] >= 0  # (the CPU hides behind the GPU here)
     assert "time breakdown: GPU busy" in res.output

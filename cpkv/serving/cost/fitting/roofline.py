@@ -46,12 +46,12 @@ from cpkv.serving.cost.fitting.profiles import (
     read_allreduce,
 )
 from cpkv.serving.cost.gpus import GPUS, Gpu
-from cpkv.serving.cost.roofline import (
+from cpkv.serving.cost.layers.dense import (
     ACTIVATION_BYTES,
-    ELEMENTWISE_KERNELS,
     elementwise_bytes_per_token,
     layer_gemms,
 )
+from cpkv.serving.cost.layers.timing import ELEMENTWISE_KERNELS
 
 TILES = (32, 64, 128, 256)
 CORNERS = (0.0, 0.25, 0.33, 0.5, 0.67, 0.75, 1.0)
