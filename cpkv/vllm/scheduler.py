@@ -244,13 +244,14 @@ class Scheduler:
                     num_tokens >= max_model_len
                     or num_tokens - request.num_prompt_tokens >= request.max_tokens
                 ):
-                    self._finish(request)
+                    self.finish(request)
                     finished.append(request.request_id)
         if finished:
             self.running = [r for r in self.running if r.status != FINISHED]
         return finished
 
-    def _finish(self, request: Request) -> None:
+    def finish(self, request: Request) -> None:
+        """``request`` reached its end: its blocks go back, the next ``schedule()`` reports it."""
         request.status = FINISHED
         self.finished_ids.add(request.request_id)
         self.kv.free(request)

@@ -19,7 +19,8 @@ them. Each step (one forward pass), at simulated time ``now``:
    (its first when its prompt just completed), and those at ``max_tokens`` finish and free
    their blocks (``update_from_output``).
 
-A step that schedules nothing (vLLM's empty step after the last finish) takes no time. When
+A step that schedules nothing (vLLM's empty step after the last finish, or a step whose
+running pass preempted the request it was scheduling and ended) takes no time. When
 nothing runs and nothing waits, time jumps to the next arrival. The prefix cache is vLLM's
 own: its cached blocks live in the KV pool and are evicted LRU as blocks are needed; trace
 requests name their blocks by their ``hash_ids``, other requests share nothing.
@@ -33,6 +34,7 @@ from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
+from cpkv.serving.engine.vllm_stretch import BLOCKING_STOPS, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
@@ -108,6 +110,9 @@ class VllmEngine:
         self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
         self.counters["preemptions"] = {}
         self.counters["rejects"] = {}
+        self.fast = True  # decode-only steps in closed form (False: every step in full)
+        self.blocked = False  # the last full step's admission stop holds until an event
+        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
 
     # -- driving it ------------------------------------------------------------------------
     def deliver(self, r: Req) -> None:
@@ -128,6 +133,9 @@ class VllmEngine:
                     return
                 self.now = max(self.now, upcoming)
                 continue
+            if self.fast and (self.blocked or not len(scheduler.waiting)):
+                if decode_stretches(self, min(arrivals.next_us, until_us)):
+                    continue
             self._step()
 
     def close(self) -> EngineResult:
@@ -158,12 +166,14 @@ class VllmEngine:
             )  # fmt: skip
             self.reqs[r.rid] = r
             self.scheduler.add_request(request)
+            self.blocked = False  # (the queue, its order or the long-prefill cap changed)
 
     # -- one step --------------------------------------------------------------------------
     def _step(self) -> None:
         scheduler, reqs, counters = self.scheduler, self.reqs, self.counters
         plan = scheduler.schedule()
         stop = admission_stop(scheduler, plan)
+        self.blocked = stop in BLOCKING_STOPS
         if stop != "queue_empty":
             self.stop_counts[stop] = self.stop_counts.get(stop, 0) + 1
         if plan.preempted:
@@ -174,8 +184,8 @@ class VllmEngine:
                 r = reqs[request_id]
                 r.state, r.preemptions = WAITING, r.preemptions + 1
                 r.recomputed = scheduler.requests[request_id].discarded_tokens
-        if not plan.total_tokens:
-            if scheduler.running or len(scheduler.waiting):
+        if not plan.total_tokens:  # no forward pass: no time (a preemption is progress)
+            if not plan.preempted and (scheduler.running or len(scheduler.waiting)):
                 self._stalled()
             scheduler.update(plan)
             return
@@ -199,6 +209,9 @@ class VllmEngine:
             prefill_context, pairs, 0,
         )  # fmt: skip
         finished = scheduler.update(plan)
+        self.iterations += 1
+        if finished:
+            self.blocked = False
         firsts = 0
         for request, fill in emitting:
             r = reqs[request.request_id]
@@ -215,7 +228,6 @@ class VllmEngine:
         counters["prefill_tokens"] += prefill
         counters["decode_tokens"] += decoded
         counters["first_tokens"] += firsts
-        self.iterations += 1
 
     def _stalled(self) -> None:
         s = self.settings.config
