@@ -123,23 +123,38 @@ class DecodeSteps:
             total += self.phases[p]
         rank = [0] * bs
         caching = kv.enable_caching
+        cache_one = kv.pool.cache
         max_model_len = scheduler.config.max_model_len
         finished: list[Request] = []
         last = steps == self.to_finish
-        for i, request in enumerate(self.running):
-            first = self.first_block[i]
+        first_block = self.first_block
+        i = 0
+        for request in self.running:
+            first = first_block[i]
+            i += 1
             if first < steps:
                 start = before[first] + rank[first]
                 rank[first] += 1
-                need = (steps - 1 - first) // bs + 1
-                request.blocks.extend(fresh[start : start + need * count : count])
+                if steps - first <= bs:
+                    request.blocks.append(fresh[start])
+                else:
+                    need = (steps - 1 - first) // bs + 1
+                    request.blocks.extend(fresh[start : start + need * count : count])
             num_tokens = request.num_tokens
             if request.content is None:  # (the tokens fed back, before their blocks' keys)
                 base = request.decode_base - request.num_prompt_tokens
                 request.tokens.extend(range(base + num_tokens, base + num_tokens + steps))
             end = num_tokens + steps - 1  # computed tokens after the last step
-            if caching and end // bs > request.num_cached_blocks:
-                kv.cache_full_blocks(request, end)
+            if caching:
+                cached = request.num_cached_blocks
+                if end // bs == cached + 1:  # one block filled: cached at once
+                    keys = request.block_keys
+                    if len(keys) <= cached:
+                        kv.block_keys(request, cached + 1)
+                    cache_one(request.blocks[cached], keys[cached])
+                    request.num_cached_blocks = cached + 1
+                elif end // bs > cached:
+                    kv.cache_full_blocks(request, end)
             request.num_computed_tokens = end
             num_tokens += steps
             request.num_tokens = num_tokens

@@ -87,7 +87,7 @@ class Scheduler:
 
     @property
     def free_blocks(self) -> int:
-        return self.kv.pool.num_free_blocks
+        return self.kv.pool.num_free
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -154,7 +154,7 @@ class Scheduler:
                 request.blocks
             )
             if extra > 0:
-                while extra > pool.num_free_blocks:
+                while extra > pool.num_free:
                     plan.failed.append((request.request_id, "running", n))
                     if self._priority:
                         victim = max(running, key=_victim_key)

@@ -42,13 +42,13 @@ def state(sched: Scheduler) -> tuple:
     requests = {
         rid: (
             r.status, r.num_tokens, r.num_computed_tokens, list(r.tokens),
-            [b.block_id for b in r.blocks], r.num_cached_blocks,
+            list(r.blocks), r.num_cached_blocks,
             [tokens_of(k) for k in r.block_keys[: r.num_cached_blocks or 0]], r.num_preemptions,
         )
         for rid, r in sched.requests.items()
     }  # fmt: skip
     cached = {  # (a key's blocks in the map's order: a lookup takes the first)
-        tokens_of(key): list(blocks) for key, blocks in pool._cached.items()
+        tokens_of(key): list(blocks) for key, blocks in pool.cached_map().items()
     }
     return (
         requests, [r.request_id for r in sched.running], [r.request_id for r in sched.waiting],

@@ -28,7 +28,7 @@ requests name their blocks by their ``hash_ids``, other requests share nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,27 +66,50 @@ class VllmSettings:
         return self.config.num_gpu_blocks - 1
 
 
-def block_content(r: Req, block_size: int, trace_block: int | None) -> Callable[[int], Hashable]:
-    """What vLLM block ``i`` of ``r`` holds, as a hashable: for a trace request the trace
-    blocks (``hash_ids``) and offset its tokens come from, while the block lies inside the
-    prompt; anything else is ``r``'s own (no other request holds its tokens)."""
-    own = ("own", r.index)
-    hashes, prompt = r.hash_ids, r.prompt_tokens
-    if not hashes or trace_block is None:
-        return lambda i: (own, i)
-    count = len(hashes)
+OWN_KEYS = 1 << 64
+"""Keys of blocks no other request holds start here: no ``hash()`` value reaches it."""
 
-    def content(i: int) -> Hashable:
-        start = i * block_size
-        end = start + block_size
-        first, last = start // trace_block, (end - 1) // trace_block
-        if end > prompt or last >= count:
-            return (own, i)
-        if first == last:
-            return (hashes[first], start - first * trace_block)
-        return (hashes[first], start - first * trace_block, hashes[first + 1 : last + 1])
 
-    return content
+class BlockNames:
+    """The keys of a serving request's vLLM blocks (:class:`cpkv.vllm.request.BlockNames`).
+
+    A block inside the prompt's trace blocks (``hash_ids``, ``trace_block`` tokens each) holds
+    the tokens of the trace blocks it spans: its key is the hash of (the key of the trace
+    blocks up to the last it reaches, its end within that one), where a trace block's key
+    chains its id to its parent's; two such keys are equal exactly when the prefixes are (up
+    to a 64-bit hash's collisions). Any other block (past the prompt or its trace blocks, or
+    of a request without ``hash_ids``) holds tokens no other request holds, and so does every
+    block after it: its key is the request's own (``OWN_KEYS``, its index, the block)."""
+
+    __slots__ = ("own", "shared", "hashes", "block_size", "trace_block", "_chain")
+
+    def __init__(self, r: Req, block_size: int, trace_block: int | None) -> None:
+        self.own = OWN_KEYS + (r.index << 32)
+        hashes = r.hash_ids if trace_block is not None else None
+        self.shared = 0
+        if hashes:
+            self.shared = min(r.prompt_tokens, len(hashes) * trace_block) // block_size
+        self.hashes, self.block_size, self.trace_block = hashes, block_size, trace_block
+        self._chain: list[int] = []
+
+    def extend(self, keys: list, num_full_blocks: int) -> None:
+        i = len(keys)
+        shared = min(self.shared, num_full_blocks)
+        if i < shared:
+            bs, trace = self.block_size, self.trace_block
+            chain = self._chain
+            last = ((shared * bs) - 1) // trace
+            if len(chain) <= last:
+                parent = chain[-1] if chain else -1
+                for h in self.hashes[len(chain) : last + 1]:
+                    parent = hash((parent, h))
+                    chain.append(parent)
+            for end in range((i + 1) * bs, shared * bs + 1, bs):
+                last = (end - 1) // trace
+                keys.append(hash((chain[last], end - last * trace)))
+            i = shared
+        if i < num_full_blocks:
+            keys.extend(range(self.own + i, self.own + num_full_blocks))
 
 
 class VllmEngine:
@@ -162,7 +185,7 @@ class VllmEngine:
             r.state = WAITING
             request = Request.sized(
                 r.rid, r.index, r.prompt_tokens, r.max_new_tokens,
-                block_content(r, s.block_size, s.trace_block_tokens), r.priority, r.arrival_us,
+                BlockNames(r, s.block_size, s.trace_block_tokens), r.priority, r.arrival_us,
             )  # fmt: skip
             self.reqs[r.rid] = r
             self.scheduler.add_request(request)

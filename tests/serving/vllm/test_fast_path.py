@@ -118,8 +118,7 @@ def run(reqs: list[Req], config: SchedulerConfig, cost, fast: bool):
 
 def pool_state(engine: VllmEngine) -> tuple:
     pool = engine.scheduler.kv.pool
-    cached = sorted((b.block_id, b.key) for b in pool.blocks if b.key is not None)
-    return pool.free_block_ids(), cached
+    return pool.free_block_ids(), pool.cached_map()
 
 
 FIELDS = ("state", "generated", "preemptions", "l1_hit", "recomputed", "prefilled", "reject_reason")
@@ -175,7 +174,5 @@ def test_the_fast_path_jumps_and_preempts_in_these_workloads() -> None:
         done = sink.in_input_order()
         preempted += sum(r.preemptions for r in done)
         hits += sum(1 for r in done if r.l1_hit)
-        capped += sum(
-            1 for r in done if r.prompt_tokens + r.generated >= config.max_model_len
-        )
+        capped += sum(1 for r in done if r.prompt_tokens + r.generated >= config.max_model_len)
     assert jumped > 1000 and waited > 1000 and preempted > 50 and hits > 50 and capped > 0
