@@ -30,7 +30,7 @@ from typing import Any
 
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import Request
-from cpkv.vllm.scheduler import Scheduler, admission_stop
+from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
 
 VLLM_VERSION = "0.32.0"
 
@@ -96,12 +96,29 @@ def _entries(entries: list[tuple[str, int, int]]) -> list[dict]:
     return [{"id": i, "n": n, "computed": c} for i, n, c in entries]
 
 
+def plan_record(sched: Scheduler, plan: StepPlan) -> dict[str, Any]:
+    """What one ``schedule()`` decided, as the oracle records it: the scheduled new, resumed
+    and running requests (``{id, n, computed}``), the preempted ones, the tokens scheduled
+    and the budget left, what stopped admission, the allocations that failed, the free
+    blocks after the schedule."""
+    return {
+        "new": _entries(plan.new_entries()),
+        "resumed": _entries(plan.resumed_entries()),
+        "running": _entries(plan.running_entries()),
+        "preempted": plan.preempted,
+        "total_tokens": plan.total_tokens,
+        "token_budget_left": sched.config.max_num_batched_tokens - plan.total_tokens,
+        "waiting_stop": admission_stop(sched, plan),
+        "alloc_fail": [{"id": i, "phase": p, "n": n, "ok": False} for i, p, n in plan.failed],
+        "free_blocks_after_schedule": sched.free_blocks,
+    }
+
+
 def run_scenario(scenario: dict) -> dict:
     """Run one scenario through the model: ``{name, vllm_version, config, steps, requests}``."""
     specs = scenario["requests"]
     config_dict = scenario_config(scenario)
     sched = Scheduler(SchedulerConfig(**config_dict))
-    budget = sched.config.max_num_batched_tokens
 
     arrivals: dict[int, list[tuple[int, dict]]] = {}
     for index, spec in enumerate(specs):
@@ -156,25 +173,9 @@ def run_scenario(scenario: dict) -> dict:
                 s["prefix_hit_tokens"] = computed
         for request_id in plan.preempted:
             summary[request_id]["num_preemptions"] += 1
-        left = budget - plan.total_tokens
-        waiting_ids = [r.request_id for r in sched.waiting]
-        record.update(
-            {
-                "new": _entries(new),
-                "resumed": _entries(resumed),
-                "running": _entries(plan.running_entries()),
-                "preempted": plan.preempted,
-                "total_tokens": plan.total_tokens,
-                "token_budget_left": left,
-                "waiting_stop": admission_stop(sched, plan),
-                "alloc_fail": [
-                    {"id": i, "phase": p, "n": n, "ok": False} for i, p, n in plan.failed
-                ],
-                "free_blocks_after_schedule": sched.free_blocks,
-                "queue_running": [r.request_id for r in sched.running],
-                "queue_waiting": waiting_ids,
-            }
-        )
+        record.update(plan_record(sched, plan))
+        record["queue_running"] = [r.request_id for r in sched.running]
+        record["queue_waiting"] = [r.request_id for r in sched.waiting]
         emitted = [
             request_id
             for request_id in plan.num_scheduled

@@ -28,7 +28,7 @@ requests name their blocks by their ``hash_ids``, other requests share nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,19 +284,24 @@ def _priced_rows(plan: StepPlan) -> tuple[int, int, int, int, int, list[tuple[Re
     return prefill, decoded, decode_context, prefill_context, pairs, emitting
 
 
-def vllm_settings_from(block: Any, cost: Any, workload: Any) -> VllmSettings:
+def vllm_settings_from(
+    block: Any, cost: Any, workload: Any, requests: Sequence[Any] | None = None
+) -> VllmSettings:
     """The vLLM instance's settings from the ``admit`` block (``admit.vllm``, ``admit.kv``
-    for a pool of the same tokens) and the workload (``max_model_len`` when not given)."""
+    for a pool of the same tokens) and the workload's requests (``requests`` when they are
+    drawn already; ``max_model_len`` when not given)."""
     spec = block.vllm
     size = spec.block_size
     blocks = spec.num_gpu_blocks
     if blocks is None:
         blocks = block.kv.capacity_blocks * block.kv.block_size // size + 1
     longest = spec.max_model_len
-    if longest is None and workload.draws is not None:  # drawn as reached: the whole pool
+    if requests is None and workload.draws is None:
+        requests = workload.requests
+    if longest is None and requests is None:  # drawn as reached: the whole pool
         longest = (blocks - 1) * size
     elif longest is None:
-        longest = max((r.prompt_tokens + r.max_new_tokens for r in workload.requests), default=1)
+        longest = max((r.prompt_tokens + r.max_new_tokens for r in requests), default=1)
         longest = -(-longest // size) * size
     need = -(-longest // size)
     if need > blocks - 1:
