@@ -147,11 +147,17 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         ):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is SGLang's; {why}")
-        if self.cp != default.cp:
+        if self.cp != default.cp and self.cp.active:
             raise FieldError(
                 "cp",
                 "the CP shared-KV limits are SGLang's PrefillAdder's and are not read with "
-                "engine vllm; leave admit.cp out",
+                "engine vllm; leave admit.cp out (or cp.enabled: false)",
+            )
+        if self.workload.cache != default.workload.cache:
+            raise FieldError(
+                "workload.cache",
+                "SGLang's L1/L2 prefix cache, not read with engine vllm (vLLM's prefix cache "
+                "lives in its pool: admit.vllm.num_gpu_blocks); leave it out",
             )
         for key in VLLM_UNREAD_BUDGETS:
             if getattr(self, key) != getattr(default, key):

@@ -65,6 +65,11 @@ class VllmSettings:
         """Blocks requests can hold (vLLM keeps block 0 as its null block)."""
         return self.config.num_gpu_blocks - 1
 
+    @property
+    def options(self) -> None:
+        """No admission-policy options (SGLang's engine's): vLLM's scheduler is its own."""
+        return None
+
 
 OWN_KEYS = 1 << 64
 """Keys of blocks no other request holds start here: no ``hash()`` value reaches it."""
@@ -136,6 +141,11 @@ class VllmEngine:
         self.fast = True  # decode-only steps in closed form (False: every step in full)
         self.blocked = False  # the last full step's admission stop holds until an event
         self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+
+    @property
+    def waiting(self) -> Any:
+        """The waiting queue (its length: the requests queued in the engine)."""
+        return self.scheduler.waiting
 
     # -- driving it ------------------------------------------------------------------------
     def deliver(self, r: Req) -> None:
