@@ -51,13 +51,10 @@ class BlockKeys:
     ) -> None:
         """Append to ``keys`` (a request's chain) the keys of its blocks up to ``num_full_blocks``."""
         ids = self._ids
-        i = len(keys)
         parent = keys[-1] if keys else -1
-        while i < num_full_blocks:
-            chunk = tuple(tokens[i * block_size : (i + 1) * block_size])
-            parent = ids.setdefault((parent, chunk), len(ids))
+        for start in range(len(keys) * block_size, num_full_blocks * block_size, block_size):
+            parent = ids.setdefault((parent, tuple(tokens[start : start + block_size])), len(ids))
             keys.append(parent)
-            i += 1
 
 
 class BlockPool:
@@ -110,6 +107,18 @@ class BlockPool:
         if entry is None or type(entry) is int:
             return entry
         return next(iter(entry))
+
+    def hit_blocks(self, keys: list[Hashable]) -> list[int]:
+        """The blocks of the longest run of ``keys``, from the first, that are all cached
+        (each the first block cached under its key)."""
+        get = self._cached.get
+        hit: list[int] = []
+        for key in keys:
+            entry = get(key)
+            if entry is None:
+                break
+            hit.append(entry if type(entry) is int else next(iter(entry)))
+        return hit
 
     def take(self, count: int) -> list[int]:
         """Pop ``count`` blocks from the head of the free queue, dropping their cached keys."""

@@ -79,9 +79,7 @@ class DecodeSteps:
                 return None
             phases[first] += 1
             first_block.append(first)
-            left = request.num_prompt_tokens + request.max_tokens - num_tokens
-            if max_model_len - num_tokens < left:
-                left = max_model_len - num_tokens
+            left = request.stop_at - num_tokens
             if left < to_finish:
                 to_finish = left
         return cls(scheduler, phases, first_block, to_finish, context)
@@ -124,7 +122,6 @@ class DecodeSteps:
         rank = [0] * bs
         caching = kv.enable_caching
         cache_one = kv.pool.cache
-        max_model_len = scheduler.config.max_model_len
         finished: list[Request] = []
         last = steps == self.to_finish
         first_block = self.first_block
@@ -142,8 +139,8 @@ class DecodeSteps:
                     request.blocks.extend(fresh[start : start + need * count : count])
             num_tokens = request.num_tokens
             if request.content is None:  # (the tokens fed back, before their blocks' keys)
-                base = request.decode_base - request.num_prompt_tokens
-                request.tokens.extend(range(base + num_tokens, base + num_tokens + steps))
+                base = request.token_offset + num_tokens
+                request.tokens.extend(range(base, base + steps))
             end = num_tokens + steps - 1  # computed tokens after the last step
             if caching:
                 cached = request.num_cached_blocks
@@ -158,10 +155,7 @@ class DecodeSteps:
             request.num_computed_tokens = end
             num_tokens += steps
             request.num_tokens = num_tokens
-            if last and (
-                num_tokens >= max_model_len
-                or num_tokens - request.num_prompt_tokens >= request.max_tokens
-            ):
+            if last and num_tokens >= request.stop_at:
                 finished.append(request)
         scheduler.finished_ids = set()
         for request in finished:

@@ -59,13 +59,7 @@ class KVCacheManager:
         if max_blocks <= 0:
             return NO_BLOCKS, 0
         keys = self.block_keys(request, max_blocks)
-        cached = self.pool.cached_block
-        hit: list[int] = []
-        for i in range(max_blocks):
-            block = cached(keys[i])
-            if block is None:
-                break
-            hit.append(block)
+        hit = self.pool.hit_blocks(keys if len(keys) == max_blocks else keys[:max_blocks])
         return hit, len(hit) * self.block_size
 
     def blocks_to_allocate(self, request: Request, num_tokens: int, hit: list[int]) -> int:

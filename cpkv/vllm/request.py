@@ -1,7 +1,9 @@
 """A request as vLLM 0.32.0's V1 scheduler sees it: its tokens, its state, its block-key chain.
 
 ``num_tokens`` counts the prompt and the generated tokens; ``num_computed_tokens`` advances
-when a step is scheduled and drops to 0 on preemption. ``block_keys`` are the prefix-cache keys
+when a step is scheduled and drops to 0 on preemption; ``stop_at`` is the length at which it
+finishes (its ``max_tokens``, or the scheduler's ``max_model_len``), ``token_offset +
+num_tokens`` the token fed back next. ``block_keys`` are the prefix-cache keys
 of the request's full blocks, one per block, extended as tokens arrive (vLLM hashes them in
 ``Request``; here a ``BlockKeys`` chain interns them to integers). ``content``, when
 given, names the blocks instead of ``tokens`` (a :class:`BlockNames`: keys that are equal for
@@ -58,6 +60,8 @@ class Request:
         "blocks",
         "num_cached_blocks",
         "decode_base",
+        "token_offset",
+        "stop_at",
         "content",
         "discarded_tokens",
     )
@@ -90,6 +94,8 @@ class Request:
         self.blocks: list[int] = []
         self.num_cached_blocks: int | None = None
         self.decode_base = decode_token(index, 0)
+        self.token_offset = self.decode_base - self.num_prompt_tokens  # (+ num_tokens: the next)
+        self.stop_at = self.num_prompt_tokens + max_tokens  # (the scheduler caps it)
         self.content: BlockNames | None = None
         self.discarded_tokens = 0
 
@@ -110,6 +116,8 @@ class Request:
             raise ValueError(f"request {request_id}: empty prompt")
         request.tokens = []
         request.num_prompt_tokens = request.num_tokens = num_prompt_tokens
+        request.token_offset = request.decode_base - num_prompt_tokens
+        request.stop_at = num_prompt_tokens + max_tokens
         request.content = content
         return request
 
@@ -119,7 +127,7 @@ class Request:
 
     def append_token(self) -> None:
         """Append the token the step loop feeds back (``decode_token`` at this position)."""
-        self.tokens.append(self.decode_base + self.num_tokens - self.num_prompt_tokens)
+        self.tokens.append(self.token_offset + self.num_tokens)
         self.num_tokens += 1
 
     def order_key(self) -> tuple[int, float, str]:

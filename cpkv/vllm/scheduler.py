@@ -97,6 +97,9 @@ class Scheduler:
                 f"request {request.request_id!r}: prompt of {request.num_tokens} "
                 f"tokens does not fit max_model_len={self.config.max_model_len}"
             )
+        request.stop_at = min(
+            self.config.max_model_len, request.num_prompt_tokens + request.max_tokens
+        )
         self.waiting.add(request)
         self.requests[request.request_id] = request
 
@@ -139,6 +142,16 @@ class Scheduler:
             request = running[index]
             computed = request.num_computed_tokens
             n = request.num_tokens - computed
+            if n == 1:  # one token (a decode): no cap cuts it, and it is below max_model_len
+                end = computed + 1
+                if end <= len(request.blocks) * block_size and not (
+                    caching and end // block_size > request.num_cached_blocks
+                ):  # its slot is held and it fills no block: nothing to allocate or cache
+                    schedule_one((request, 1, computed))
+                    request.num_computed_tokens = end
+                    budget -= 1
+                    index += 1
+                    continue
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -222,28 +235,25 @@ class Scheduler:
                 request.num_computed_tokens = computed + n
 
         plan.total_tokens = config.max_num_batched_tokens - budget
-        self.finished_ids = set()
+        if self.finished_ids:
+            self.finished_ids = set()
         return plan
 
     def update(self, plan: StepPlan) -> list[str]:
         """Feed back one token per scheduled request whose prefill is complete; return the ids
         of the requests that finished (in scheduling order) after freeing their blocks."""
-        max_model_len = self.config.max_model_len
         finished: list[str] = []
         for entries in (plan.running, plan.admitted):
             for entry in entries:
                 request = entry[0]
-                if request.num_computed_tokens < request.num_tokens:
+                num_tokens = request.num_tokens
+                if request.num_computed_tokens < num_tokens:
                     continue  # a partial prefill chunk samples nothing
                 # Request.append_token, inlined: the hot loop of a decode step.
-                num_tokens = request.num_tokens
-                request.tokens.append(request.decode_base + num_tokens - request.num_prompt_tokens)
+                request.tokens.append(request.token_offset + num_tokens)
                 num_tokens += 1
                 request.num_tokens = num_tokens
-                if (
-                    num_tokens >= max_model_len
-                    or num_tokens - request.num_prompt_tokens >= request.max_tokens
-                ):
+                if num_tokens >= request.stop_at:  # max_tokens, or max_model_len
                     self.finish(request)
                     finished.append(request.request_id)
         if finished:
