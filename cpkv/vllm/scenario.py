@@ -164,32 +164,7 @@ def run_scenario(scenario: dict) -> dict:
             steps.append(record)
             continue
 
-        plan = sched.schedule()
-        new, resumed = plan.new_entries(), plan.resumed_entries()
-        for request_id, _, computed in new + resumed:
-            s = summary[request_id]
-            if s["first_sched_step"] is None:
-                s["first_sched_step"] = step
-                s["prefix_hit_tokens"] = computed
-        for request_id in plan.preempted:
-            summary[request_id]["num_preemptions"] += 1
-        record.update(plan_record(sched, plan))
-        record["queue_running"] = [r.request_id for r in sched.running]
-        record["queue_waiting"] = [r.request_id for r in sched.waiting]
-        emitted = [
-            request_id
-            for request_id in plan.num_scheduled
-            if sched.requests[request_id].num_computed_tokens
-            >= sched.requests[request_id].num_tokens
-        ]
-        finished = sched.update(plan)
-        for request_id in emitted:
-            summary[request_id]["output_tokens"] += 1
-        for request_id in finished:
-            summary[request_id]["finish_step"] = step
-        record["finished"] = sorted(finished)
-        record["free_blocks_after_update"] = sched.free_blocks
-        record["num_computed"] = {i: r.num_computed_tokens for i, r in sched.requests.items()}
+        record.update(_step(sched, summary, step))
         steps.append(record)
 
     return {
@@ -199,6 +174,37 @@ def run_scenario(scenario: dict) -> dict:
         "steps": steps,
         "requests": summary,
     }
+
+
+def _step(sched: Scheduler, summary: dict[str, dict], step: int) -> dict[str, Any]:
+    """One ``schedule()`` and ``update()``: the step's record (but its number and arrivals);
+    the requests' summaries updated."""
+    plan = sched.schedule()
+    for request_id, _, computed in plan.new_entries() + plan.resumed_entries():
+        s = summary[request_id]
+        if s["first_sched_step"] is None:
+            s["first_sched_step"] = step
+            s["prefix_hit_tokens"] = computed
+    for request_id in plan.preempted:
+        summary[request_id]["num_preemptions"] += 1
+    record = plan_record(sched, plan)
+    record["queue_running"] = [r.request_id for r in sched.running]
+    record["queue_waiting"] = [r.request_id for r in sched.waiting]
+    requests = sched.requests
+    emitted = [
+        request_id
+        for request_id in plan.num_scheduled
+        if requests[request_id].num_computed_tokens >= requests[request_id].num_tokens
+    ]
+    finished = sched.update(plan)
+    for request_id in emitted:
+        summary[request_id]["output_tokens"] += 1
+    for request_id in finished:
+        summary[request_id]["finish_step"] = step
+    record["finished"] = sorted(finished)
+    record["free_blocks_after_update"] = sched.free_blocks
+    record["num_computed"] = {i: r.num_computed_tokens for i, r in sched.requests.items()}
+    return record
 
 
 def run_scenarios(scenarios: list[dict]) -> list[dict]:
