@@ -2,12 +2,13 @@
 steps one ``schedule()`` + ``update()`` at a time, on the differential's random scenarios.
 
 Two schedulers take the same requests. Whenever every running request decodes and nothing
-can be admitted (the queue is empty, or the last step refused its head for blocks or for
-``max_num_seqs`` and finished nothing), one takes ``k`` steps at once and the other ``k``
-steps one by one; each of those steps must indeed schedule one token per running request,
-preempt nothing and admit nothing, and afterwards the two schedulers' whole states must be
-equal: every request's tokens, computed tokens, blocks (by id), cached blocks and keys, both
-queues, the free queue in eviction order, the prefix-cache map.
+can be admitted (the queue is empty, or the last step refused its head for
+``max_num_seqs``, or for blocks under ``scheduler_reserve_full_isl``, and finished nothing),
+one takes ``k`` steps at once and the other ``k`` steps one by one; each of those steps must
+indeed schedule one token per running request, preempt nothing and admit nothing, and
+afterwards the two schedulers' whole states must be equal: every request's tokens, computed
+tokens, blocks (by id), cached blocks and keys, both queues, the free queue in eviction
+order, the prefix-cache map.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ def walk(scenario: dict, rng: random.Random) -> int:
         stop = admission_stop(one, plan)
         finished = one.update(plan)
         many.update(many.schedule())
-        refused = stop in ("kv_blocks", "max_num_seqs") and not finished
+        refused = not finished and (
+            stop == "max_num_seqs" or (stop == "kv_blocks" and config.scheduler_reserve_full_isl)
+        )
         step += 1
     assert state(many) == state(one)
     return jumped

@@ -34,7 +34,7 @@ from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
-from cpkv.serving.engine.vllm_stretch import BLOCKING_STOPS, decode_stretches
+from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
@@ -206,7 +206,7 @@ class VllmEngine:
         scheduler, reqs, counters = self.scheduler, self.reqs, self.counters
         plan = scheduler.schedule()
         stop = admission_stop(scheduler, plan)
-        self.blocked = stop in BLOCKING_STOPS
+        self.blocked = blocking(stop, scheduler.config)
         if stop != "queue_empty":
             self.stop_counts[stop] = self.stop_counts.get(stop, 0) + 1
         if plan.preempted:

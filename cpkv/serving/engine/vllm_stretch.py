@@ -1,12 +1,19 @@
 """Decode-only steps of a vLLM instance in closed form: a stretch between events.
 
-While every running request decodes and no waiting request can be admitted (the queue is
-empty, or its head was refused by ``kv_blocks`` or ``max_num_seqs`` in the last full step,
-which finished nothing: until a request arrives or finishes, each decode step keeps it
-refused, as the free blocks only shrink, the head's cached prefix only loses blocks and its
-chunk's budget stays the same), the scheduler's steps are known
-(:class:`~cpkv.vllm.decode.DecodeSteps`): :func:`decode_stretches` takes them together, up
-to the next event:
+While every running request decodes and no waiting request can be admitted, the scheduler's
+steps are known. Nothing can be admitted when the queue is empty, or when the last full step
+refused its head and finished nothing, until a request arrives or finishes:
+
+* for ``max_num_seqs``: the running requests stay as many;
+* for ``kv_blocks`` with ``scheduler_reserve_full_isl`` (vLLM's default): what refused it is
+  the check that its whole sequence fits, whose blocks needed, less the free blocks, never
+  shrink over decode steps (each step takes free blocks; a hit block that leaves the head's
+  cached prefix was either taken, freeing nothing, or held, needing one more block). Without
+  the reservation it is the check of the step's chunk alone, whose need falls with its
+  prefix when the budget caps the chunk: such steps run in full.
+
+:func:`decode_stretches` takes such steps (:class:`~cpkv.vllm.decode.DecodeSteps`)
+together, up to the next event:
 
 * the horizon: no step that starts at or after the next arrival (or the time an outer driver
   advances the instance to) runs here;
@@ -32,8 +39,11 @@ from cpkv.serving.engine.stretch import decode_line
 from cpkv.serving.model.request import FINISHED
 from cpkv.vllm.decode import DecodeSteps
 
-BLOCKING_STOPS = ("kv_blocks", "max_num_seqs")
-"""The admission stops that decode-only steps keep in place (module docstring)."""
+
+def blocking(stop: str, config: Any) -> bool:
+    """Whether decode-only steps keep a full step's admission stop in place (module
+    docstring)."""
+    return stop == "max_num_seqs" or (stop == "kv_blocks" and config.scheduler_reserve_full_isl)
 
 
 def decode_stop(engine: Any, running: int) -> str | None:
