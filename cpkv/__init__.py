@@ -5,11 +5,11 @@ __version__ = "0.1.0"
 MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),
     ("sglang", "0.5.23", "scheduler loop (cpkv.sglang; serving with admit.engine: sglang_loop)"),
-    ("vllm", "0.32.0", "V1 scheduler step (cpkv.vllm; serving with admit.engine: vllm)"),
+    ("vllm", "0.32.0", "vLLM's V1 scheduler step (cpkv.vllm; admit.engine: vllm, queue and serving)"),
 )
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
 NOT_MIRRORED = (
     "admit.engine sglang (the default) is cpkv's own loop around SGLang's admission pass; "
-    "under SGLang's loop (sglang_loop) and vLLM's scheduler (vllm): one instance, no host tier"
+    "under SGLang's loop (sglang_loop): one instance, no host tier yet"
 )
 """What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

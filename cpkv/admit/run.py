@@ -1,6 +1,8 @@
 """The ``admit`` kind's prepare: one config block, three capabilities.
 
 * ``mode: serving`` -> :func:`cpkv.serving.run.prepare_serving` (time around any policy);
+* ``mode: passes`` with ``engine: vllm`` -> :func:`cpkv.admit.vllm_passes.prepare_vllm_passes`
+  (a queue through vLLM's scheduler, step by step);
 * ``mode: passes`` with a block policy -> :func:`cpkv.policies.output.prepare_block_policy`;
 * ``mode: passes`` with ``prefill_adder`` -> :func:`cpkv.admission.run.prepare_passes`.
 
@@ -23,6 +25,10 @@ def prepare(cfg: AdmitConfig) -> Callable[[RunContext], RunOutput]:
         from cpkv.serving.run import prepare_serving
 
         return prepare_serving(cfg)
+    if block.engine == "vllm":  # a queue through vLLM's scheduler, step by step
+        from cpkv.admit.vllm_passes import prepare_vllm_passes
+
+        return prepare_vllm_passes(cfg)
     if block.policy != "prefill_adder":  # the block policies, one shot
         from cpkv.policies.output import prepare_block_policy
 

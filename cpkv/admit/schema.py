@@ -30,6 +30,13 @@ from cpkv.serving.schema import (
 )
 from cpkv.workload.sources import WorkloadSpec
 
+VLLM_UNREAD_BUDGETS = (
+    "available_tokens", "evictable_tokens", "max_prefill_tokens", "chunked_prefill_size",
+    "page_size", "new_token_ratio", "prefill_max_requests", "load_back_threshold",
+    "load_back_quota_tokens", "running", "release_each_tick",
+)  # fmt: skip
+"""The PrefillAdder's budgets that the vLLM engine does not read (``max_running_requests``
+and ``cp`` are refused with their own reason; ``max_new_tokens`` is read)."""
 MODES = ("passes", "serving")
 """``passes``: the seed's tick model (repeated scheduling passes over the waiting queue);
 ``serving``: time, arrivals, decode and KV growth around the policy (:mod:`cpkv.serving.engine.engine`)."""
@@ -135,10 +142,12 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         self._validate_graph_buckets()
 
     def _validate_vllm(self) -> None:
-        """The vLLM engine runs its own scheduler: SGLang's keys that it would not read are
-        refused, not ignored."""
-        if self.mode != "serving":
-            raise FieldError("engine", "vllm runs in admit.mode serving; allowed here: sglang")
+        """The vLLM engine runs its own scheduler: keys it would not read (SGLang's, the block
+        policies', and in mode passes the serving blocks) are refused, not ignored."""
+        if self.backend != "model":
+            raise FieldError(
+                "backend", f"{self.backend!r} runs SGLang's scheduler; with engine vllm: model"
+            )
         default = type(self)()
         for key, why in (
             ("policy", "the vLLM engine's policy is admit.vllm.policy (fcfs or priority)"),
@@ -148,16 +157,46 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         ):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is SGLang's; {why}")
-        if self.cp != default.cp:
+        if self.cp != default.cp and self.cp.active:
             raise FieldError(
                 "cp",
                 "the CP shared-KV limits are SGLang's PrefillAdder's and are not read with "
-                "engine vllm; leave admit.cp out",
+                "engine vllm; leave admit.cp out (or cp.enabled: false)",
             )
-        if self.cluster.instances > 1:
+        if self.workload.cache != default.workload.cache:
             raise FieldError(
-                "cluster.instances", "engine vllm serves one instance for now; allowed: 1"
+                "workload.cache",
+                "SGLang's L1/L2 prefix cache, not read with engine vllm (vLLM's prefix cache "
+                "lives in its pool: admit.vllm.num_gpu_blocks); leave it out",
             )
+        for key in VLLM_UNREAD_BUDGETS:
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"{getattr(self, key)!r} is a budget of SGLang's PrefillAdder, not read "
+                    "with engine vllm (its knobs are admit.vllm.*; of the budgets only "
+                    "admit.max_new_tokens is read)",
+                )
+        for key in ("scan", "victim", "on_finish", "safety_margin_blocks"):
+            if getattr(self.kv, key) != getattr(default.kv, key):
+                raise FieldError(
+                    f"kv.{key}",
+                    "a block policy's option, not read with engine vllm (of admit.kv it reads "
+                    "block_size and capacity_blocks: the pool when admit.vllm.num_gpu_blocks "
+                    "is null)",
+                )
+        for key in ("iteration", "deadline", "profiled"):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(key, "SGLang's engine's, not read with engine vllm")
+        if self.mode == "passes":
+            for key in ("arrivals", "cost", "slo", "serving", "cluster"):
+                if getattr(self, key) != getattr(default, key):
+                    raise FieldError(
+                        key,
+                        "mode passes runs the queue step by step without time; admit."
+                        f"{key} is read in mode serving",
+                    )
+            return
         if self.serving != ServingSpec(timeline_points=self.serving.timeline_points):
             raise FieldError(
                 "serving",

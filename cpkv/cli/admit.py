@@ -59,6 +59,10 @@ def admit(
     admit.serving.on_preempt=swap, queue_timeout_ms, check_invariants add cpkv's lifecycle
     (configs/sweeps/policies.yaml runs them all).
 
+    admit.engine=vllm runs vLLM 0.32.0's V1 scheduler instead (admit.vllm: its knobs under
+    vLLM's names): in mode passes a queue step by step (configs/admit/vllm_queue.yaml), in
+    mode serving the same simulation around it (configs/admit/serving_vllm.yaml).
+
     Names: admit.workload.source grid, jsonl, trace, synthetic; admit.workload.format
     mooncake, azure_csv; admit.backend model, sglang; admit.policy prefill_adder, iteration,
     conservative, optimistic, profiled; admit.kv.scan first_fit, fcfs_stop, all_or_error;

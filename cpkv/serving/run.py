@@ -63,6 +63,8 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
 
         check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
         vllm = vllm_settings_from(block, cost, workload)
+        if block.cluster.instances > 1:
+            return lambda ctx: _execute_cluster(ctx, block, vllm, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, vllm, workload, cfg.seed, fit)
     if block.engine == "sglang_loop":
         from cpkv.serving.engine import sglang_engine
@@ -175,7 +177,8 @@ def _execute_cluster(
 
     n, count = block.cluster.instances, workload.size
     behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
-    ctx.report(0, 1, f"serving {count} requests, policy {block.policy}{behind}")
+    scheduler = "engine vllm" if block.engine == "vllm" else f"policy {block.policy}"
+    ctx.report(0, 1, f"serving {count} requests, {scheduler}{behind}")
     lines = ctx.stream("requests.jsonl")  # written as requests end
     events = None
     if block.serving.trace_events:  # written as events happen
@@ -402,7 +405,7 @@ def _vllm_notes(s: Any) -> list[str]:
         f"KV pool {c.num_gpu_blocks} blocks x {c.block_size} tokens (admit.vllm; block 0 is "
         f"vLLM's null block), max_model_len {c.max_model_len}; prefix caching "
         + ("on, in the pool (LRU eviction)" if c.enable_prefix_caching else "off")
-        + "; admit.workload.cache is not read; a preempted request recomputes",
+        + "; a preempted request recomputes",
     ]
 
 

@@ -1,34 +1,41 @@
 """vLLM 0.32.0's KV block pool (``block_pool.py``): blocks, the free queue, the prefix-cache map.
 
-- Block 0 is the null block, never handed out: ``num_gpu_blocks - 1`` are usable.
+- Block 0 is the null block, never handed out: ``num_gpu_blocks - 1`` are usable. Blocks are
+  their ids (ints); the pool holds each one's holders (``ref``) and cached key (``key_of``).
 - The free queue is in eviction order (head first). Allocation pops from the head and drops
   the popped block's cached key then, not before. A request's blocks are freed tail-first:
   those without a key go to the head (reused first), keyed ones to the tail (LRU).
-- A prefix hit on a free block (``ref_cnt`` 0) takes it out of the free queue (``touch``).
+- A prefix hit on a free block (no holder) takes it out of the free queue (``touch``).
 - The cache maps a block key to every block cached under it (vLLM does not deduplicate), in
   insertion order; a lookup takes the first.
 - ``BlockKeys`` stands for vLLM's chained block hash: a full block's key is determined by its
   parent's key and its own tokens, interned to an integer (no collisions).
+
+How it is held, for bulk operations (the decisions are those of vLLM's structures): the free
+queue is a stack of unkeyed blocks (its top is the head) in front of a list of keyed blocks
+(a read position moving towards its end; keyed blocks are appended). A hit takes a keyed block
+out of the list's middle by marking its entry stale (the block records the position of its
+live entry, ``pos``); allocation skips stale entries. The cache map holds a block, or an
+insertion-ordered dict of the blocks when several share a key.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+import heapq
+from collections import deque
+from collections.abc import Hashable, Iterable
+from functools import partial
+from itertools import repeat
 
-
-class Block:
-    """One KV block: its id, how many requests hold it, its prefix-cache key (or None)."""
-
-    __slots__ = ("block_id", "ref_cnt", "key")
-
-    def __init__(self, block_id: int) -> None:
-        self.block_id = block_id
-        self.ref_cnt = 0
-        self.key: int | None = None
-
-    def __repr__(self) -> str:
-        return f"Block({self.block_id}, ref={self.ref_cnt}, key={self.key})"
+NOT_IN_LIST = -1
+"""``pos`` of a block that has no live entry in the keyed list."""
+BULK = 8
+"""From this many blocks on, an operation runs as whole-list steps (``map`` in C)."""
+TRIM = 65536
+"""The keyed list drops the entries before its read position once they are this many and
+more than half of it."""
+consume = partial(deque, maxlen=0)
+"""Run an iterator to its end (the ``map`` of a per-block update)."""
 
 
 class BlockKeys:
@@ -44,114 +51,238 @@ class BlockKeys:
     ) -> None:
         """Append to ``keys`` (a request's chain) the keys of its blocks up to ``num_full_blocks``."""
         ids = self._ids
-        i = len(keys)
         parent = keys[-1] if keys else -1
-        while i < num_full_blocks:
-            chunk = tuple(tokens[i * block_size : (i + 1) * block_size])
-            parent = ids.setdefault((parent, chunk), len(ids))
+        for start in range(len(keys) * block_size, num_full_blocks * block_size, block_size):
+            parent = ids.setdefault((parent, tuple(tokens[start : start + block_size])), len(ids))
             keys.append(parent)
-            i += 1
-
-    @staticmethod
-    def extend_content(
-        keys: list[int], content: Callable[[int], Hashable], num_full_blocks: int
-    ) -> None:
-        """Append to ``keys`` the keys of blocks named by ``content(i)`` up to
-        ``num_full_blocks``: the hash of (parent key, content), so that memory stays with the
-        live requests over a long run (a 64-bit hash: two different prefixes share a key with
-        a probability of about 2**-64 per pair)."""
-        i = len(keys)
-        parent = keys[-1] if keys else -1
-        while i < num_full_blocks:
-            parent = hash((parent, content(i)))
-            keys.append(parent)
-            i += 1
 
 
 class BlockPool:
     """The blocks, the free queue (eviction order) and the prefix-cache map of one engine."""
 
-    __slots__ = ("blocks", "enable_caching", "_free", "_cached")
+    __slots__ = (
+        "num_blocks", "enable_caching", "ref", "key_of", "pos", "num_free", "_stack", "_list",
+        "_read", "_base", "_stale", "_cached",
+    )  # fmt: skip
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
-        self.blocks = [Block(i) for i in range(num_gpu_blocks)]
+        self.num_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
-        # Block 0 is the null block: taken off the queue at start, never returned.
-        self._free: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
-        self._cached: dict[int, dict[int, Block]] = {}
+        self.ref = [0] * num_gpu_blocks
+        self.ref[0] = 1  # the null block: held for ever
+        self.key_of: list[Hashable | None] = [None] * num_gpu_blocks
+        self._stack: list[int] = []  # unkeyed free blocks, the head of the queue last
+        self._list: list[int] = list(range(1, num_gpu_blocks))  # then these, from _read on
+        self._read = 0
+        self._base = 0  # the position of _list[0] (positions count every entry ever added)
+        self.pos = [NOT_IN_LIST] + list(range(num_gpu_blocks - 1))
+        self._stale: list[int] = []  # positions of entries whose block left (a heap)
+        self.num_free = num_gpu_blocks - 1
+        self._cached: dict[Hashable, int | dict[int, None]] = {}
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return self.num_free
 
     def free_block_ids(self) -> list[int]:
         """The free queue, head (next to be reused) first."""
-        return list(self._free)
-
-    def cached_block(self, key: int) -> Block | None:
-        """The first block cached under ``key``, or None."""
-        blocks = self._cached.get(key)
-        return next(iter(blocks.values())) if blocks else None
-
-    def take(self, count: int) -> list[Block]:
-        """Pop ``count`` blocks from the head of the free queue, dropping their cached keys."""
-        if count > len(self._free):
-            raise ValueError(f"cannot take {count} blocks, {len(self._free)} free")
-        free = self._free
-        out = []
-        for _ in range(count):
-            block = free.popitem(last=False)[1]
-            if block.key is not None:
-                self._uncache(block)
-            block.ref_cnt = 1
-            out.append(block)
+        out = self._stack[::-1]
+        base, pos, ref = self._base, self.pos, self.ref
+        for i in range(self._read, len(self._list)):
+            block = self._list[i]
+            if ref[block] == 0 and pos[block] == base + i:
+                out.append(block)
         return out
 
-    def _uncache(self, block: Block) -> None:
-        key = block.key
-        blocks = self._cached.get(key)
-        if blocks is not None and blocks.pop(block.block_id, None) is not None and not blocks:
-            del self._cached[key]
-        block.key = None
+    def cached_map(self) -> dict[Hashable, list[int]]:
+        """Every cached key with its blocks in lookup order (the first is the one a hit takes)."""
+        return {
+            key: [entry] if type(entry) is int else list(entry)
+            for key, entry in self._cached.items()
+        }
 
-    def touch(self, blocks: list[Block]) -> None:
-        """Take a hit's blocks: a free one leaves the free queue; every one gains a holder."""
-        free = self._free
-        for block in blocks:
-            if block.ref_cnt == 0:
-                del free[block.block_id]
-            block.ref_cnt += 1
+    def cached_block(self, key: Hashable) -> int | None:
+        """The first block cached under ``key``, or None."""
+        entry = self._cached.get(key)
+        if entry is None or type(entry) is int:
+            return entry
+        return next(iter(entry))
 
-    def release(self, ordered: list[Block]) -> None:
-        """Drop one holder of each block, given in eviction order (first evicted first)."""
-        first: list[Block] = []
-        last: list[Block] = []
-        caching = self.enable_caching
-        for block in ordered:
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                if block.key is None or not caching:
-                    first.append(block)
-                else:
-                    last.append(block)
-        free = self._free
-        for block in reversed(first):
-            free[block.block_id] = block
-            free.move_to_end(block.block_id, last=False)
-        for block in last:
-            free[block.block_id] = block
+    def hit_blocks(self, keys: list[Hashable]) -> list[int]:
+        """The blocks of the longest run of ``keys``, from the first, that are all cached
+        (each the first block cached under its key)."""
+        get = self._cached.get
+        hit: list[int] = []
+        for key in keys:
+            entry = get(key)
+            if entry is None:
+                break
+            hit.append(entry if type(entry) is int else next(iter(entry)))
+        return hit
 
-    def cache(self, block: Block, key: int) -> None:
-        """Cache a full block under ``key`` (beside any other block already cached under it)."""
-        if block.key == key:
-            return
-        if block.key is not None:
-            self._uncache(block)
-        blocks = self._cached.get(key)
-        if blocks is None:
-            self._cached[key] = {block.block_id: block}
-        elif block.block_id not in blocks:
-            blocks[block.block_id] = block
+    def take(self, count: int) -> list[int]:
+        """Pop ``count`` blocks from the head of the free queue, dropping their cached keys."""
+        if count > self.num_free:
+            raise ValueError(f"cannot take {count} blocks, {self.num_free} free")
+        self.num_free -= count
+        stack = self._stack
+        if stack:
+            n = min(count, len(stack))
+            out = stack[: -n - 1 : -1]
+            del stack[-n:]
+            count -= n
         else:
+            out = []
+        if count:
+            read = self._read
+            stale = self._stale
+            end = read + count
+            if stale and stale[0] < self._base + end:
+                end = self._take_skipping(out, count)
+            else:
+                out.extend(self._list[read:end])
+            self._read = end
+            if end > TRIM and 2 * end > len(self._list):
+                del self._list[:end]
+                self._base += end
+                self._read = 0
+        ref, key_of, cached = self.ref, self.key_of, self._cached
+        if len(out) > BULK:
+            consume(map(ref.__setitem__, out, repeat(1)))
+            keys = list(map(key_of.__getitem__, out))
+            if None not in keys and len(set(keys)) == len(keys):  # every one cached, once
+                consume(map(key_of.__setitem__, out, repeat(None)))
+                entries = list(map(cached.pop, keys))
+                if entries != out:  # (some keys name other blocks too: those stay)
+                    for key, entry, block in zip(keys, entries, out, strict=True):
+                        if entry != block:
+                            self._uncache_shared(key, entry, block)
+                return out
+        for block in out:
+            ref[block] = 1
+            key = key_of[block]
+            if key is not None:
+                key_of[block] = None
+                entry = cached.pop(key)
+                if entry != block:  # (several blocks under the key: this one leaves it)
+                    self._uncache_shared(key, entry, block)
+        return out
+
+    def _uncache_shared(self, key: Hashable, entry: dict[int, None], block: int) -> None:
+        del entry[block]
+        if len(entry) > 1:
+            self._cached[key] = entry
+        else:
+            self._cached[key] = next(iter(entry))
+
+    def _take_skipping(self, out: list[int], count: int) -> int:
+        """Append ``count`` live entries of the keyed list to ``out``; the new read index."""
+        entries, ref, pos, stale = self._list, self.ref, self.pos, self._stale
+        base, i = self._base, self._read
+        while count:
+            block = entries[i]
+            if ref[block] == 0 and pos[block] == base + i:
+                out.append(block)
+                count -= 1
+            i += 1
+        while stale and stale[0] < base + i:
+            heapq.heappop(stale)
+        return i
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """Take a hit's blocks: a free one leaves the free queue; every one gains a holder."""
+        ref, pos = self.ref, self.pos
+        for block in blocks:
+            if ref[block] == 0:  # free and cached: an entry of the keyed list
+                heapq.heappush(self._stale, pos[block])
+                pos[block] = NOT_IN_LIST
+                self.num_free -= 1
+            ref[block] += 1
+
+    def release(self, ordered: list[int]) -> None:
+        """Drop one holder of each block, given in eviction order (first evicted first)."""
+        ref, key_of, pos = self.ref, self.key_of, self.pos
+        if len(ordered) > BULK and self._release_sole(ordered):
             return
-        block.key = key
+        caching = self.enable_caching
+        entries = self._list
+        at = self._base + len(entries)
+        head: list[int] = []
+        freed = 0
+        for block in ordered:
+            held = ref[block] - 1
+            ref[block] = held
+            if held:
+                continue
+            freed += 1
+            if key_of[block] is None or not caching:
+                head.append(block)
+                pos[block] = NOT_IN_LIST
+            else:
+                entries.append(block)
+                pos[block] = at
+                at += 1
+        if head:
+            head.reverse()  # the first evicted on top
+            self._stack.extend(head)
+        self.num_free += freed
+
+    def _release_sole(self, ordered: list[int]) -> bool:
+        """:meth:`release` of blocks that have no other holder, the unkeyed ones first (a
+        request's blocks tail first: past its cached ones, then those), in bulk; False (and
+        nothing done) for any other list."""
+        ref, key_of = self.ref, self.key_of
+        if list(map(ref.__getitem__, ordered)).count(1) != len(ordered):
+            return False
+        keys = list(map(key_of.__getitem__, ordered))
+        unkeyed = keys.count(None)
+        if not self.enable_caching:
+            unkeyed = len(ordered)
+        elif keys[unkeyed:].count(None):
+            return False
+        consume(map(ref.__setitem__, ordered, repeat(0)))
+        pos = self.pos
+        if unkeyed:
+            head = ordered[unkeyed - 1 :: -1]  # the first evicted on top
+            consume(map(pos.__setitem__, head, repeat(NOT_IN_LIST)))
+            self._stack.extend(head)
+        keyed = ordered[unkeyed:]
+        if keyed:
+            entries = self._list
+            at = self._base + len(entries)
+            consume(map(pos.__setitem__, keyed, range(at, at + len(keyed))))
+            entries.extend(keyed)
+        self.num_free += len(ordered)
+        return True
+
+    def cache(self, block: int, key: Hashable) -> None:
+        """Cache a full block under ``key`` (beside any other block already cached under it)."""
+        key_of, cached = self.key_of, self._cached
+        old = key_of[block]
+        if old == key:
+            return
+        if old is not None:  # (a held block named again: it leaves its old key)
+            entry = cached.pop(old)
+            if entry != block:
+                self._uncache_shared(old, entry, block)
+        key_of[block] = key
+        entry = cached.get(key)
+        if entry is None:
+            cached[key] = block
+        elif type(entry) is int:
+            cached[key] = {entry: None, block: None}
+        else:
+            entry[block] = None
+
+    def cache_blocks(self, blocks: list[int], keys: list[Hashable]) -> None:
+        """Cache each full block under its key, in order (:meth:`cache` of each)."""
+        cached, key_of = self._cached, self.key_of
+        if len(blocks) > 1 and cached.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            if list(map(key_of.__getitem__, blocks)).count(None) == len(blocks):
+                # (held blocks carry no key yet)
+                consume(map(key_of.__setitem__, blocks, keys))
+                cached.update(zip(keys, blocks, strict=True))
+                return
+        cache = self.cache
+        for block, key in zip(blocks, keys, strict=True):
+            cache(block, key)

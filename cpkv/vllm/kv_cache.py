@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-from cpkv.vllm.block_pool import Block, BlockKeys, BlockPool
+from cpkv.vllm.block_pool import BlockKeys, BlockPool
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import PREEMPTED, WAITING, Request
 
-NO_BLOCKS: list[Block] = []
+NO_BLOCKS: list[int] = []
 
 
 class KVCacheManager:
@@ -48,10 +48,10 @@ class KVCacheManager:
             if request.content is None:
                 self.keys.extend(keys, request.tokens, num_full_blocks, self.block_size)
             else:
-                self.keys.extend_content(keys, request.content, num_full_blocks)
+                request.content.extend(keys, num_full_blocks)
         return keys
 
-    def computed_blocks(self, request: Request) -> tuple[list[Block], int]:
+    def computed_blocks(self, request: Request) -> tuple[list[int], int]:
         """The prefix hit of a request that holds no blocks: (hit blocks, hit tokens)."""
         if not self.enable_caching:
             return NO_BLOCKS, 0
@@ -59,24 +59,19 @@ class KVCacheManager:
         if max_blocks <= 0:
             return NO_BLOCKS, 0
         keys = self.block_keys(request, max_blocks)
-        cached = self.pool.cached_block
-        hit: list[Block] = []
-        for i in range(max_blocks):
-            block = cached(keys[i])
-            if block is None:
-                break
-            hit.append(block)
+        hit = self.pool.hit_blocks(keys if len(keys) == max_blocks else keys[:max_blocks])
         return hit, len(hit) * self.block_size
 
-    def blocks_to_allocate(self, request: Request, num_tokens: int, hit: list[Block]) -> int:
+    def blocks_to_allocate(self, request: Request, num_tokens: int, hit: list[int]) -> int:
         """New blocks needed to give the request ``num_tokens`` slots, hit blocks taken."""
         required = -(-num_tokens // self.block_size)
         num_held = len(request.blocks)
         if request.num_cached_blocks is not None or not hit:
             return max(required - num_held, 0)
+        ref = self.pool.ref
         evictable = 0
         for block in hit:
-            if block.ref_cnt == 0:
+            if ref[block] == 0:
                 evictable += 1
         return max(required - len(hit) - num_held, 0) + evictable
 
@@ -84,7 +79,7 @@ class KVCacheManager:
         self,
         request: Request,
         num_new_tokens: int,
-        hit: list[Block] = NO_BLOCKS,
+        hit: list[int] = NO_BLOCKS,
         num_hit_tokens: int = 0,
         full_sequence_must_fit: bool = False,
         has_running: bool = True,
@@ -96,7 +91,7 @@ class KVCacheManager:
         watermark = 0
         if has_running and (request.status == WAITING or request.status == PREEMPTED):
             watermark = self.watermark_blocks
-        free = self.pool.num_free_blocks
+        free = self.pool.num_free
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
             if self.blocks_to_allocate(request, full, hit) + watermark > free:
@@ -125,10 +120,7 @@ class KVCacheManager:
         if start >= end:
             return
         keys = self.block_keys(request, end)
-        cache = self.pool.cache
-        blocks = request.blocks
-        for i in range(start, end):
-            cache(blocks[i], keys[i])
+        self.pool.cache_blocks(request.blocks[start:end], keys[start:end])
         request.num_cached_blocks = end
 
     def free(self, request: Request) -> None:

@@ -1,11 +1,13 @@
 """A request as vLLM 0.32.0's V1 scheduler sees it: its tokens, its state, its block-key chain.
 
 ``num_tokens`` counts the prompt and the generated tokens; ``num_computed_tokens`` advances
-when a step is scheduled and drops to 0 on preemption. ``block_keys`` are the prefix-cache keys
+when a step is scheduled and drops to 0 on preemption; ``stop_at`` is the length at which it
+finishes (its ``max_tokens``, or the scheduler's ``max_model_len``), ``token_offset +
+num_tokens`` the token fed back next. ``block_keys`` are the prefix-cache keys
 of the request's full blocks, one per block, extended as tokens arrive (vLLM hashes them in
 ``Request``; here a ``BlockKeys`` chain interns them to integers). ``content``, when
-given, names the content of each block instead of ``tokens`` (``content(i)``: a hashable that
-is equal for two blocks exactly when their tokens are; a serving run's requests carry no token
+given, names the blocks instead of ``tokens`` (a :class:`BlockNames`: keys that are equal for
+two blocks exactly when their token prefixes are; a serving run's requests carry no token
 ids). ``discarded_tokens`` counts the computed tokens preemptions threw away. ``blocks`` and
 ``num_cached_blocks`` are the KV cache manager's per-request state (vLLM keeps them in the
 manager, by request id): the blocks held, and how many leading ones are cached (None until the
@@ -14,11 +16,8 @@ first allocation with prefix caching on).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cpkv.vllm.block_pool import Block
+from collections.abc import Hashable
+from typing import Protocol
 
 WAITING = 0
 RUNNING = 1
@@ -32,6 +31,14 @@ def decode_token(index: int, position: int) -> int:
     """The token the step loop feeds back: unique per (request index, output position), never EOS,
     so generated text never makes a prefix hit for another request."""
     return DECODE_TOKEN_BASE + index * 1_000_000 + position
+
+
+class BlockNames(Protocol):
+    """The keys of a request's full blocks, for a request known without its token ids."""
+
+    def extend(self, keys: list[Hashable], num_full_blocks: int) -> None:
+        """Append to ``keys`` the keys of blocks ``len(keys)`` to ``num_full_blocks - 1``:
+        equal for two blocks exactly when the tokens up to their ends are."""
 
 
 class Request:
@@ -53,6 +60,8 @@ class Request:
         "blocks",
         "num_cached_blocks",
         "decode_base",
+        "token_offset",
+        "stop_at",
         "content",
         "discarded_tokens",
     )
@@ -80,12 +89,14 @@ class Request:
         self.status = WAITING
         self.num_computed_tokens = 0
         self.num_preemptions = 0
-        self.block_keys: list[int] = []
+        self.block_keys: list[Hashable] = []
         self.num_tokens = len(self.tokens)
-        self.blocks: list[Block] = []
+        self.blocks: list[int] = []
         self.num_cached_blocks: int | None = None
         self.decode_base = decode_token(index, 0)
-        self.content: Callable[[int], Hashable] | None = None
+        self.token_offset = self.decode_base - self.num_prompt_tokens  # (+ num_tokens: the next)
+        self.stop_at = self.num_prompt_tokens + max_tokens  # (the scheduler caps it)
+        self.content: BlockNames | None = None
         self.discarded_tokens = 0
 
     @classmethod
@@ -95,16 +106,18 @@ class Request:
         index: int,
         num_prompt_tokens: int,
         max_tokens: int,
-        content: Callable[[int], Hashable],
+        content: BlockNames,
         priority: int = 0,
         arrival_time: float = 0.0,
     ) -> Request:
-        """A request known by its prompt length and its blocks' ``content`` (no token ids)."""
+        """A request known by its prompt length and its blocks' names (no token ids)."""
         request = cls(request_id, index, [0], max_tokens, priority, arrival_time)
         if num_prompt_tokens < 1:
             raise ValueError(f"request {request_id}: empty prompt")
         request.tokens = []
         request.num_prompt_tokens = request.num_tokens = num_prompt_tokens
+        request.token_offset = request.decode_base - num_prompt_tokens
+        request.stop_at = num_prompt_tokens + max_tokens
         request.content = content
         return request
 
@@ -114,7 +127,7 @@ class Request:
 
     def append_token(self) -> None:
         """Append the token the step loop feeds back (``decode_token`` at this position)."""
-        self.tokens.append(self.decode_base + self.num_tokens - self.num_prompt_tokens)
+        self.tokens.append(self.token_offset + self.num_tokens)
         self.num_tokens += 1
 
     def order_key(self) -> tuple[int, float, str]:

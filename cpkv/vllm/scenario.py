@@ -30,7 +30,7 @@ from typing import Any
 
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import Request
-from cpkv.vllm.scheduler import Scheduler, admission_stop
+from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
 
 VLLM_VERSION = "0.32.0"
 
@@ -96,12 +96,29 @@ def _entries(entries: list[tuple[str, int, int]]) -> list[dict]:
     return [{"id": i, "n": n, "computed": c} for i, n, c in entries]
 
 
+def plan_record(sched: Scheduler, plan: StepPlan) -> dict[str, Any]:
+    """What one ``schedule()`` decided, as the oracle records it: the scheduled new, resumed
+    and running requests (``{id, n, computed}``), the preempted ones, the tokens scheduled
+    and the budget left, what stopped admission, the allocations that failed, the free
+    blocks after the schedule."""
+    return {
+        "new": _entries(plan.new_entries()),
+        "resumed": _entries(plan.resumed_entries()),
+        "running": _entries(plan.running_entries()),
+        "preempted": plan.preempted,
+        "total_tokens": plan.total_tokens,
+        "token_budget_left": sched.config.max_num_batched_tokens - plan.total_tokens,
+        "waiting_stop": admission_stop(sched, plan),
+        "alloc_fail": [{"id": i, "phase": p, "n": n, "ok": False} for i, p, n in plan.failed],
+        "free_blocks_after_schedule": sched.free_blocks,
+    }
+
+
 def run_scenario(scenario: dict) -> dict:
     """Run one scenario through the model: ``{name, vllm_version, config, steps, requests}``."""
     specs = scenario["requests"]
     config_dict = scenario_config(scenario)
     sched = Scheduler(SchedulerConfig(**config_dict))
-    budget = sched.config.max_num_batched_tokens
 
     arrivals: dict[int, list[tuple[int, dict]]] = {}
     for index, spec in enumerate(specs):
@@ -147,48 +164,7 @@ def run_scenario(scenario: dict) -> dict:
             steps.append(record)
             continue
 
-        plan = sched.schedule()
-        new, resumed = plan.new_entries(), plan.resumed_entries()
-        for request_id, _, computed in new + resumed:
-            s = summary[request_id]
-            if s["first_sched_step"] is None:
-                s["first_sched_step"] = step
-                s["prefix_hit_tokens"] = computed
-        for request_id in plan.preempted:
-            summary[request_id]["num_preemptions"] += 1
-        left = budget - plan.total_tokens
-        waiting_ids = [r.request_id for r in sched.waiting]
-        record.update(
-            {
-                "new": _entries(new),
-                "resumed": _entries(resumed),
-                "running": _entries(plan.running_entries()),
-                "preempted": plan.preempted,
-                "total_tokens": plan.total_tokens,
-                "token_budget_left": left,
-                "waiting_stop": admission_stop(sched, plan),
-                "alloc_fail": [
-                    {"id": i, "phase": p, "n": n, "ok": False} for i, p, n in plan.failed
-                ],
-                "free_blocks_after_schedule": sched.free_blocks,
-                "queue_running": [r.request_id for r in sched.running],
-                "queue_waiting": waiting_ids,
-            }
-        )
-        emitted = [
-            request_id
-            for request_id in plan.num_scheduled
-            if sched.requests[request_id].num_computed_tokens
-            >= sched.requests[request_id].num_tokens
-        ]
-        finished = sched.update(plan)
-        for request_id in emitted:
-            summary[request_id]["output_tokens"] += 1
-        for request_id in finished:
-            summary[request_id]["finish_step"] = step
-        record["finished"] = sorted(finished)
-        record["free_blocks_after_update"] = sched.free_blocks
-        record["num_computed"] = {i: r.num_computed_tokens for i, r in sched.requests.items()}
+        record.update(_step(sched, summary, step))
         steps.append(record)
 
     return {
@@ -198,6 +174,37 @@ def run_scenario(scenario: dict) -> dict:
         "steps": steps,
         "requests": summary,
     }
+
+
+def _step(sched: Scheduler, summary: dict[str, dict], step: int) -> dict[str, Any]:
+    """One ``schedule()`` and ``update()``: the step's record (but its number and arrivals);
+    the requests' summaries updated."""
+    plan = sched.schedule()
+    for request_id, _, computed in plan.new_entries() + plan.resumed_entries():
+        s = summary[request_id]
+        if s["first_sched_step"] is None:
+            s["first_sched_step"] = step
+            s["prefix_hit_tokens"] = computed
+    for request_id in plan.preempted:
+        summary[request_id]["num_preemptions"] += 1
+    record = plan_record(sched, plan)
+    record["queue_running"] = [r.request_id for r in sched.running]
+    record["queue_waiting"] = [r.request_id for r in sched.waiting]
+    requests = sched.requests
+    emitted = [
+        request_id
+        for request_id in plan.num_scheduled
+        if requests[request_id].num_computed_tokens >= requests[request_id].num_tokens
+    ]
+    finished = sched.update(plan)
+    for request_id in emitted:
+        summary[request_id]["output_tokens"] += 1
+    for request_id in finished:
+        summary[request_id]["finish_step"] = step
+    record["finished"] = sorted(finished)
+    record["free_blocks_after_update"] = sched.free_blocks
+    record["num_computed"] = {i: r.num_computed_tokens for i, r in sched.requests.items()}
+    return record
 
 
 def run_scenarios(scenarios: list[dict]) -> list[dict]:

@@ -87,7 +87,7 @@ class Scheduler:
 
     @property
     def free_blocks(self) -> int:
-        return self.kv.pool.num_free_blocks
+        return self.kv.pool.num_free
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -97,6 +97,9 @@ class Scheduler:
                 f"request {request.request_id!r}: prompt of {request.num_tokens} "
                 f"tokens does not fit max_model_len={self.config.max_model_len}"
             )
+        request.stop_at = min(
+            self.config.max_model_len, request.num_prompt_tokens + request.max_tokens
+        )
         self.waiting.add(request)
         self.requests[request.request_id] = request
 
@@ -114,31 +117,49 @@ class Scheduler:
         self.waiting.prepend(request)
 
     def schedule(self) -> StepPlan:
+        """One step's decisions (module docstring): the running requests, then, if nothing
+        was preempted, the waiting ones."""
         config = self.config
         plan = StepPlan()
-        budget = config.max_num_batched_tokens
-        running = self.running
-        max_model_len = config.max_model_len
-        kv = self.kv
-        pool = kv.pool
-        take = pool.take
-        block_size = config.block_size
-        caching = config.enable_prefix_caching
-        cache_full_blocks = kv.cache_full_blocks
-        scheduled = plan.running
-        schedule_one = scheduled.append
-
-        num_eligible = len(running) + len(self.waiting)
+        num_eligible = len(self.running) + len(self.waiting)
         cap = config.long_prefill_token_threshold if num_eligible > 1 else 0
         if cap > 0 and config.long_prefill_token_threshold_adaptive:
             cap = max(cap, config.max_num_batched_tokens // num_eligible)
+        budget = self._schedule_running(plan, config.max_num_batched_tokens, cap)
+        if not plan.preempted:
+            budget = self._admit_waiting(plan, budget, cap)
+        plan.total_tokens = config.max_num_batched_tokens - budget
+        if self.finished_ids:
+            self.finished_ids = set()
+        return plan
 
+    def _schedule_running(self, plan: StepPlan, budget: int, cap: int) -> int:
+        """The running pass: each running request's tokens, in list order, preempting until
+        its slots fit; the budget left."""
+        running = self.running
+        config = self.config
+        max_model_len, block_size = config.max_model_len, config.block_size
+        caching = config.enable_prefix_caching
+        pool = self.kv.pool
+        cache_full_blocks = self.kv.cache_full_blocks
+        scheduled = plan.running
+        schedule_one = scheduled.append
         preempted: list[Request] = []
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
             computed = request.num_computed_tokens
             n = request.num_tokens - computed
+            if n == 1:  # one token (a decode): no cap cuts it, and it is below max_model_len
+                end = computed + 1
+                if end <= len(request.blocks) * block_size and not (
+                    caching and end // block_size > request.num_cached_blocks
+                ):  # its slot is held and it fills no block: nothing to allocate or cache
+                    schedule_one((request, 1, computed))
+                    request.num_computed_tokens = end
+                    budget -= 1
+                    index += 1
+                    continue
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -153,104 +174,106 @@ class Scheduler:
             extra = -(-(end if end < max_model_len else max_model_len) // block_size) - len(
                 request.blocks
             )
-            if extra > 0:
-                while extra > pool.num_free_blocks:
-                    plan.failed.append((request.request_id, "running", n))
-                    if self._priority:
-                        victim = max(running, key=_victim_key)
-                        at = running.index(victim)
-                        del running[at]
-                        if at < index:
-                            index -= 1
-                        for k, entry in enumerate(scheduled):
-                            if entry[0] is victim:
-                                del scheduled[k]
-                                budget += entry[1]
-                                break
-                    else:
-                        victim = running.pop()
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim is request:
-                        break
-                else:
-                    request.blocks.extend(take(extra))
-                    extra = 0
-                if extra:
+            while extra > pool.num_free:
+                plan.failed.append((request.request_id, "running", n))
+                victim, at = self._victim()
+                if at < index:  # (priority: a request scheduled already gives its tokens back)
+                    index -= 1
+                    for k, entry in enumerate(scheduled):
+                        if entry[0] is victim:
+                            del scheduled[k]
+                            budget += entry[1]
+                            break
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
                     break
-            if caching and end // block_size > request.num_cached_blocks:
-                cache_full_blocks(request, end)
-            schedule_one((request, n, computed))
-            request.num_computed_tokens = end
-            budget -= n
-            index += 1
-
+            else:
+                if extra > 0:
+                    request.blocks.extend(pool.take(extra))
+                if caching and end // block_size > request.num_cached_blocks:
+                    cache_full_blocks(request, end)
+                schedule_one((request, n, computed))
+                request.num_computed_tokens = end
+                budget -= n
+                index += 1
+                continue
+            break  # the request preempted itself (0.32.0): the running pass ends
         if preempted:
             plan.preempted = sorted({r.request_id for r in preempted})
-        else:
-            waiting = self.waiting
-            reserve_full = config.scheduler_reserve_full_isl
-            admit = plan.admitted.append
-            while budget > 0 and len(waiting) > 0 and len(running) < self._max_active:
-                request = waiting.peek()
-                if request.num_computed_tokens == 0:
-                    hit, computed = kv.computed_blocks(request)
-                else:  # not reached without KV connectors: waiting requests hold no KV
-                    hit, computed = [], request.num_computed_tokens
-                n = request.num_tokens - computed
-                if 0 < cap < n:
-                    n = cap
-                if n > budget:
-                    n = budget
-                fit = kv.allocate_slots(
-                    request,
-                    n,
-                    hit=hit,
-                    num_hit_tokens=computed,
-                    full_sequence_must_fit=reserve_full,
-                    has_running=bool(running),
-                )
-                plan.last_waiting_fit = fit
-                if not fit:
-                    plan.failed.append((request.request_id, "waiting", n))
-                    break
-                waiting.pop()
-                running.append(request)
-                admit((request, n, computed, request.status != WAITING))
-                budget -= n
-                request.status = RUNNING
-                request.num_computed_tokens = computed + n
+        return budget
 
-        plan.total_tokens = config.max_num_batched_tokens - budget
-        self.finished_ids = set()
-        return plan
+    def _victim(self) -> tuple[Request, int]:
+        """The running request to preempt, taken off the running list, and where it stood:
+        fcfs the last, priority the highest ``(priority, arrival)``."""
+        running = self.running
+        if self._priority:
+            victim = max(running, key=_victim_key)
+            at = running.index(victim)
+            del running[at]
+            return victim, at
+        return running.pop(), len(running)
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, cap: int) -> int:
+        """The waiting pass: the queue's head while budget, blocks and ``max_num_seqs``
+        allow (the first that does not fit ends it); the budget left."""
+        kv, waiting, running = self.kv, self.waiting, self.running
+        reserve_full = self.config.scheduler_reserve_full_isl
+        admit = plan.admitted.append
+        while budget > 0 and len(waiting) > 0 and len(running) < self._max_active:
+            request = waiting.peek()
+            if request.num_computed_tokens == 0:
+                hit, computed = kv.computed_blocks(request)
+            else:  # not reached without KV connectors: waiting requests hold no KV
+                hit, computed = [], request.num_computed_tokens
+            n = request.num_tokens - computed
+            if 0 < cap < n:
+                n = cap
+            if n > budget:
+                n = budget
+            fit = kv.allocate_slots(
+                request,
+                n,
+                hit=hit,
+                num_hit_tokens=computed,
+                full_sequence_must_fit=reserve_full,
+                has_running=bool(running),
+            )
+            plan.last_waiting_fit = fit
+            if not fit:
+                plan.failed.append((request.request_id, "waiting", n))
+                break
+            waiting.pop()
+            running.append(request)
+            admit((request, n, computed, request.status != WAITING))
+            budget -= n
+            request.status = RUNNING
+            request.num_computed_tokens = computed + n
+        return budget
 
     def update(self, plan: StepPlan) -> list[str]:
         """Feed back one token per scheduled request whose prefill is complete; return the ids
         of the requests that finished (in scheduling order) after freeing their blocks."""
-        max_model_len = self.config.max_model_len
         finished: list[str] = []
         for entries in (plan.running, plan.admitted):
             for entry in entries:
                 request = entry[0]
-                if request.num_computed_tokens < request.num_tokens:
+                num_tokens = request.num_tokens
+                if request.num_computed_tokens < num_tokens:
                     continue  # a partial prefill chunk samples nothing
                 # Request.append_token, inlined: the hot loop of a decode step.
-                num_tokens = request.num_tokens
-                request.tokens.append(request.decode_base + num_tokens - request.num_prompt_tokens)
+                request.tokens.append(request.token_offset + num_tokens)
                 num_tokens += 1
                 request.num_tokens = num_tokens
-                if (
-                    num_tokens >= max_model_len
-                    or num_tokens - request.num_prompt_tokens >= request.max_tokens
-                ):
-                    self._finish(request)
+                if num_tokens >= request.stop_at:  # max_tokens, or max_model_len
+                    self.finish(request)
                     finished.append(request.request_id)
         if finished:
             self.running = [r for r in self.running if r.status != FINISHED]
         return finished
 
-    def _finish(self, request: Request) -> None:
+    def finish(self, request: Request) -> None:
+        """``request`` reached its end: its blocks go back, the next ``schedule()`` reports it."""
         request.status = FINISHED
         self.finished_ids.add(request.request_id)
         self.kv.free(request)

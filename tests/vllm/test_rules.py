@@ -87,16 +87,16 @@ def test_prefix_caching_off_never_hits():
 def test_freed_blocks_keyed_to_the_tail_unkeyed_to_the_head_tail_first():
     pool = BlockPool(8, enable_caching=True)  # blocks 1..7 usable
     a = pool.take(3)  # 1, 2, 3
-    assert [b.block_id for b in a] == [1, 2, 3]
+    assert a == [1, 2, 3]
     pool.cache(a[0], key=100)
     pool.cache(a[1], key=101)  # block 3 stays unkeyed (a partial block)
     pool.release(list(reversed(a)))  # tail first: 3, 2, 1
     # 3 (no key) to the head; 2 then 1 (keyed) to the tail, in that order.
     assert pool.free_block_ids() == [3, 4, 5, 6, 7, 2, 1]
     # Allocation pops the head, and drops a key only when the block is reused.
-    assert pool.cached_block(101) is a[1]
+    assert pool.cached_block(101) == a[1]
     pool.take(6)  # 3, 4, 5, 6, 7, 2
-    assert pool.cached_block(101) is None and pool.cached_block(100) is a[0]
+    assert pool.cached_block(101) is None and pool.cached_block(100) == a[0]
 
 
 def test_a_hit_on_a_free_cached_block_takes_it_out_of_the_free_count():
@@ -120,10 +120,10 @@ def test_many_blocks_can_share_one_key_and_a_hit_takes_the_first_cached():
     x, y = pool.take(2)
     pool.cache(x, key=7)
     pool.cache(y, key=7)
-    assert pool.cached_block(7) is x
+    assert pool.cached_block(7) == x
     pool.release([x])
     pool.take(4)  # 3, 4, 5, then x (block 1) is reused: its key goes, y's stays
-    assert pool.cached_block(7) is y
+    assert pool.cached_block(7) == y
 
 
 # --- running requests, budgets -------------------------------------------------------------

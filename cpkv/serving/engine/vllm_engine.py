@@ -19,7 +19,8 @@ them. Each step (one forward pass), at simulated time ``now``:
    (its first when its prompt just completed), and those at ``max_tokens`` finish and free
    their blocks (``update_from_output``).
 
-A step that schedules nothing (vLLM's empty step after the last finish) takes no time. When
+A step that schedules nothing (vLLM's empty step after the last finish, or a step whose
+running pass preempted the request it was scheduling and ended) takes no time. When
 nothing runs and nothing waits, time jumps to the next arrival. The prefix cache is vLLM's
 own: its cached blocks live in the KV pool and are evicted LRU as blocks are needed; trace
 requests name their blocks by their ``hash_ids``, other requests share nothing.
@@ -27,12 +28,13 @@ requests name their blocks by their ``hash_ids``, other requests share nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
+from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
@@ -63,28 +65,56 @@ class VllmSettings:
         """Blocks requests can hold (vLLM keeps block 0 as its null block)."""
         return self.config.num_gpu_blocks - 1
 
+    @property
+    def options(self) -> None:
+        """No admission-policy options (SGLang's engine's): vLLM's scheduler is its own."""
+        return None
 
-def block_content(r: Req, block_size: int, trace_block: int | None) -> Callable[[int], Hashable]:
-    """What vLLM block ``i`` of ``r`` holds, as a hashable: for a trace request the trace
-    blocks (``hash_ids``) and offset its tokens come from, while the block lies inside the
-    prompt; anything else is ``r``'s own (no other request holds its tokens)."""
-    own = ("own", r.index)
-    hashes, prompt = r.hash_ids, r.prompt_tokens
-    if not hashes or trace_block is None:
-        return lambda i: (own, i)
-    count = len(hashes)
 
-    def content(i: int) -> Hashable:
-        start = i * block_size
-        end = start + block_size
-        first, last = start // trace_block, (end - 1) // trace_block
-        if end > prompt or last >= count:
-            return (own, i)
-        if first == last:
-            return (hashes[first], start - first * trace_block)
-        return (hashes[first], start - first * trace_block, hashes[first + 1 : last + 1])
+OWN_KEYS = 1 << 64
+"""Keys of blocks no other request holds start here: no ``hash()`` value reaches it."""
 
-    return content
+
+class BlockNames:
+    """The keys of a serving request's vLLM blocks (:class:`cpkv.vllm.request.BlockNames`).
+
+    A block inside the prompt's trace blocks (``hash_ids``, ``trace_block`` tokens each) holds
+    the tokens of the trace blocks it spans: its key is the hash of (the key of the trace
+    blocks up to the last it reaches, its end within that one), where a trace block's key
+    chains its id to its parent's; two such keys are equal exactly when the prefixes are (up
+    to a 64-bit hash's collisions). Any other block (past the prompt or its trace blocks, or
+    of a request without ``hash_ids``) holds tokens no other request holds, and so does every
+    block after it: its key is the request's own (``OWN_KEYS``, its index, the block)."""
+
+    __slots__ = ("own", "shared", "hashes", "block_size", "trace_block", "_chain")
+
+    def __init__(self, r: Req, block_size: int, trace_block: int | None) -> None:
+        self.own = OWN_KEYS + (r.index << 32)
+        hashes = r.hash_ids if trace_block is not None else None
+        self.shared = 0
+        if hashes:
+            self.shared = min(r.prompt_tokens, len(hashes) * trace_block) // block_size
+        self.hashes, self.block_size, self.trace_block = hashes, block_size, trace_block
+        self._chain: list[int] = []
+
+    def extend(self, keys: list, num_full_blocks: int) -> None:
+        i = len(keys)
+        shared = min(self.shared, num_full_blocks)
+        if i < shared:
+            bs, trace = self.block_size, self.trace_block
+            chain = self._chain
+            last = ((shared * bs) - 1) // trace
+            if len(chain) <= last:
+                parent = chain[-1] if chain else -1
+                for h in self.hashes[len(chain) : last + 1]:
+                    parent = hash((parent, h))
+                    chain.append(parent)
+            for end in range((i + 1) * bs, shared * bs + 1, bs):
+                last = (end - 1) // trace
+                keys.append(hash((chain[last], end - last * trace)))
+            i = shared
+        if i < num_full_blocks:
+            keys.extend(range(self.own + i, self.own + num_full_blocks))
 
 
 class VllmEngine:
@@ -108,6 +138,14 @@ class VllmEngine:
         self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
         self.counters["preemptions"] = {}
         self.counters["rejects"] = {}
+        self.fast = True  # decode-only steps in closed form (False: every step in full)
+        self.blocked = False  # the last full step's admission stop holds until an event
+        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+
+    @property
+    def waiting(self) -> Any:
+        """The waiting queue (its length: the requests queued in the engine)."""
+        return self.scheduler.waiting
 
     # -- driving it ------------------------------------------------------------------------
     def deliver(self, r: Req) -> None:
@@ -128,6 +166,9 @@ class VllmEngine:
                     return
                 self.now = max(self.now, upcoming)
                 continue
+            if self.fast and (self.blocked or not len(scheduler.waiting)):
+                if decode_stretches(self, min(arrivals.next_us, until_us)):
+                    continue
             self._step()
 
     def close(self) -> EngineResult:
@@ -154,16 +195,18 @@ class VllmEngine:
             r.state = WAITING
             request = Request.sized(
                 r.rid, r.index, r.prompt_tokens, r.max_new_tokens,
-                block_content(r, s.block_size, s.trace_block_tokens), r.priority, r.arrival_us,
+                BlockNames(r, s.block_size, s.trace_block_tokens), r.priority, r.arrival_us,
             )  # fmt: skip
             self.reqs[r.rid] = r
             self.scheduler.add_request(request)
+            self.blocked = False  # (the queue, its order or the long-prefill cap changed)
 
     # -- one step --------------------------------------------------------------------------
     def _step(self) -> None:
         scheduler, reqs, counters = self.scheduler, self.reqs, self.counters
         plan = scheduler.schedule()
         stop = admission_stop(scheduler, plan)
+        self.blocked = blocking(stop, scheduler.config)
         if stop != "queue_empty":
             self.stop_counts[stop] = self.stop_counts.get(stop, 0) + 1
         if plan.preempted:
@@ -174,8 +217,8 @@ class VllmEngine:
                 r = reqs[request_id]
                 r.state, r.preemptions = WAITING, r.preemptions + 1
                 r.recomputed = scheduler.requests[request_id].discarded_tokens
-        if not plan.total_tokens:
-            if scheduler.running or len(scheduler.waiting):
+        if not plan.total_tokens:  # no forward pass: no time (a preemption is progress)
+            if not plan.preempted and (scheduler.running or len(scheduler.waiting)):
                 self._stalled()
             scheduler.update(plan)
             return
@@ -199,6 +242,9 @@ class VllmEngine:
             prefill_context, pairs, 0,
         )  # fmt: skip
         finished = scheduler.update(plan)
+        self.iterations += 1
+        if finished:
+            self.blocked = False
         firsts = 0
         for request, fill in emitting:
             r = reqs[request.request_id]
@@ -215,7 +261,6 @@ class VllmEngine:
         counters["prefill_tokens"] += prefill
         counters["decode_tokens"] += decoded
         counters["first_tokens"] += firsts
-        self.iterations += 1
 
     def _stalled(self) -> None:
         s = self.settings.config
@@ -249,19 +294,24 @@ def _priced_rows(plan: StepPlan) -> tuple[int, int, int, int, int, list[tuple[Re
     return prefill, decoded, decode_context, prefill_context, pairs, emitting
 
 
-def vllm_settings_from(block: Any, cost: Any, workload: Any) -> VllmSettings:
+def vllm_settings_from(
+    block: Any, cost: Any, workload: Any, requests: Sequence[Any] | None = None
+) -> VllmSettings:
     """The vLLM instance's settings from the ``admit`` block (``admit.vllm``, ``admit.kv``
-    for a pool of the same tokens) and the workload (``max_model_len`` when not given)."""
+    for a pool of the same tokens) and the workload's requests (``requests`` when they are
+    drawn already; ``max_model_len`` when not given)."""
     spec = block.vllm
     size = spec.block_size
     blocks = spec.num_gpu_blocks
     if blocks is None:
         blocks = block.kv.capacity_blocks * block.kv.block_size // size + 1
     longest = spec.max_model_len
-    if longest is None and workload.draws is not None:  # drawn as reached: the whole pool
+    if requests is None and workload.draws is None:
+        requests = workload.requests
+    if longest is None and requests is None:  # drawn as reached: the whole pool
         longest = (blocks - 1) * size
     elif longest is None:
-        longest = max((r.prompt_tokens + r.max_new_tokens for r in workload.requests), default=1)
+        longest = max((r.prompt_tokens + r.max_new_tokens for r in requests), default=1)
         longest = -(-longest // size) * size
     need = -(-longest // size)
     if need > blocks - 1:

@@ -95,7 +95,10 @@ def test_a_prompt_reaching_max_model_len_is_rejected() -> None:
     ("override", "message"),
     [
         ("admit.policy=iteration", "admit.policy: 'iteration' is SGLang's"),
-        ("admit.cluster.instances=2", "admit.cluster.instances: engine vllm serves one instance"),
+        ("admit.page_size=64", "admit.page_size: 64 is a budget of SGLang's PrefillAdder"),
+        ("admit.kv.victim=newest_first", "admit.kv.victim: a block policy's option"),
+        ("admit.serving.on_preempt=abort", "admit.serving: admit.serving's options are"),
+        ("admit.backend=sglang", "admit.backend: 'sglang' runs SGLang's scheduler"),
         ("admit.engine=tgi", "admit.engine"),
         (
             "admit.vllm.max_num_seqs=4096 admit.vllm.max_num_batched_tokens=2048",
