@@ -10,6 +10,6 @@ MIRRORS = (
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
 NOT_MIRRORED = (
     "admit.engine sglang (the default) is cpkv's own loop around SGLang's admission pass; "
-    "under SGLang's loop (sglang_loop): one instance, no host tier yet"
+    "SGLang's loop (sglang_loop) has no host tier yet"
 )
 """What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

@@ -224,15 +224,11 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
         choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
-        if self.cp != default.cp and not self.sglang.cp_limits:
+        if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",
                 "SGLang's loop applies the CP shared-KV limits only with admit.sglang.cp_limits: "
                 "true (cpkv's extension)",
-            )
-        if self.cluster.instances > 1:
-            raise FieldError(
-                "cluster.instances", "engine sglang_loop serves one instance for now; allowed: 1"
             )
         read = ("timeline_points", "ratio_min_factor", "ratio_decay_steps")
         if self.serving != ServingSpec(**{k: getattr(self.serving, k) for k in read}):

@@ -71,6 +71,8 @@ def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
 
         sglang_engine.check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
         loop = sglang_engine.sglang_settings_from(block, cost, workload)
+        if block.cluster.instances > 1:
+            return lambda ctx: _execute_cluster(ctx, block, loop, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, loop, workload, cfg.seed, fit)
     cancellations = any(r.cancel_ms is not None for r in workload.requests)
     settings = settings_from(block, cost, cfg.seed, cancellations)
@@ -177,7 +179,7 @@ def _execute_cluster(
 
     n, count = block.cluster.instances, workload.size
     behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
-    scheduler = "engine vllm" if block.engine == "vllm" else f"policy {block.policy}"
+    scheduler = f"policy {block.policy}" if block.engine == "sglang" else f"engine {block.engine}"
     ctx.report(0, 1, f"serving {count} requests, {scheduler}{behind}")
     lines = ctx.stream("requests.jsonl")  # written as requests end
     events = None

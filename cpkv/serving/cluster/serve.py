@@ -22,6 +22,7 @@ from cpkv.core.files.jsonl import json_lines
 from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
 from cpkv.serving.engine.clock import check_end
 from cpkv.serving.engine.engine import Engine
+from cpkv.serving.engine.sglang_engine import SglangEngine
 from cpkv.serving.engine.vllm_engine import VllmEngine
 from cpkv.serving.record.iteration_log import Integrals, IterationLog
 from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
@@ -87,7 +88,7 @@ def serve_cluster(
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
     counters = _added_counters([res.counters for res in run.results])
     policy = None
-    if block.engine != "vllm" and (settings.options is not None or block.serving.policy_metrics):
+    if block.engine == "sglang" and (settings.options is not None or block.serving.policy_metrics):
         from cpkv.serving.record.policy_metrics import policy_row
 
         policy = _policy_summary(block, settings, engines, counters, total.summary())
@@ -103,11 +104,12 @@ def serve_cluster(
 def _instances(
     block: Any, settings: Any, workload: Any, total: Any, events: Any, spill_dir: Any
 ) -> tuple[list[Engine], list[InstanceTally], list[IterationLog]]:
-    """The instances: an engine each (SGLang's with its caches, one L2 shared when asked; or
-    vLLM's), the tally its requests end in, its iteration log and trace hooks."""
+    """The instances: an engine each (cpkv's loop with its caches, one L2 shared when asked;
+    SGLang's loop or vLLM's scheduler, their prefix caches in their own pools), the tally its
+    requests end in, its iteration log and trace hooks."""
     spec, n = block.cluster, block.cluster.instances
-    vllm = block.engine == "vllm"  # (vLLM's prefix cache lives in its own pool)
-    caches = [None if vllm else workload.new_cache() for _ in range(n)]
+    own = block.engine == "sglang"  # (the other engines' prefix caches live in their pools)
+    caches = [workload.new_cache() if own else None for _ in range(n)]
     if spec.shared_l2 and n > 1 and caches[0] is not None:
         l2 = caches[0].l2.capacity if caches[0].l2 is not None else None
         shared_l2_caches(caches, None if l2 is None else l2 * n)
@@ -123,8 +125,10 @@ def _instances(
         )  # fmt: skip
         tallies.append(tally)
         logs.append(log)
-        if vllm:
+        if block.engine == "vllm":
             engines.append(VllmEngine(settings, sink=tally, samples=log))
+        elif block.engine == "sglang_loop":
+            engines.append(SglangEngine(settings, sink=tally, samples=log))
         else:
             engines.append(Engine(settings, caches[k], sink=tally, samples=log, trace=hooks))
     return engines, tallies, logs

@@ -129,7 +129,6 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
     ("override", "message"),
     [
         ("admit.policy=iteration", "admit.policy: 'iteration' is cpkv's loop's"),
-        ("admit.cluster.instances=2", "engine sglang_loop serves one instance"),
         ("admit.schedule_policy=dfs-weight", "admit.schedule_policy"),
         ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
         (
