@@ -5,11 +5,15 @@ __version__ = "0.1.0"
 MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),
     ("sglang", "0.5.23", "scheduler loop (cpkv.sglang; serving with admit.engine: sglang_loop)"),
-    ("vllm", "0.32.0", "vLLM's V1 scheduler step (cpkv.vllm; admit.engine: vllm, queue and serving)"),
+    (
+        "vllm",
+        "0.32.0",
+        "vLLM's V1 scheduler step (cpkv.vllm; admit.engine: vllm, queue and serving)",
+    ),
 )
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
 NOT_MIRRORED = (
     "admit.engine sglang (the default) is cpkv's own loop around SGLang's admission pass; "
-    "SGLang's loop (sglang_loop) has no host tier yet"
+    "the host tier and CP limits on SGLang's loop (sglang_loop) are cpkv's, not SGLang's"
 )
 """What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

@@ -316,6 +316,8 @@ def _sglang_arguments(config: Any) -> dict[str, Any]:
         "schedule_policy": config.schedule_policy,
         "schedule_conservativeness": config.schedule_conservativeness,
         "cp_limits": config.cp_limit is not None,
+        "hicache_tokens": config.hicache_tokens,
+        "load_back_threshold": config.load_back_threshold,
     }
 
 
@@ -423,5 +425,11 @@ def _sglang_loop_notes(s: Any) -> list[str]:
         f"max_running_requests {c.max_running_requests}, schedule_policy {c.schedule_policy})",
         f"KV pool {c.max_total_num_tokens} tokens in pages of {c.page_size}; the radix cache "
         + ("is off" if c.disable_radix_cache else "shares the pool (evictable, LRU)")
-        + "; decode retracts (recompute) when its next step does not fit; no host tier",
+        + "; decode retracts (recompute) when its next step does not fit; "
+        + (
+            "no host tier"
+            if c.hicache_tokens is None
+            else f"a host tier of {c.hicache_tokens} tokens (write-through, load-back of "
+            f"hits of at least {c.load_back_threshold} tokens; cpkv's extension)"
+        ),
     ]

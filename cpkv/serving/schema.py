@@ -207,7 +207,10 @@ class SglangSpec:
     processed after the next batch was launched), ``disable_radix_cache``,
     ``schedule_conservativeness`` (scales the new-token ratio), ``cp_limits`` (apply
     ``admit.cp``'s CP shared-KV limits to each prefill batch, as cpkv's loop does: cpkv's
-    extension, not SGLang's), ``max_total_num_tokens``
+    extension, not SGLang's), ``enable_hierarchical_cache`` (a host tier of ``hicache_ratio``
+    times the device pool's tokens, or ``hicache_size_tokens``: SGLang's HiCache with its
+    write-through policy, on top of the loop as cpkv's extension; host hits of at least
+    ``admit.load_back_threshold`` tokens are loaded back), ``max_total_num_tokens``
     (null: ``admit.kv``'s tokens, ``capacity_blocks x block_size``; SGLang derives it from the
     GPU memory left after the weights), ``context_len`` (null: the pool's tokens; a prompt
     reaching it is rejected, an output is clipped to it). ``admit.max_running_requests``
@@ -222,5 +225,17 @@ class SglangSpec:
         float, Range(0.01, 100.0, why="scales SGLang's new-token ratio (0.7 at 1.0)")
     ] = 1.0
     cp_limits: bool = False
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: Annotated[
+        float, Range(0.01, 1000.0, why="the host tier's tokens per device token")
+    ] = 2.0
+    hicache_size_tokens: PositiveTokens | None = None
     max_total_num_tokens: PositiveTokens | None = None
     context_len: PositiveTokens | None = None
+
+    def validate(self) -> None:
+        require(
+            not (self.enable_hierarchical_cache and self.disable_radix_cache),
+            "enable_hierarchical_cache",
+            "the host tier keeps the radix cache's nodes: it needs disable_radix_cache false",
+        )

@@ -15,7 +15,13 @@ extend reaches ``rem_input_tokens`` stops the pass (OTHER); with chunking, a pag
 ``rem_chunk_tokens`` is cut to whole pages of it (OTHER when nothing is left); then the commit
 and ``budget_state()``. On top, cpkv's CP shared-KV limits (when the loop is given them; not
 SGLang's): once the batch holds a request, a candidate whose admission would break one stops
-the pass (OTHER), checked after its selection (a cut request counts its cut extend).
+the pass (OTHER), checked after its selection (a cut request counts its cut extend; its
+prefix counts its host hit) and before any load-back.
+
+With a host tier, a candidate's host hit counts as prefix in its selection; once selected it
+is loaded back (:meth:`~cpkv.sglang.radix.RadixTree.load_back`: all of it, taking device slots
+now) and the request locks the deeper node; a hit not loaded (below the threshold, no room)
+is selected again without it.
 ``ignore_eos`` requests with the radix cache off take SGLang's own
 path (``add_one_req_ignore_eos``): the whole batch's future growth is checked against the
 current room, request by request in order of tokens left.
@@ -27,6 +33,7 @@ from typing import Any
 
 from cpkv.sglang.config import CLIP_MAX_NEW_TOKENS as CLIP
 from cpkv.sglang.config import IGNORE_EOS_RESERVE_TOKENS
+from cpkv.sglang.radix import Match
 from cpkv.sglang.request import Req
 
 CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
@@ -60,6 +67,7 @@ class PrefillAdder:
         # limit broken or None; the sums are page-aligned, the continuing chunk included
         self.cp_limit: Any = None
         self.cp_extend = self.cp_cached = 0
+        self.load_back_threshold = 10  # the host tier's smallest hit loaded back
 
     def _reservation(self, r: Req) -> float:
         """What a running request reserves: ``min(max_new - output, 4096) x ratio`` (ratio 1
@@ -137,19 +145,20 @@ class PrefillAdder:
         node = req.last_node
         self.tree.lock(node)  # (the candidate's own prefix is not evictable for it)
         try:
-            verdict = self._select(req, total_tokens)
+            verdict = self._select(req, total_tokens, req.host_hit)
             if isinstance(verdict, str):
                 return verdict
+            if self.cp_limit is not None and self.can_run:
+                if self._cp_stops(req.prefix_len + req.host_hit, verdict[0]):
+                    return OTHER
+            if req.host_hit:
+                verdict = self._load_back(req, total_tokens, verdict)
+                if isinstance(verdict, str):
+                    return verdict
             extend, max_new, chunked = verdict
-            if (
-                self.cp_limit is not None
-                and self.can_run
-                and self._cp_stops(req.prefix_len, extend)
-            ):
-                return OTHER
             req.extend_end = req.prefix_len + extend
-            self.tree.lock(node)
-            req.lock = node
+            self.tree.lock(req.last_node)
+            req.lock = req.last_node
             self.can_run.append(req)
             if chunked:
                 self.new_chunked = req
@@ -157,6 +166,22 @@ class PrefillAdder:
         finally:
             self.tree.unlock(node)
         return self.budget_state()
+
+    def _load_back(
+        self, req: Req, total_tokens: int, verdict: tuple[int, int, bool]
+    ) -> tuple[int, int, bool] | str:
+        """The host tier: ``req``'s host hit back onto the device (all of it; declined below
+        the threshold or without room, then selected again without it)."""
+        tree = self.tree
+        found = Match(req.prefix_len, req.last_node, req.host_hit, req.best_node)
+        loaded = tree.load_back(found, self.load_back_threshold, self.pool.take_for_load)
+        if not loaded:
+            return self._select(req, total_tokens, 0)
+        req.prefix_len += loaded
+        req.protected_len = req.prefix_len
+        req.last_node = req.best_node
+        req.host_loaded = loaded
+        return verdict
 
     def _cp_stops(self, prefix: int, extend: int) -> bool:
         """cpkv's CP shared-KV limits (not SGLang's): whether admitting a request of this
@@ -172,9 +197,10 @@ class PrefillAdder:
         self.stop = broken
         return True
 
-    def _select(self, req: Req, total_tokens: int) -> tuple[int, int, bool] | str:
-        """``(extend, max_new reserved, cut)`` of ``req``, or the verdict that refuses it."""
-        prefix = req.prefix_len
+    def _select(self, req: Req, total_tokens: int, host_hit: int) -> tuple[int, int, bool] | str:
+        """``(extend, max_new reserved, cut)`` of ``req`` after its device prefix and
+        ``host_hit``, or the verdict that refuses it."""
+        prefix = req.prefix_len + host_hit
         extend = len(req.fill) - prefix
         paged = self._ceil_page(extend)
         if not total_tokens < self.remaining_total():

@@ -46,6 +46,10 @@ class LoopConfig:
     priority_scheduling_preemption_threshold: int = 10
     disable_priority_preemption: bool = False
     retraction_policy: str = "length"
+    hicache_tokens: int | None = None
+    """The host tier's tokens (SGLang's HiCache, write-through; None: off)."""
+    load_back_threshold: int = 10
+    """The smallest host hit loaded back (SGLang's ``load_back_threshold``)."""
     cp_limit: Callable[[int, int, int], str | None] | None = None
     """cpkv's CP shared-KV limits on each prefill batch (not SGLang's): ``(requests, extend
     sum, cached sum)`` with the candidate in it, page-aligned, to the limit it breaks or

@@ -45,7 +45,8 @@ INF = float("inf")
 
 class Batch:
     """A ``ScheduleBatch``: its requests in order and, for an extend batch, the extend rows
-    ``(req, prefix, extend)`` of its first requests and the decoding requests mixed in."""
+    ``(req, prefix, extend, loaded)`` of its first requests (``loaded``: of the prefix, the
+    tokens its admission loaded back from the host tier) and the decoding requests mixed in."""
 
     __slots__ = ("reqs", "batch_is_full", "mode", "rows", "decoding", "chunked", "end_us")
 
@@ -53,7 +54,7 @@ class Batch:
         self.reqs = reqs
         self.batch_is_full = batch_is_full
         self.mode: str | None = None
-        self.rows: list[tuple[Req, int, int]] = []
+        self.rows: list[tuple[Req, int, int, int]] = []
         self.decoding: list[Req] | None = None
         self.chunked: Req | None = None
         self.end_us = 0.0
@@ -101,8 +102,9 @@ class Loop:
         self.config = c = config
         self.listener = listener or Listener()
         self.pool = KvPool(
-            c.max_total_num_tokens, c.page_size, c.max_running_requests, c.disable_radix_cache
-        )
+            c.max_total_num_tokens, c.page_size, c.max_running_requests, c.disable_radix_cache,
+            c.hicache_tokens,
+        )  # fmt: skip
         self.tree = self.pool.tree
         self.waiting: list[Req] = []
         self.running = Batch([])
@@ -322,6 +324,7 @@ class Loop:
         )  # fmt: skip
         adder.preempt = self._preempt_running
         adder.cp_limit = c.cp_limit
+        adder.load_back_threshold = c.load_back_threshold
         if chunked is not None:
             chunked.refresh_fill()
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
@@ -374,7 +377,9 @@ class Loop:
                 self._stopped("max_running_requests")
                 break
             req.refresh_fill()
-            req.prefix_len, req.last_node = self.tree.match(req.fill, len(req.fill) - 1)
+            found = self.tree.match_tiers(req.fill, len(req.fill) - 1)
+            req.prefix_len, req.last_node = found.device, found.device_node
+            req.host_hit, req.best_node = found.host, found.node
             req.protected_len = req.prefix_len
             verdict = adder.add_one_req(req)
             if verdict != CONTINUE:
@@ -439,9 +444,11 @@ class Loop:
         for r in waiting:
             r.refresh_fill(mark=False)
             tokens = r.fill
-            r.prefix_len, r.last_node = tree.match(tokens, len(tokens))
+            found = tree.match_tiers(tokens, len(tokens))
+            r.prefix_len, r.last_node = found.device, found.device_node
+            r.host_hit, r.best_node = found.host, found.node
             r.protected_len = r.prefix_len
-            matched[r] = -min(r.prefix_len, len(tokens) - 1)
+            matched[r] = -min(found.device + found.host, len(tokens) - 1)
             if r.prefix_len <= IN_BATCH_PREFIX_CHECK:
                 shared, _ = checked.match(tokens, len(tokens))
                 if shared >= IN_BATCH_PREFIX_DEPRIORITIZE:
@@ -456,7 +463,8 @@ class Loop:
         pool, page = self.pool, self.pool.page
         tokens = pages = 0
         for r in batch.reqs:
-            batch.rows.append((r, r.prefix_len, r.extend_end - r.prefix_len))
+            batch.rows.append((r, r.prefix_len, r.extend_end - r.prefix_len, r.host_loaded))
+            r.host_loaded = 0
             tokens += r.extend_end - r.prefix_len
             pages += -(-r.extend_end // page) - (-(-r.prefix_len // page))
             if not r.holds_row:
@@ -570,13 +578,16 @@ class Loop:
         tree = self.tree
         if tree.disabled:
             return
-        duplicates, length, node = tree.insert(req.fill[:up_to], req.protected_len)
+        duplicates, length, node = tree.insert(
+            req.fill[:up_to], req.protected_len, req.inserted_len
+        )
         if length == 0:
             return
         self.pool.free_tokens(duplicates)
+        req.inserted_len = max(req.inserted_len, length)
         prompt = req.prompt_len // self.pool.page * self.pool.page
         if 0 < prompt < length:
-            tree.insert(req.fill[:prompt], prompt)
+            tree.insert(req.fill[:prompt], prompt, prompt)
         if req.lock is not None:
             tree.unlock(req.lock)
         tree.lock(node)

@@ -17,12 +17,15 @@ from cpkv.sglang.radix import RadixTree
 class KvPool:
     """Free pages of the KV pool, free rows of the request pool, and the radix cache over them."""
 
-    def __init__(self, total_tokens: int, page_size: int, rows: int, disable_radix: bool) -> None:
+    def __init__(
+        self, total_tokens: int, page_size: int, rows: int, disable_radix: bool,
+        host_tokens: int | None = None,
+    ) -> None:  # fmt: skip
         self.page = page_size
         self.total_pages = total_tokens // page_size
         self.free_pages = self.total_pages
         self.free_rows = rows
-        self.tree = RadixTree(page_size, disable_radix, self.free_tokens)
+        self.tree = RadixTree(page_size, disable_radix, self.free_tokens, host_tokens)
 
     def available(self) -> int:
         """SGLang's ``available_size()``: free slots, whole pages."""
@@ -39,6 +42,15 @@ class KvPool:
         """Evict from the radix cache until ``tokens`` slots are free (or nothing is left)."""
         if self.available() < tokens:
             self.tree.evict(lambda: self.available() >= tokens)
+
+    def take_for_load(self, tokens: int) -> bool:
+        """Slots for a host hit loaded back (evicting device cache for them): taken, or
+        False when even eviction does not free enough."""
+        self.make_room(tokens)
+        if self.available() < tokens:
+            return False
+        self.free_pages -= tokens // self.page
+        return True
 
     def take_pages(self, pages: int) -> None:
         if pages > self.free_pages:

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's radix cache over the KV pool (its full-attention part, no host tier).
+"""SGLang 0.5.23's radix cache over the KV pool (its full-attention part), with an optional
+host tier.
 
 The tree holds token sequences, page by page: every key is a whole number of pages, a node's
 children are keyed by their first page. A node on the device holds one KV slot per token of
@@ -12,24 +13,38 @@ SGLang's cache does and the model keeps:
   already is a duplicate (the inserting request's slots for it are freed by the caller), the
   rest becomes a new leaf. Every node walked is stamped.
 * locks: a request holds the path from its last node to the root; a node with a lock is
-  *protected*, one without *evictable* (``evictable_size``, ``protected_size``: tokens).
-* ``evict(num_tokens)``: unlocked leaves, least recently used first (a parent that becomes a
-  leaf joins the candidates), until ``num_tokens`` slots are freed; an evicted node leaves
-  the tree.
+  *protected*, one without *evictable* (``evictable_size``, ``protected_size``: tokens on the
+  device).
+* ``evict(enough)``: unlocked device leaves (no child on the device), least recently used
+  first (a parent that becomes one joins the candidates), until the pool has room.
 
 ``disabled`` (SGLang's ``--disable-radix-cache``): nothing is ever matched or inserted.
+
+The host tier (``host_tokens``; SGLang's HiCache with its default ``write_through`` policy,
+on top of the loop as cpkv's extension): every node an insert walks past what the request
+inserted before, and every new leaf, is copied to the host when it is not there (host leaves
+evicted least recently used first to make room; no room: not copied). Device eviction demotes
+a node with a host copy (it stays in the tree, on the host only) and deletes one without
+(with the host-only nodes below it). A match walks on through host-only nodes: the device
+prefix, then the host hit after it; :meth:`RadixTree.load_back` brings a host hit back onto
+the device (all of it, at least ``threshold`` tokens, evicting device cache for the slots). An
+insert over a host-only node adopts the inserting request's fresh slots for it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 
 class Node:
-    """A tree node: its key (tokens), children by first page, parent, lock count and last use."""
+    """A tree node: its key (tokens), children by first page, parent, lock count, last use,
+    and where its KV is (``on_device``, ``on_host``)."""
 
-    __slots__ = ("key", "children", "parent", "lock_ref", "last_access", "created")
+    __slots__ = (
+        "key", "children", "parent", "lock_ref", "last_access", "created", "on_device", "on_host",
+    )  # fmt: skip
 
     def __init__(self, key: Sequence[int], parent: Node | None, stamp: float) -> None:
         self.key = key
@@ -38,27 +53,89 @@ class Node:
         self.lock_ref = 0
         self.last_access = stamp
         self.created = stamp
+        self.on_device = True
+        self.on_host = False
 
     def __lt__(self, other: Node) -> bool:
         return self.last_access < other.last_access
 
 
+class Match(NamedTuple):
+    """A match: the device prefix and its last node, then the host hit after it and the
+    deepest node matched (the device node when there is no host hit)."""
+
+    device: int
+    device_node: Node
+    host: int
+    node: Node
+
+
+class LruLeaves:
+    """A set of leaves and their eviction order: (last use, leaf) for every leaf at its
+    current last use, and stale entries (a leaf since used again or gone) skipped when
+    popped."""
+
+    def __init__(self) -> None:
+        self.members: set[Node] = set()
+        self.heap: list[tuple[float, Node]] = []
+
+    def add(self, node: Node) -> None:
+        if node not in self.members:
+            self.members.add(node)
+            self.push(node)
+
+    def discard(self, node: Node) -> None:
+        self.members.discard(node)
+
+    def push(self, node: Node) -> None:
+        heap = self.heap
+        heapq.heappush(heap, (node.last_access, node))
+        if len(heap) > 4 * len(self.members) + 64:  # mostly stale: rebuild
+            heap[:] = [(n.last_access, n) for n in self.members]
+            heapq.heapify(heap)
+
+    def pop(self) -> Node | None:
+        """The least recently used leaf, taken out (None: no leaf)."""
+        heap, members = self.heap, self.members
+        while heap:
+            stamp, node = heapq.heappop(heap)
+            if node in members and node.last_access == stamp:
+                members.discard(node)
+                return node
+        return None
+
+
+class HostTier:
+    """The host copies: their tokens, the room for them, the host-only leaves."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.leaves = LruLeaves()  # host-only nodes without children
+
+
 class RadixTree:
     """The radix cache of one server (see the module docstring)."""
 
-    def __init__(self, page_size: int, disabled: bool, release: Callable[[int], None]) -> None:
+    def __init__(
+        self, page_size: int, disabled: bool, release: Callable[[int], None],
+        host_tokens: int | None = None,
+    ) -> None:  # fmt: skip
         self.page = page_size
-        self.release = release  # frees the slots of evicted tokens
+        self.release = release  # frees the device slots of evicted tokens
         self.disabled = disabled
         self.clock = 0.0
         self.root = Node(range(0), None, self._tick())
         self.root.lock_ref = 1
         self.evictable_size = 0
         self.protected_size = 0
-        self.leaves: set[Node] = set()  # unlocked nodes with no child
-        # eviction candidates: (last use, leaf) for every leaf at its current last use, and
-        # stale entries (a leaf since used again or gone), skipped when popped
-        self.heap: list[tuple[float, Node]] = []
+        self.device_leaves = LruLeaves()  # unlocked device nodes without a child on the device
+        self.host = None if host_tokens is None else HostTier(host_tokens)
+
+    @property
+    def host_size(self) -> int:
+        """Tokens with a host copy."""
+        return 0 if self.host is None else self.host.used
 
     # -- the access clock -----------------------------------------------------------------
     def _tick(self) -> float:
@@ -92,35 +169,52 @@ class RadixTree:
             same = lo
         return same // self.page * self.page
 
-    # -- the leaf set ---------------------------------------------------------------------
+    # -- the leaf sets ----------------------------------------------------------------------
     def _refresh_leaf(self, node: Node) -> None:
-        if node is not self.root and node.lock_ref == 0 and not node.children:
-            if node not in self.leaves:
-                self.leaves.add(node)
-                self._candidate(node)
+        """Whether ``node`` can be evicted from the device now (and, with a host tier, from
+        the host)."""
+        if node is self.root:
+            return
+        if (
+            node.on_device
+            and node.lock_ref == 0
+            and (
+                not node.children
+                if self.host is None
+                else not any(c.on_device for c in node.children.values())
+            )
+        ):
+            self.device_leaves.add(node)
         else:
-            self.leaves.discard(node)
-
-    def _candidate(self, node: Node) -> None:
-        heap = self.heap
-        heapq.heappush(heap, (node.last_access, node))
-        if len(heap) > 4 * len(self.leaves) + 64:  # mostly stale: rebuild
-            heap[:] = [(n.last_access, n) for n in self.leaves]
-            heapq.heapify(heap)
+            self.device_leaves.discard(node)
+        if self.host is not None:
+            if node.on_host and not node.on_device and not node.children:
+                self.host.leaves.add(node)
+            else:
+                self.host.leaves.discard(node)
 
     def _use(self, node: Node, stamp: float) -> None:
         node.last_access = stamp
-        if node in self.leaves:
-            self._candidate(node)
+        if node in self.device_leaves.members:
+            self.device_leaves.push(node)
+        if self.host is not None and node in self.host.leaves.members:
+            self.host.leaves.push(node)
 
     # -- matching ---------------------------------------------------------------------------
     def match(self, tokens: Sequence[int], limit: int) -> tuple[int, Node]:
-        """The page-aligned prefix of ``tokens[:limit]`` the tree holds: its length and its
+        """The page-aligned prefix of ``tokens[:limit]`` on the device: its length and its
         last node (the root when nothing matches)."""
+        found = self.match_tiers(tokens, limit)
+        return found.device, found.device_node
+
+    def match_tiers(self, tokens: Sequence[int], limit: int) -> Match:
+        """The page-aligned prefix of ``tokens[:limit]`` the tree holds (:class:`Match`)."""
+        root = self.root
         if self.disabled:
-            return 0, self.root
+            return Match(0, root, 0, root)
         limit = limit // self.page * self.page
-        node, at = self.root, 0
+        node, at = root, 0
+        device, device_node = 0, root
         while at < limit:
             child = node.children.get(self._child_key(tokens, at))
             if child is None:
@@ -130,20 +224,24 @@ class RadixTree:
                 if same:
                     node = self._split(child, same)
                     at += same
+                    if node.on_device:
+                        device, device_node = at, node
                 break
             node = child
             at += same
+            if node.on_device:
+                device, device_node = at, node
         self._stamp_path(node)
-        return at, node
+        return Match(device, device_node, at - device, node)
 
     def _stamp_path(self, node: Node) -> None:
         stamp = self._tick()
         self._use(node, stamp)  # (only the deepest can be a leaf)
-        node = node.parent
+        node = node.parent  # type: ignore[assignment]
         while node is not None:
             stamp -= 0.00001
             node.last_access = stamp
-            node = node.parent
+            node = node.parent  # type: ignore[assignment]
 
     def _split(self, child: Node, length: int) -> Node:
         """Split ``child`` after ``length`` tokens; returns the new parent of the rest."""
@@ -152,6 +250,7 @@ class RadixTree:
         head = self._new_node(child.key[:length], parent)
         head.created = child.created
         head.lock_ref = child.lock_ref
+        head.on_device, head.on_host = child.on_device, child.on_host
         parent.children[self._child_key(child.key, 0)] = head
         child.key = child.key[length:]
         child.parent = head
@@ -162,16 +261,22 @@ class RadixTree:
         return head
 
     # -- inserting --------------------------------------------------------------------------
-    def insert(self, tokens: Sequence[int], protected_len: int) -> tuple[int, int, Node]:
+    def insert(
+        self, tokens: Sequence[int], protected_len: int, inserted_len: int = 0
+    ) -> tuple[int, int, Node]:
         """Insert the page-aligned prefix of ``tokens``; returns ``(duplicate tokens,
         aligned length, last node)``: the tokens at or past ``protected_len`` that the tree
-        held already (the caller frees its own slots for them) and the inserted length."""
+        held on the device already (the caller frees its own slots for them) and the inserted
+        length. With a host tier, the nodes past ``inserted_len`` (what the request inserted
+        before) are copied to the host."""
         length = len(tokens) // self.page * self.page
         if self.disabled:
             return 0, length, self.root
         self.root.last_access = self._tick()
         if length == 0:
             return 0, length, self.root
+        host = self.host
+        copies: list[Node] = []
         node, at, duplicates = self.root, 0, 0
         while at < length:
             child = node.children.get(self._child_key(tokens, at))
@@ -181,17 +286,55 @@ class RadixTree:
                 self.evictable_size += length - at
                 self._refresh_leaf(leaf)
                 self._refresh_leaf(node)
-                return duplicates, length, leaf
+                node = leaf
+                if host is not None:
+                    copies.append(leaf)
+                break
             self._use(child, self._tick())
             same = self._common(child.key, tokens, at, length)
             if same < len(child.key):
                 child = self._split(child, same)
-            start = max(protected_len - at, 0)
-            if start < same:
-                duplicates += same - start
+            if not child.on_device:  # a host-only node takes the request's fresh slots
+                self._onto_device(child)
+            else:
+                start = max(protected_len - at, 0)
+                if start < same:
+                    duplicates += same - start
             node = child
             at += same
+            if host is not None and at > inserted_len:
+                copies.append(child)
+        for copied in copies:
+            self._copy_to_host(copied)
         return duplicates, length, node
+
+    def _onto_device(self, node: Node) -> None:
+        """A host-only node's KV is on the device again (loaded back, or taken from a
+        request's fresh slots)."""
+        node.on_device = True
+        n = len(node.key)
+        if node.lock_ref:
+            self.protected_size += n
+        else:
+            self.evictable_size += n
+        self._refresh_leaf(node)
+        if node.parent is not None:
+            self._refresh_leaf(node.parent)
+
+    def _copy_to_host(self, node: Node) -> None:
+        """Write-through: a device node's copy on the host, room made by evicting host-only
+        leaves (none: not copied)."""
+        host = self.host
+        if host is None or node.on_host or not node.on_device or node.parent is None:
+            return
+        n = len(node.key)
+        while host.capacity - host.used < n:
+            victim = host.leaves.pop()
+            if victim is None:
+                return
+            self._delete(victim)
+        node.on_host = True
+        host.used += n
 
     # -- locks ----------------------------------------------------------------------------
     def lock(self, node: Node) -> None:
@@ -199,11 +342,11 @@ class RadixTree:
         if self.disabled:
             return
         while node is not self.root:
-            if node.lock_ref == 0:
+            if node.lock_ref == 0 and node.on_device:
                 n = len(node.key)
                 self.evictable_size -= n
                 self.protected_size += n
-                self.leaves.discard(node)
+                self.device_leaves.discard(node)
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
 
@@ -213,7 +356,7 @@ class RadixTree:
             return
         while node is not self.root:
             node.lock_ref -= 1
-            if node.lock_ref == 0:
+            if node.lock_ref == 0 and node.on_device:
                 n = len(node.key)
                 self.evictable_size += n
                 self.protected_size -= n
@@ -222,24 +365,70 @@ class RadixTree:
 
     # -- eviction ---------------------------------------------------------------------------
     def evict(self, enough: Callable[[], bool]) -> int:
-        """Evict unlocked leaves, least recently used first, until ``enough()`` says the
-        pool has room (checked after each leaf); returns the tokens freed. A parent left
-        without children becomes a candidate at once."""
-        heap, leaves = self.heap, self.leaves
+        """Evict unlocked device leaves, least recently used first, until ``enough()`` says
+        the pool has room (checked after each leaf); returns the device tokens freed. A
+        parent left without a child on the device becomes a candidate at once. With a host
+        copy a node is demoted to the host, without one it is deleted."""
         freed = 0
-        while heap:
-            stamp, node = heapq.heappop(heap)
-            if node not in leaves or node.last_access != stamp:
-                continue  # (stale)
-            parent = node.parent
-            assert parent is not None
-            del parent.children[self._child_key(node.key, 0)]
-            leaves.discard(node)
+        while True:
+            node = self.device_leaves.pop()
+            if node is None:
+                return freed
             n = len(node.key)
             self.evictable_size -= n
             freed += n
             self.release(n)
+            parent = node.parent
+            assert parent is not None
+            if node.on_host:
+                node.on_device = False
+                self._refresh_leaf(node)
+            else:
+                node.on_device = False
+                self._delete(node)
             self._refresh_leaf(parent)
             if enough():
                 return freed
-        return freed
+
+    def _delete(self, node: Node) -> None:
+        """Take ``node`` (off the device) out of the tree, with what hangs below it (host-only
+        copies); their host room is freed."""
+        host = self.host
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children.values())
+            self.device_leaves.discard(n)
+            if host is not None:
+                host.leaves.discard(n)
+                if n.on_host:
+                    host.used -= len(n.key)
+        parent = node.parent
+        assert parent is not None
+        del parent.children[self._child_key(node.key, 0)]
+        node.parent = None
+        self._refresh_leaf(parent)
+
+    # -- the host tier ----------------------------------------------------------------------
+    def load_back(self, found: Match, threshold: int, room: Callable[[int], bool]) -> int:
+        """Bring the host hit of ``found`` back onto the device: all of it or nothing, at
+        least ``threshold`` tokens (and 1), when ``room(tokens)`` frees and takes the slots
+        (the path is locked meanwhile, so that making room does not evict it). The tokens
+        loaded (0: declined)."""
+        tokens = found.host
+        if tokens < max(1, threshold) or self.host is None:
+            return 0
+        path = []
+        node = found.node
+        while node is not found.device_node:
+            path.append(node)
+            node = node.parent  # type: ignore[assignment]
+        self.lock(found.node)
+        try:
+            if not room(tokens):
+                return 0
+            for node in reversed(path):
+                self._onto_device(node)
+        finally:
+            self.unlock(found.node)
+        return tokens

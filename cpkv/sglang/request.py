@@ -25,7 +25,7 @@ class Req:
         "prefix_len", "extend_end", "last_node", "lock", "protected_len", "kv_allocated",
         "kv_committed", "holds_row", "is_retracted", "retracted_stain", "inflight_middle_chunks",
         "finished", "retractions", "arrival_us", "priority", "tag", "output_token", "last_token_us",
-        "queue_entry", "refreshed_len",
+        "queue_entry", "refreshed_len", "host_hit", "best_node", "inserted_len", "host_loaded",
     )  # fmt: skip
 
     def __init__(
@@ -40,6 +40,12 @@ class Req:
         self.last_token_us: float | None = None  # the end of the batch of its last token
         self.queue_entry = 0  # when it last joined the queue (an order, not a time)
         self.refreshed_len = 0  # SGLang's len(full_untruncated_fill_ids): 0 until a refresh
+        # the host tier: the last match's hit past the device prefix and its deepest node,
+        # what the request inserted into the tree so far, what its admission loaded back
+        self.host_hit = 0
+        self.best_node: Any = None
+        self.inserted_len = 0
+        self.host_loaded = 0
         self.max_new_tokens = max_new_tokens
         self.ignore_eos = ignore_eos
         self.output_len = 0
@@ -97,3 +103,4 @@ class Req:
         self.is_retracted = self.retracted_stain = True
         self.inflight_middle_chunks = 0
         self.kv_allocated = self.kv_committed = 0
+        self.inserted_len = self.host_hit = 0

@@ -5,7 +5,8 @@ A scenario gives the server's knobs (``page_size``, ``kv_size``, ``max_running_r
 ``context_len``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``enable_mixed_chunk``,
 ``overlap``, ``schedule_policy``, ``schedule_conservativeness``, ``disable_radix_cache``,
 priority scheduling: ``enable_priority_scheduling``, ``schedule_low_priority_values_first``,
-``priority_scheduling_preemption_threshold``, ``retraction_policy``), a
+``priority_scheduling_preemption_threshold``, ``retraction_policy``; cpkv's host tier, which the
+oracle does not have: ``hicache_tokens``, ``load_back_threshold``), a
 linear cost (``fixed_us + prefill_token_us x extend tokens + decode_req_us x decode rows`` a
 batch), prefixes put in the radix tree first (``cached``) and the requests (``rid``,
 ``arrival_ms``, a prompt as ``len`` fresh tokens, as ``ids`` or as ``prefix_of`` a cached
@@ -55,6 +56,8 @@ def scenario_config(sc: dict) -> LoopConfig:
             "priority_scheduling_preemption_threshold", 10
         ),
         retraction_policy=sc.get("retraction_policy", "length"),
+        hicache_tokens=sc.get("hicache_tokens"),
+        load_back_threshold=sc.get("load_back_threshold", 10),
     )
 
 
@@ -78,13 +81,13 @@ class _Recorder(Listener):
         else:
             decoding = batch.decoding or []
             kind = "mixed" if batch.decoding else "prefill"
-        tokens = sum(extend for _, _, extend in batch.rows)
+        tokens = sum(row[2] for row in batch.rows)
         start = self.now
         self.now = batch.end_us = start + fixed + per_token * tokens + per_decode * len(decoding)
         pool, tree = loop.pool, loop.tree
         self.trace.append({
             "it": loop.forward_ct, "t_ms": round(start / 1000, 3), "kind": kind,
-            "extend": [[r.rid, prefix, extend] for r, prefix, extend in batch.rows],
+            "extend": [[r.rid, prefix, extend] for r, prefix, extend, _ in batch.rows],
             "decode": [r.rid for r in decoding],
             "chunked": loop.chunked_req.rid if loop.chunked_req is not None else None,
             "retracted": self.retracted_since, "preempted": self.preempted_since,

@@ -177,3 +177,30 @@ def test_a_tokens_kv_slot_is_taken_when_it_is_fed_back():
     avail = [t["avail"] for t in res["trace"]]
     assert avail == [900, 899, 898, 897, 896]
     assert res["final"]["evictable"] == 104 and res["final"]["avail"] == 896
+
+
+@pytest.mark.parametrize(
+    ("host_tokens", "c_row"),
+    [(None, (0, 350)), (2000, (300, 50)), (1000, (0, 350))],
+    ids=["no host tier", "host holds both", "host evicts the older"],
+)
+def test_the_host_tier_keeps_an_evicted_prefix_and_loads_it_back(host_tokens, c_row):
+    # cpkv's host tier (SGLang's HiCache, write-through), not in the oracle: a's 300-token
+    # prompt (and its fed-back output) is copied to the host when inserted; b's 800-token
+    # prefill evicts a from the 1000-token device pool, which demotes it to the host; c
+    # (a's prompt + 50) then loads the 300 back instead of computing them. A 1000-token host
+    # cannot hold b's 800 beside a's 301: copying b evicts a's host copy first (LRU)
+    prompt = list(range(1, 301))
+    res = run(
+        kv_size=1000, overlap=False, hicache_tokens=host_tokens,
+        requests=[
+            {"rid": "a", "ids": prompt, "max_new_tokens": 2},
+            {"rid": "b", "len": 800, "arrival_ms": 20, "max_new_tokens": 2},
+            {"rid": "c", "ids": prompt + list(range(5000, 5050)), "arrival_ms": 100,
+             "max_new_tokens": 2},
+        ],
+    )  # fmt: skip
+    assert extends(res, "c") == [c_row]
+    if c_row[0]:  # the loaded prefix is c's (locked), b's 800 + 1 were evicted to make room
+        c_prefill = [t for t in res["trace"] if t["extend"] and t["extend"][0][0] == "c"][0]
+        assert c_prefill["protected"] == 300 and c_prefill["avail"] == 1000 - 300 - 50

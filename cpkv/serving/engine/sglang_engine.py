@@ -246,16 +246,17 @@ class SglangEngine(Listener):
     def launch(self, batch: Batch) -> None:
         loop, counters = self.loop, self.counters
         start = self.now
-        prefill = prefill_context = pairs = 0
-        for req, prefix, extend in batch.rows:
+        prefill = prefill_context = pairs = loaded = 0
+        for req, prefix, extend, host in batch.rows:
             prefill += extend
             prefill_context += prefix + extend
             pairs += extend * prefix + extend * (extend + 1) // 2
+            loaded += host
             r = req.tag
             r.state = PREFILL
             if r.admitted_us is None:
-                r.admitted_us, r.l1_hit, r.l2_hit = start, prefix, 0
-                counters["l1_hit_tokens"] += prefix
+                r.admitted_us, r.l1_hit, r.l2_hit = start, prefix - host, host
+                counters["l1_hit_tokens"] += prefix - host
                 counters["admissions"] += 1
             r.prefilled += extend
         decoding = batch.reqs if batch.mode == DECODE else (batch.decoding or ())
@@ -264,7 +265,7 @@ class SglangEngine(Listener):
         for req in decoding:
             decode_context += req.kv_committed
         duration = self.settings.cost.batch_us(
-            prefill, decoded, decode_context, prefill_context, pairs, 0
+            prefill, decoded, decode_context, prefill_context, pairs, loaded
         )
         self.now = batch.end_us = start + duration
         pool, tree = loop.pool, loop.tree
@@ -273,9 +274,10 @@ class SglangEngine(Listener):
         self.samples.iteration(
             start, duration, running, len(loop.waiting),
             pool.total_pages - free, free, prefill, decoded, decode_context, prefill_context,
-            pairs, 0,
+            pairs, loaded,
         )  # fmt: skip
         counters["prefill_tokens"] += prefill
+        counters["loaded_tokens"] += loaded
         counters["decode_tokens"] += decoded
         self.iterations += 1
 
@@ -331,8 +333,16 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
             max_extend_tokens=cp.max_total_extend_tokens,
             max_cached_tokens=cp.max_total_cached_tokens,
         )
+    host = None
+    if spec.enable_hierarchical_cache:
+        host = spec.hicache_size_tokens
+        if host is None:
+            host = int(tokens * spec.hicache_ratio)
+        host = host // page * page
     config = LoopConfig(
         cp_limit=cp_limit,
+        hicache_tokens=host,
+        load_back_threshold=block.load_back_threshold,
         max_total_num_tokens=tokens,
         max_running_requests=running,
         context_len=context,

@@ -137,6 +137,10 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
         ),
         ("admit.page_size=16 admit.chunked_prefill_size=8", "less than a page"),
         ("admit.sglang.schedule_conservativeness=0", "admit.sglang.schedule_conservativeness"),
+        (
+            "admit.sglang.enable_hierarchical_cache=true admit.sglang.disable_radix_cache=true",
+            "admit.sglang.enable_hierarchical_cache: the host tier keeps the radix cache's nodes",
+        ),
     ],
 )
 def test_bad_sglang_loop_config_is_one_line(cli, override, message) -> None:
@@ -184,6 +188,8 @@ def test_closed_form_decode_stretches_change_no_decision(seed) -> None:
         "overlap": rng.random() < 0.5,
         "disable_radix_cache": rng.random() < 0.3,
     }
+    if not knobs["disable_radix_cache"] and rng.random() < 0.5:
+        knobs["hicache_tokens"] = rng.choice((2000, 20000)) // page * page  # (a host tier)
     trace_block = rng.choice((None, 32))
 
     def workload() -> list[Req]:
@@ -248,3 +254,21 @@ def test_cp_limits_on_top_of_the_loop_cap_each_prefill_batch():
     starts = sorted({r.admitted_us for r in limited})
     assert len(starts) == 3
     assert [sum(r.admitted_us == t for r in limited) for t in starts] == [2, 2, 2]
+
+
+def test_the_host_tier_loads_back_a_prefix_evicted_from_the_device():
+    # trace blocks of 64: a (256 tokens) finishes; b (800, its own blocks) needs the device
+    # pool (1024 tokens) and evicts a, which the host tier keeps; c shares a's four blocks and
+    # loads them back (its L2 hit) instead of computing them; without the tier it computes all
+    a = req(0, 256, 2, hashes=(1, 2, 3, 4))
+    b = req(1, 800, 2, at_ms=50.0, hashes=tuple(range(100, 113)))
+    c = req(2, 300, 2, at_ms=200.0, hashes=(1, 2, 3, 4, 9))
+    knobs = {"max_total_num_tokens": 1024, "overlap": False}
+    _, _, with_host = serve([a, b, c], trace_block=64, hicache_tokens=4096, **knobs)
+    assert (with_host.l1_hit, with_host.l2_hit, with_host.prefilled) == (0, 256, 44)
+    _, _, without = serve(
+        [req(0, 256, 2, hashes=(1, 2, 3, 4)), req(1, 800, 2, at_ms=50.0, hashes=tuple(range(100, 113))),
+         req(2, 300, 2, at_ms=200.0, hashes=(1, 2, 3, 4, 9))],
+        trace_block=64, **knobs,
+    )  # fmt: skip
+    assert (without.l1_hit, without.l2_hit, without.prefilled) == (0, 0, 300)
