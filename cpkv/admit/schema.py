@@ -224,6 +224,13 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             if getattr(self, key) != getattr(default, key):
                 raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
         choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
+        if self.workload.cache != default.workload.cache:
+            raise FieldError(
+                "workload.cache",
+                "cpkv's L1/L2 prefix cache, not read with engine sglang_loop (its radix cache "
+                "lives in the KV pool, admit.sglang.max_total_num_tokens; its host tier is "
+                "admit.sglang.enable_hierarchical_cache); leave it out",
+            )
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",
