@@ -22,7 +22,7 @@ from cpkv.sglang import run_scenario
 from tests.sglang_loop import oracle
 from tests.sglang_loop.scenarios import make_scenarios
 
-NUM_SCENARIOS = 600
+NUM_SCENARIOS = 500
 SEED = 0
 
 pytestmark = [
