@@ -33,17 +33,14 @@ from cpkv.admission.budgets import cp_limit_broken
 from cpkv.core.errors import InputError
 from cpkv.serving.cost.stretch import line_steps_within, line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
+from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.stretch import decode_line
 from cpkv.serving.input.arrivals import Arrivals
-from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
+from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.sglang import Batch, Listener, Loop, LoopConfig
 from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
 
-INF = float("inf")
-COUNTERS = (
-    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
-)  # fmt: skip
 OWN_TOKENS = 1 << 32
 """Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt ``k``); its outputs
 are ``-(index + 1) * OWN_TOKENS - 1``."""
@@ -90,7 +87,7 @@ def prompt_tokens(r: Req, trace_block: int | None) -> Any:
     return tokens
 
 
-class SglangEngine(Listener):
+class SglangEngine(Instance, Listener):
     """One serving instance under SGLang's scheduler loop; the driver interface of
     :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
 
@@ -102,9 +99,7 @@ class SglangEngine(Listener):
         self.loop = Loop(settings.config, self)
         self.arrivals = Arrivals(arrivals)
         self.now, self.iterations, self.idle_passes = 0.0, 0, 0
-        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-        self.counters["preemptions"] = {}
-        self.counters["rejects"] = {}
+        self.counters = new_counters()
         c = settings.config
         page = c.page_size
         self.never_fits = c.max_total_num_tokens - page - 1  # a paged prompt above it
@@ -129,13 +124,6 @@ class SglangEngine(Listener):
         return req.output_len
 
     # -- driving it ------------------------------------------------------------------------
-    def deliver(self, r: Req) -> None:
-        self.arrivals.deliver(r)
-
-    def run(self) -> EngineResult:
-        self.advance(INF)
-        return self.close()
-
     def advance(self, until_us: float) -> None:
         loop, arrivals = self.loop, self.arrivals
         while self.now < until_us:
@@ -220,10 +208,10 @@ class SglangEngine(Listener):
             r = arrivals.pop()
             paged = -(-r.prompt_tokens // page) * page
             if paged > self.never_fits:
-                self._reject(r, "exceeds_kv_capacity")
+                self.reject(r, "exceeds_kv_capacity")
                 continue
             if r.prompt_tokens >= c.context_len:
-                self._reject(r, "exceeds_context_len")
+                self.reject(r, "exceeds_context_len")
                 continue
             r.state = WAITING
             prompt = prompt_tokens(r, trace_block)
@@ -235,12 +223,6 @@ class SglangEngine(Listener):
             req.tag = r
             self.live[r.index] = req
             self.loop.add_request(req)
-
-    def _reject(self, r: Req, reason: str) -> None:
-        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
-        rejects = self.counters["rejects"]
-        rejects[reason] = rejects.get(reason, 0) + 1
-        self.sink.done(r)
 
     # -- the loop's events (Listener) ------------------------------------------------------
     def launch(self, batch: Batch) -> None:
