@@ -45,7 +45,7 @@ from cpkv.core.errors import CpkvError
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.lifecycle import Lifecycle
 from cpkv.serving.engine.settings import EngineSettings
-from cpkv.serving.engine.stretch import decode_stretches, run_stretch
+from cpkv.serving.engine.stretch import DecodeLines, decode_stretches, run_stretch
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
@@ -123,7 +123,7 @@ class Engine(Instance):
         self.lifecycle = self.invariants = None
         self._policy_parts(s)
         self.fast = not events and trace is None and self.invariants is None
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+        self.decode_lines = DecodeLines(settings.cost)
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
         self.bare = (
             cache is None

@@ -31,10 +31,9 @@ from typing import Any
 
 from cpkv.admission.budgets import cp_limit_broken
 from cpkv.core.errors import InputError
-from cpkv.serving.cost.stretch import line_steps_within, line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
 from cpkv.serving.engine.instance import Instance, new_counters
-from cpkv.serving.engine.stretch import decode_line
+from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.sglang import Batch, Listener, Loop, LoopConfig
@@ -105,7 +104,7 @@ class SglangEngine(Instance, Listener):
         self.never_fits = c.max_total_num_tokens - page - 1  # a paged prompt above it
         self.stretches = stretches
         self.live: dict[int, LoopReq] = {}  # the requests in the loop, by index
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}
+        self.decode_lines = DecodeLines(settings.cost)
 
     # -- what a router reads ----------------------------------------------------------------
     @property
@@ -151,16 +150,12 @@ class SglangEngine(Instance, Listener):
             return 0
         reqs = loop.running.reqs
         running = len(reqs)
-        line = self.decode_lines.get(running)
-        if line is None:
-            line = self.decode_lines[running] = decode_line(self.settings.cost, running)
-            if line is None:
-                return 0
-        intercept, per_context = line
         context = sum(r.kv_committed for r in reqs) + running  # the first pass's
-        first, slope = intercept + per_context * context, per_context * running
-        steps = line_steps_within(first, slope, horizon - now, steps)
-        end = now + line_total(first, slope, steps)
+        stretch = self.decode_lines.steps_within(running, context, horizon - now, steps)
+        if stretch is None:
+            return 0
+        steps, total = stretch
+        end = now + total
         pool, tree = loop.pool, loop.tree
         held = pool.total_pages - pool.free_pages - tree.evictable_size // pool.page
         grow = loop.decode_pages(steps)

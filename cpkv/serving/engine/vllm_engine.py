@@ -35,6 +35,7 @@ from typing import Any
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
 from cpkv.serving.engine.instance import Instance, new_counters
+from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
@@ -134,7 +135,7 @@ class VllmEngine(Instance):
         self.counters = new_counters()
         self.fast = True  # decode-only steps in closed form (False: every step in full)
         self.blocked = False  # the last full step's admission stop holds until an event
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+        self.decode_lines = DecodeLines(settings.cost)
 
     @property
     def waiting(self) -> Any:
