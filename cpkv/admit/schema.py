@@ -211,26 +211,40 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "engine", "sglang_loop runs in admit.mode serving; allowed here: sglang"
             )
         default = type(self)()
-        for key, why in (
-            (
-                "policy",
-                "SGLang's loop runs its PrefillAdder; seed 004's policies run with engine sglang",
-            ),
-            (
-                "enable_priority_scheduling",
-                "priority scheduling is not modelled in SGLang's loop yet",
-            ),
-        ):
-            if getattr(self, key) != getattr(default, key):
-                raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
-        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
-        if self.workload.cache != default.workload.cache:
+        if self.policy != default.policy:
             raise FieldError(
-                "workload.cache",
-                "cpkv's L1/L2 prefix cache, not read with engine sglang_loop (its radix cache "
-                "lives in the KV pool, admit.sglang.max_total_num_tokens; its host tier is "
-                "admit.sglang.enable_hierarchical_cache); leave it out",
+                "policy",
+                f"{self.policy!r} is cpkv's loop's; SGLang's loop runs its PrefillAdder; seed "
+                "004's policies run with engine sglang",
             )
+        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
+        cache = self.workload.cache
+        if cache != default.workload.cache:
+            l1, l2 = cache.capacities()
+            if l1 is None:
+                raise FieldError(
+                    "workload.cache.l1_tokens",
+                    "null (unlimited) has no place in SGLang's one KV pool, which the L1 tokens "
+                    "join: give a number of tokens",
+                )
+            if l2 is None:
+                raise FieldError(
+                    "workload.cache.l2_tokens",
+                    "an unlimited L2 is not a host tier SGLang can hold: give l2_tokens (0: no "
+                    "host tier) or hicache_ratio",
+                )
+            if l2 and self.sglang.enable_hierarchical_cache:
+                raise FieldError(
+                    "sglang.enable_hierarchical_cache",
+                    "the host tier is given twice (admit.workload.cache's L2 and admit.sglang's "
+                    "HiCache): keep one",
+                )
+            if l2 and self.sglang.disable_radix_cache:
+                raise FieldError(
+                    "workload.cache.l2_tokens",
+                    "the host tier keeps the radix cache's nodes: 0 with "
+                    "admit.sglang.disable_radix_cache",
+                )
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",

@@ -210,9 +210,11 @@ class SglangSpec:
     extension, not SGLang's), ``enable_hierarchical_cache`` (a host tier of ``hicache_ratio``
     times the device pool's tokens, or ``hicache_size_tokens``: SGLang's HiCache with its
     write-through policy, on top of the loop as cpkv's extension; host hits of at least
-    ``admit.load_back_threshold`` tokens are loaded back), ``max_total_num_tokens``
-    (null: ``admit.kv``'s tokens, ``capacity_blocks x block_size``; SGLang derives it from the
-    GPU memory left after the weights), ``context_len`` (null: the pool's tokens; a prompt
+    ``admit.load_back_threshold`` tokens are loaded back; ``admit.workload.cache``'s L2, when
+    that block is given, is the host tier instead), ``max_total_num_tokens`` (null:
+    ``admit.kv``'s tokens, ``capacity_blocks x block_size``, plus ``admit.workload.cache``'s
+    L1 tokens when that block is given; SGLang derives it from the GPU memory left after the
+    weights), ``context_len`` (null: the pool's tokens; a prompt
     reaching it is rejected, an output is clipped to it). ``admit.max_running_requests``
     null takes SGLang's rule: ``min(max(min(tokens / context_len x 512, 4096), 2048),
     tokens / 2)``.

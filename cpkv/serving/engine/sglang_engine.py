@@ -288,13 +288,16 @@ class SglangEngine(Instance, Listener):
 
 def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings:
     """The instance's server arguments from the ``admit`` block (``admit.sglang`` and the
-    ``PrefillAdder`` keys it shares with cpkv's loop; the pool from ``admit.kv`` unless
-    ``admit.sglang.max_total_num_tokens`` is given)."""
+    ``PrefillAdder`` keys it shares with cpkv's loop). The pool: ``admit.sglang.max_total_num_tokens``,
+    else ``admit.kv``'s tokens plus, when ``admit.workload.cache`` is given, its L1 tokens
+    (cpkv's loop keeps them as a partition beside the running requests; SGLang's radix cache
+    shares one pool with them); that cache's L2 is the host tier."""
     spec = block.sglang
     page = block.page_size
+    l1, l2 = given_cache_tokens(block)
     tokens = spec.max_total_num_tokens
     if tokens is None:
-        tokens = block.kv.capacity_blocks * block.kv.block_size
+        tokens = block.kv.capacity_blocks * block.kv.block_size + l1
     tokens = tokens // page * page
     context = tokens if spec.context_len is None else spec.context_len
     running = block.max_running_requests
@@ -310,7 +313,7 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
             max_extend_tokens=cp.max_total_extend_tokens,
             max_cached_tokens=cp.max_total_cached_tokens,
         )
-    host = None
+    host = l2 // page * page if l2 else None
     if spec.enable_hierarchical_cache:
         host = spec.hicache_size_tokens
         if host is None:
@@ -340,6 +343,17 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
         new_token_ratio_decay_steps=block.serving.ratio_decay_steps,
     )
     return SglangSettings(config, cost, workload.cache_block_size)
+
+
+def given_cache_tokens(block: Any) -> tuple[int, int]:
+    """``admit.workload.cache``'s L1 and L2 tokens when the config gives the block (the
+    schema refused unlimited ones), else ``(0, 0)``: SGLang's defaults, one pool and no host
+    tier."""
+    cache = block.workload.cache
+    if cache == type(block.workload)().cache:
+        return 0, 0
+    l1, l2 = cache.capacities()
+    return l1 or 0, l2 or 0
 
 
 def check_no_fixed_hits(workload: Any, source: str) -> None:

@@ -141,6 +141,16 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
             "admit.sglang.enable_hierarchical_cache=true admit.sglang.disable_radix_cache=true",
             "admit.sglang.enable_hierarchical_cache: the host tier keeps the radix cache's nodes",
         ),
+        ("admit.workload.cache.l1_tokens=null", "admit.workload.cache.l1_tokens: null"),
+        (
+            "admit.workload.cache.l1_tokens=1000 admit.workload.cache.hicache_ratio=null",
+            "admit.workload.cache.l2_tokens: an unlimited L2",
+        ),
+        (
+            "admit.workload.cache.l1_tokens=1000 admit.workload.cache.l2_tokens=9000 "
+            "admit.sglang.enable_hierarchical_cache=true",
+            "admit.sglang.enable_hierarchical_cache: the host tier is given twice",
+        ),
     ],
 )
 def test_bad_sglang_loop_config_is_one_line(cli, override, message) -> None:
@@ -272,3 +282,29 @@ def test_the_host_tier_loads_back_a_prefix_evicted_from_the_device():
         trace_block=64, **knobs,
     )  # fmt: skip
     assert (without.l1_hit, without.l2_hit, without.prefilled) == (0, 0, 300)
+
+
+def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> None:
+    # cpkv's loop keeps L1 as a partition beside the running requests' 4096 x 16 tokens;
+    # SGLang's loop has one pool: 65,536 + 10,000 tokens; the L2 of 50,000 is its host tier
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang_loop",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4",
+        "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
+        "admit.workload.cache.l1_tokens=10000", "admit.workload.cache.l2_tokens=50000",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    sglang = cli.results(run)["summary"]["sglang"]
+    assert (sglang["max_total_num_tokens"], sglang["hicache_tokens"]) == (75_536, 50_000)
+
+
+def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang_loop",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4",
+        "admit.enable_priority_scheduling=true",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    assert cli.results(run)["summary"]["engine"] == "sglang_loop"
