@@ -53,7 +53,7 @@ class _RunChoices:
     policy: str = "prefill_adder"
     mode: str = "passes"
     workload: WorkloadSpec = WorkloadSpec()
-    engine: str = "sglang"
+    engine: str | None = None  # null: cpkv.serving.engine.choice.chosen_engine
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
     profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
     vllm: VllmSpec = VllmSpec()  # mode serving, engine vllm: vLLM's scheduler knobs
-    sglang: SglangSpec = SglangSpec()  # mode serving, engine sglang_loop: SGLang's server arguments
+    sglang: SglangSpec = SglangSpec()  # mode serving, engine sglang: SGLang's server arguments
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -85,11 +85,18 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
-        choices("engine", (self.engine,), ENGINES)
+        if self.engine is not None:
+            choices("engine", (self.engine,), ENGINES)
         if self.engine == "vllm":
             self._validate_vllm()
-        if self.engine == "sglang_loop":
-            self._validate_sglang_loop()
+        if self.engine == "sglang" and self.mode == "serving":
+            self.validate_sglang_serving()
+        if self.engine == "cpkv" and self.mode != "serving":
+            raise FieldError(
+                "engine",
+                "cpkv's loop serves in admit.mode serving; mode passes runs SGLang's "
+                "PrefillAdder pass (engine sglang) or vLLM's scheduler (engine vllm)",
+            )
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
@@ -203,21 +210,23 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "admit.serving's options are the SGLang engine's; with engine vllm only serving.timeline_points is read",
             )
 
-    def _validate_sglang_loop(self) -> None:
+    def validate_sglang_serving(self) -> None:
         """SGLang's own loop reads its server arguments from ``admit.sglang``: the keys of
-        cpkv's loop that it would not read are refused, not ignored."""
-        if self.mode != "serving":
-            raise FieldError(
-                "engine", "sglang_loop runs in admit.mode serving; allowed here: sglang"
-            )
+        cpkv's loop that it would not read are refused, not ignored, each naming
+        ``admit.engine: cpkv`` (cpkv's loop, which reads them)."""
         default = type(self)()
         if self.policy != default.policy:
             raise FieldError(
                 "policy",
-                f"{self.policy!r} is cpkv's loop's; SGLang's loop runs its PrefillAdder; seed "
-                "004's policies run with engine sglang",
+                f"{self.policy!r} is a seed 004 policy, run by cpkv's loop: admit.engine cpkv "
+                "(or leave admit.engine out); SGLang's loop runs its PrefillAdder",
             )
-        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
+        if self.schedule_policy not in ("fcfs", "lof", "lpm"):
+            raise FieldError(
+                "schedule_policy",
+                f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
+                "SGLang's loop here: fcfs, lof or lpm",
+            )
         cache = self.workload.cache
         if cache != default.workload.cache:
             l1, l2 = cache.capacities()
@@ -249,14 +258,40 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             raise FieldError(
                 "cp",
                 "SGLang's loop applies the CP shared-KV limits only with admit.sglang.cp_limits: "
-                "true (cpkv's extension)",
+                "true (cpkv's extension); cpkv's loop (admit.engine cpkv) always applies them",
+            )
+        for key in ("prefill_max_requests", "load_back_quota_tokens"):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"{getattr(self, key)!r} is a budget of cpkv's loop (admit.engine cpkv); "
+                    "SGLang has no such server argument",
+                )
+        for key in ("scan", "on_finish", "safety_margin_blocks"):
+            if getattr(self.kv, key) != getattr(default.kv, key):
+                raise FieldError(
+                    f"kv.{key}",
+                    "an option of cpkv's loop's block policies (admit.engine cpkv); SGLang's "
+                    "loop reads admit.kv's block_size and capacity_blocks (its pool) only",
+                )
+        if self.kv.victim not in (default.kv.victim, "least_progress"):
+            raise FieldError(
+                "kv.victim",
+                f"{self.kv.victim!r} is cpkv's loop's (admit.engine cpkv); SGLang's loop "
+                "retracts by its own order (least_progress, or the default)",
+            )
+        if self.cluster.shared_l2:
+            raise FieldError(
+                "cluster.shared_l2",
+                "one L2 shared by the instances is cpkv's loop's (admit.engine cpkv); SGLang's "
+                "loop gives each instance its own host tier",
             )
         read = ("timeline_points", "ratio_min_factor", "ratio_decay_steps")
         if self.serving != ServingSpec(**{k: getattr(self.serving, k) for k in read}):
             raise FieldError(
                 "serving",
-                "admit.serving's options are cpkv's loop's; with engine sglang_loop only "
-                "serving.timeline_points, ratio_min_factor and ratio_decay_steps are read",
+                "admit.serving's options are cpkv's loop's (admit.engine cpkv); SGLang's loop "
+                "reads serving.timeline_points, ratio_min_factor and ratio_decay_steps only",
             )
         chunk = self.chunk_tokens
         if chunk is not None and chunk < self.page_size:

@@ -141,11 +141,16 @@ class ServingSpec:
         )
 
 
-ENGINES = ("sglang", "sglang_loop", "vllm")
-"""``admit.engine``: whose scheduler a serving run models: ``sglang`` (cpkv's serving loop
-around SGLang's ``PrefillAdder``, with the host tier, the CP limits and seed 004's policies;
-the default), ``sglang_loop`` (SGLang's own scheduler loop, iteration for iteration) or
-``vllm`` (vLLM's V1 scheduler, step for step)."""
+ENGINES = ("sglang", "vllm", "cpkv")
+"""``admit.engine``: whose scheduler a serving run models: ``sglang`` (SGLang's own scheduler
+loop, iteration for iteration, around its ``PrefillAdder``; a host tier and the CP limits on
+top as cpkv's extension), ``vllm`` (vLLM's V1 scheduler, step for step) or ``cpkv`` (cpkv's
+own serving loop around SGLang's ``PrefillAdder`` and seed 004's policies, with the policy
+options of the admission-policy space). Null (the default): SGLang's loop when it models
+everything the config asks for, else cpkv's loop
+(:func:`~cpkv.serving.engine.choice.chosen_engine`)."""
+
+
 VllmTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
 
 
@@ -195,7 +200,7 @@ PositiveTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
 @dataclass(frozen=True)
 class SglangSpec:
     """``admit.sglang``: the server arguments of SGLang 0.5.23's scheduler loop
-    (``admit.engine: sglang_loop``) that the ``admit`` block does not hold already, under
+    (``admit.engine: sglang``) that the ``admit`` block does not hold already, under
     SGLang's names and with its defaults.
 
     The loop also reads ``admit``'s ``chunked_prefill_size`` (null: chunked prefill off),

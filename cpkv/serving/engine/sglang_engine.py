@@ -1,4 +1,4 @@
-"""A serving instance under SGLang's scheduler loop (``admit.engine: sglang_loop``).
+"""A serving instance under SGLang's scheduler loop (``admit.engine: sglang``).
 
 The decisions are :mod:`cpkv.sglang`'s, the model of SGLang 0.5.23's scheduler loop that the
 differential suite checks iteration for iteration against the real one; this engine adds time
@@ -30,7 +30,6 @@ from functools import partial
 from typing import Any
 
 from cpkv.admission.budgets import cp_limit_broken
-from cpkv.core.errors import InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.stretch import DecodeLines
@@ -189,7 +188,7 @@ class SglangEngine(Instance, Listener):
         self.idle_passes += 1
         if self.idle_passes >= IDLE_PASSES:
             raise SimulationStalled(
-                f"admit.engine=sglang_loop: no batch ran for {self.idle_passes} passes at "
+                f"admit.engine=sglang: no batch ran for {self.idle_passes} passes at "
                 f"t={self.now / 1000:.3f} ms with {len(loop.waiting)} waiting and "
                 f"{len(loop.running.reqs)} running ({loop.pool.available()} free KV slots)"
             )
@@ -354,15 +353,3 @@ def given_cache_tokens(block: Any) -> tuple[int, int]:
         return 0, 0
     l1, l2 = cache.capacities()
     return l1 or 0, l2 or 0
-
-
-def check_no_fixed_hits(workload: Any, source: str) -> None:
-    """SGLang's loop finds hits in its own radix cache: requests with fixed L1/L2 hits
-    (prefill-model JSONL lines, grid rows) cannot be served by it."""
-    for r in workload.requests:
-        if r.l1_cached_tokens or r.l2_cached_tokens:
-            raise InputError(
-                f"{source}: request {r.rid} has fixed cached tokens (l1 {r.l1_cached_tokens}, "
-                f"l2 {r.l2_cached_tokens}); SGLang's loop finds hits in its own radix cache: "
-                "give requests without cached tokens, or a trace with hash_ids"
-            )

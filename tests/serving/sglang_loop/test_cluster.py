@@ -1,4 +1,4 @@
-"""SGLang's loop behind a router (``admit.engine: sglang_loop``, ``admit.cluster.instances >
+"""SGLang's loop behind a router (``admit.engine: sglang``, ``admit.cluster.instances >
 1``), by the checks every engine passes (``tests/serving/engine_checks.py``): one instance
 behind the driver is the plain run, float for float; each instance serves its requests as a
 plain run would. The loads the ``least_tokens`` router reads from an instance are checked by
@@ -56,4 +56,4 @@ def test_least_tokens_reads_an_instance_by_hand(config) -> None:
 
 
 def test_a_cluster_run_writes_its_instances(cli) -> None:
-    checks.check_a_cluster_run_writes_its_instances(cli, "sglang_loop")
+    checks.check_a_cluster_run_writes_its_instances(cli, "sglang")
