@@ -64,12 +64,19 @@ Layout of a recorded set: ``DIR/manifest.json`` (what, seed, code, its commit); 
 scenario ``DIR/NAME/status.txt`` (``ok`` or ``exit N: last line``) and ``DIR/NAME/out/LABEL/
 FILE`` (LABEL: the run's index, a sweep point's name); a scenario's inputs beside them.
 
+``--added NAMES`` (comma-separated ``fnmatch`` patterns, e.g. ``itl_*``) names what the
+compared tree writes and the reference does not: object keys matching one (in results.json,
+wherever they are, and in the JSONL files), string list entries matching one (results.json's
+column lists) and results.txt summary lines ``NAME: ...`` are dropped from both sides before
+comparing, so that a change that adds outputs shows everything else the same.
+
 Exit 0 when everything compared is the same, 1 when something differs or fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
 import json
 import os
@@ -227,6 +234,37 @@ def golden_files(run_dir: Path) -> dict[str, bytes]:
                     for line in data.splitlines()
                 )
             out[name] = data
+    return out
+
+
+def without_added(files: dict[str, bytes], patterns: list[str]) -> dict[str, bytes]:
+    """``files`` without what ``patterns`` name (``--added``; module docstring)."""
+    if not patterns:
+        return files
+
+    def named(key: object) -> bool:
+        return isinstance(key, str) and any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+    def drop(obj):
+        if isinstance(obj, dict):
+            return {k: drop(v) for k, v in obj.items() if not named(k)}
+        if isinstance(obj, list):
+            return [drop(v) for v in obj if not named(v)]
+        return obj
+
+    out = {}
+    for name, data in files.items():
+        if name.endswith("results.json"):
+            data = json.dumps(drop(json.loads(data)), indent=1, sort_keys=True).encode()
+        elif name.endswith(".jsonl"):
+            lines = data.decode().splitlines()
+            data = "".join(json.dumps(drop(json.loads(ln))) + "\n" for ln in lines).encode()
+        elif name.endswith("results.txt"):
+            data = b"".join(
+                ln for ln in data.splitlines(keepends=True)
+                if not named(ln.split(b":", 1)[0].decode(errors="replace"))
+            )  # fmt: skip
+        out[name] = data
     return out
 
 
@@ -1044,7 +1082,8 @@ def check_one(item: Item, args: argparse.Namespace, base_root: Path | None, tmp:
         print(f"FAIL  {label(item)}: {head.status}", flush=True)
         return "fail"
     tol = None if args.bytes else Tolerance(args.tolerance, args.abs_floor, args.last_digit)
-    problems = compare(ref.files, head.files, tol)
+    added = [p for p in args.added.split(",") if p]
+    problems = compare(without_added(ref.files, added), without_added(head.files, added), tol)
     extra = ""
     if tol is not None and tol.worst:
         extra += f", max rel {tol.worst:.0e}"
@@ -1103,6 +1142,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--abs-floor", type=float, default=1e-9, help="absolute, floats (1e-9)")
     parser.add_argument("--last-digit", action="store_true", help="accept last-digit flips")
     parser.add_argument("--bytes", action="store_true", help="compare every file byte for byte")
+    parser.add_argument(
+        "--added", default="", metavar="NAMES", help="keys only the compared tree writes"
+    )
     args = parser.parse_args()
     args.code = args.code.resolve()
     if args.record is not None:

@@ -61,7 +61,7 @@ from cpkv.diff.serving.verdict import (
     compare_serving,
     is_serving,
 )
-from cpkv.diff.summary import CHANGED, SummaryChange, compare_summaries
+from cpkv.diff.summary import CHANGED, SummaryChange, compare_summaries, row_metric_of
 from cpkv.runs.results import RunRecord
 from cpkv.runs.rundir import LoadedRun, load_run
 from cpkv.sweep.listing import SweepView, open_target
@@ -251,8 +251,8 @@ class _Acc:
         self.serving.append(found)
         covered = found.covered() | set(ra.columns.metrics) | set(rb.columns.metrics)
         for c in compare_summaries(point, ra, rb, self.th):
-            if c.key.rsplit(".", 1)[-1] in covered:
-                continue
+            if c.key.rsplit(".", 1)[-1] in covered or row_metric_of(c.key) in covered:
+                continue  # (the table shows it: a row metric, or a summary value mirroring one)
             self.summary.append(replace(c, verdict=CHANGED) if c.verdict in (WORSE, BETTER) else c)
         self.notes += [f"{point}: {n}" if point else n for n in found.notes]
 

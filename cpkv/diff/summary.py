@@ -7,7 +7,8 @@ Every run has a few numbers that answer "did it get worse?" at a glance: its hea
 A summary number is judged (``worse`` / ``better``) when its direction is known: declared
 by the run (``summary_directions`` in results.json; ``neutral`` there: never judged), or
 because it is one of the row metrics
-(``ttft_p50_ms``), or a mean of one (``mean_cache_pct``). A headline that summarises timing
+(``ttft_p50_ms``), a mean of one (``mean_cache_pct``), or a mapping's value that mirrors one
+(``itl_ms.p99`` is the row's ``itl_p99_ms``: :func:`row_metric_of`). A headline that summarises timing
 rows (``gmean_p50_us``, ``median_vs_reference``) is ``info``: its rows are rank-tested one by one, and they decide.
 Ratios of timings in a summary (keys under ``vs_*``, such as an allocator run's
 ``vs_reference_p50``) are ``info`` beyond the timing factor, like a timing headline.
@@ -77,7 +78,8 @@ def direction(key: str, record: RunRecord) -> str | None:
         return INFO  # a ratio of timings: the rows behind it are rank-tested
     cols = record.columns
     prefixes = ("gmean_", "mean_", "median_")
-    for name in (key, *(key[len(p) :] for p in prefixes if key.startswith(p))):
+    mirrored = row_metric_of(key)
+    for name in (key, mirrored, *(key[len(p) :] for p in prefixes if key.startswith(p))):
         if name in cols.metrics:
             if name in cols.timing and name != key:
                 return INFO
@@ -103,6 +105,16 @@ def _judge(
         else:
             verdict = INFO if way == INFO else CHANGED
     return SummaryChange(point, key, a, b, change, verdict, headline)
+
+
+def row_metric_of(key: str) -> str:
+    """The row metric a summary value mirrors: ``<series>_<unit>.<stat>`` (``itl_ms.p99``)
+    is ``<series>_<stat>_<unit>`` (``itl_p99_ms``); any other key is itself."""
+    head, dot, stat = key.rpartition(".")
+    series, underscore, unit = head.rpartition("_")
+    if not dot or "." in head or not underscore or not series:
+        return key
+    return f"{series}_{stat}_{unit}"
 
 
 def _flatten(value: Any, skip: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:

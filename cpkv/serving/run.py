@@ -1,7 +1,8 @@
 """``cpkv admit`` with ``admit.mode: serving``: read, fit, simulate, write.
 
 ``results.json`` holds one :class:`~cpkv.serving.record.metrics.ServingRow` (the headline
-metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric);
+metrics, so that ``cpkv diff`` compares two runs or two sweep points metric by metric) and
+the summary (the inter-token latency under ``itl_ms``, :mod:`cpkv.serving.record.itl`);
 ``requests.jsonl`` one line per request; ``timeline.jsonl`` the KV utilisation and where the
 time went (:mod:`cpkv.serving.cost.report`) over time; ``plots/`` the KV timeline and the
 TTFT/TPOT CDFs when matplotlib is importable.
@@ -27,6 +28,7 @@ from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.settings import EngineSettings, settings_from
 from cpkv.serving.input.workload import load_serving_workload
 from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.metrics import TABLE_COLUMNS, log_report, row_of
 from cpkv.serving.record.requests import RequestStats
 
@@ -124,12 +126,13 @@ def _execute_one(
         check_end(res.end_us, count)
         stats.close()
         integrals, timeline, time = log_report(samples, res.end_us, cap, points)
+        itl = itl_stats([samples])
     finally:
         samples.discard()
     ctx.report(1, 1, "done")
     summary = stats.summary()
     check_conserved(count, summary.requests)
-    row = row_of(summary, integrals, res.end_us, cap)
+    row = row_of(summary, integrals, res.end_us, cap, itl)
     policy = None
     if settings.options is not None or block.serving.policy_metrics:
         from cpkv.serving.record.policy_metrics import policy_counts, policy_row, policy_summary
@@ -140,7 +143,7 @@ def _execute_one(
         row = policy_row(row, policy)
     return _output(
         block, settings, fit, count, lines, row, timeline, time,
-        _summary(block, settings, res, summary, fit), res.counters, policy,
+        _summary(block, settings, res, summary, fit, itl), res.counters, policy,
     )  # fmt: skip
 
 
@@ -175,15 +178,16 @@ def _execute_instance(
         check_end(res.end_us, count)
         stats.close()
         integrals, timeline, time = log_report(samples, res.end_us, cap, points)
+        itl = itl_stats([samples])
     finally:
         samples.discard()
     ctx.report(1, 1, "done")
     summary = stats.summary()
     check_conserved(count, summary.requests)
-    row = row_of(summary, integrals, res.end_us, cap)
+    row = row_of(summary, integrals, res.end_us, cap, itl)
     return _output(
         block, settings, fit, count, lines, row, timeline, time,
-        _summary(block, settings, res, summary, fit), res.counters, None,
+        _summary(block, settings, res, summary, fit, itl), res.counters, None,
     )  # fmt: skip
 
 
@@ -220,7 +224,7 @@ def _execute_cluster(
         )
     return _output(
         block, settings, fit, count, lines, out.row, out.timeline, out.time,
-        _summary(block, settings, out, out.summary, fit), out.counters, out.policy,
+        _summary(block, settings, out, out.summary, fit, out.itl), out.counters, out.policy,
         files=files, cluster=out.cluster if n > 1 else None, more_notes=notes,
     )  # fmt: skip
 
@@ -282,7 +286,9 @@ def _headline(row: Any) -> dict[str, float]:
     }
 
 
-def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> dict[str, Any]:
+def _summary(
+    block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any, itl: ItlStats
+) -> dict[str, Any]:
     c = res.counters
     out = {
         "mode": "serving",
@@ -302,6 +308,7 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
         "l1_hit_tokens": c["l1_hit_tokens"],
         "l2_loaded_tokens": c["loaded_tokens"],
         "recompute_bytes": stats.recomputed * s.cost.kv_bytes_per_token,
+        "itl_ms": itl.summary(),
         "cost_model": s.cost.describe(),
         "slo": to_dict(block.slo),
     }

@@ -18,7 +18,9 @@ Each :meth:`Loop.step` is one pass of the event loop after the arrivals were add
 4. the batch runs (the listener's ``launch``: the caller's clock and records); its results are
    processed at once (normal loop) or after the next batch was launched (overlap loop): every
    request gets a token, a finished one leaves its KV to the tree and frees the rest, a
-   request whose prompt is complete checkpoints it into the tree.
+   request whose prompt is complete checkpoints it into the tree. The batch counts the
+   requests whose token before came from the pass just before, and keeps the times of the
+   others' tokens before (the listener's ``emitted``: the requests' token gaps).
 
 A pass that runs nothing resets the ratio (``on_idle``).
 """
@@ -46,9 +48,16 @@ INF = float("inf")
 class Batch:
     """A ``ScheduleBatch``: its requests in order and, for an extend batch, the extend rows
     ``(req, prefix, extend, loaded)`` of its first requests (``loaded``: of the prefix, the
-    tokens its admission loaded back from the host tier) and the decoding requests mixed in."""
+    tokens its admission loaded back from the host tier) and the decoding requests mixed in.
+    Once launched: its pass (``ct``, the loop's ``forward_ct``), its start and end (set by
+    the listener); once processed: ``gaps``, the requests that got a token from it whose
+    token before came from the pass just before, and ``late``, the times of the tokens
+    before of the others that had one (None: none)."""
 
-    __slots__ = ("reqs", "batch_is_full", "mode", "rows", "decoding", "chunked", "end_us")
+    __slots__ = (
+        "reqs", "batch_is_full", "mode", "rows", "decoding", "chunked", "end_us", "ct",
+        "start_us", "gaps", "late",
+    )  # fmt: skip
 
     def __init__(self, reqs: list[Req], batch_is_full: bool = False) -> None:
         self.reqs = reqs
@@ -57,12 +66,15 @@ class Batch:
         self.rows: list[tuple[Req, int, int, int]] = []
         self.decoding: list[Req] | None = None
         self.chunked: Req | None = None
-        self.end_us = 0.0
+        self.end_us = self.start_us = 0.0
+        self.ct = self.gaps = 0
+        self.late: list[float] | None = None
 
     def copy(self) -> Batch:
         other = Batch(list(self.reqs), self.batch_is_full)
         other.mode, other.rows, other.decoding = self.mode, self.rows, self.decoding
         other.chunked, other.end_us = self.chunked, self.end_us
+        other.ct, other.start_us = self.ct, self.start_us
         return other
 
     def filter(self, exclude: Any = ()) -> None:
@@ -86,6 +98,9 @@ class Listener:
 
     def finished(self, req: Req, batch: Batch) -> None:
         """``req`` finished at the end of ``batch``."""
+
+    def emitted(self, batch: Batch) -> None:
+        """Requests with a token before got one from ``batch`` (its ``gaps`` and ``late``)."""
 
     def retracted(self, req: Req, held_tokens: int) -> None:
         """``req`` went back to the queue with its outputs, freeing the ``held_tokens`` KV
@@ -173,6 +188,7 @@ class Loop:
 
     def _launch(self, batch: Batch) -> None:
         self.forward_ct += 1
+        batch.ct, batch.gaps, batch.late = self.forward_ct, 0, None  # (a running batch again)
         batch.chunked = self.chunked_req
         self.listener.launch(batch)
 
@@ -220,11 +236,14 @@ class Loop:
             for j in range(min(steps, page))
         ]
 
-    def skip_decode_passes(self, steps: int, end_us: float) -> None:
+    def skip_decode_passes(self, steps: int, end_us: float, last_start_us: float) -> None:
         """Take ``steps`` quiet decode passes at once (:meth:`quiet_decode_passes`), the
-        last ending at ``end_us``: every running request gets ``steps`` more tokens and KV
-        slots, the pages are taken (the radix cache evicted where a pass would evict), the
-        ratio decays ``steps`` times. (``last_token_us`` is not kept.)"""
+        last running from ``last_start_us`` to ``end_us``: every running request gets
+        ``steps`` more tokens and KV slots, the pages are taken (the radix cache evicted
+        where a pass would evict), the ratio decays ``steps`` times. The tokens come from
+        the passes before the last (and the last decode's results, processed first, which
+        the listener hears of) in the overlap loop, else from all of them; the queued
+        result then stands for the last pass."""
         reqs, pool = self.running.reqs, self.pool
         page, bs = pool.page, len(reqs)
         if page == 1:
@@ -241,10 +260,24 @@ class Loop:
             for j in range(steps):
                 pool.make_room(bs * page)
                 pool.take_pages(sum(1 for r in reqs if (r.kv_committed + j) % page == 0))
+        passes = self.forward_ct
+        queue = self.result_queue
+        if queue:  # (overlap) the last decode's results, then those of all but the last pass
+            head = queue[0]
+            for r in reqs:
+                self._stamp(r, head)
+            if head.gaps or head.late:
+                self.listener.emitted(head)
+            last_ct, last_us = passes + steps - 1, last_start_us
+            head.ct, head.start_us, head.end_us = passes + steps, last_start_us, end_us
+            head.gaps, head.late = 0, None
+        else:
+            last_ct, last_us = passes + steps, end_us
         for r in reqs:
             r.kv_allocated += steps
             r.kv_committed += steps
             r.output_len += steps
+            r.last_token_ct, r.last_token_us = last_ct, last_us
         ratio, decay, low = self.ratio, self.ratio_decay, self.ratio_min
         for _ in range(steps):
             if ratio <= low:
@@ -256,8 +289,6 @@ class Loop:
             self.stops["batch_is_full"] = self.stops.get("batch_is_full", 0) + steps
         self.forward_ct += steps
         self.running.end_us = end_us
-        if self.result_queue:
-            self.result_queue[0].end_us = end_us
 
     # -- get_next_batch_to_run ----------------------------------------------------------
     def _next_batch(self) -> Batch | None:
@@ -617,11 +648,25 @@ class Loop:
             self._process_decode(batch)
         else:
             self._process_extend(batch)
+        if batch.gaps or batch.late:
+            self.listener.emitted(batch)
+
+    def _stamp(self, req: Req, batch: Batch) -> None:
+        """``req``'s token comes from ``batch``: its gap to the token before is counted."""
+        before = req.last_token_us
+        if before is not None:
+            if req.last_token_ct == batch.ct - 1:
+                batch.gaps += 1
+            elif batch.late is None:
+                batch.late = [before]
+            else:
+                batch.late.append(before)
+        req.last_token_us, req.last_token_ct = batch.end_us, batch.ct
 
     def _emit(self, req: Req, batch: Batch) -> bool:
         """``req`` takes its output token; whether that finished it."""
         req.output_len += 1
-        req.last_token_us = batch.end_us
+        self._stamp(req, batch)
         if req.output_len == 1:
             self.listener.first_token(req, batch)
         if req.output_len >= req.max_new_tokens:

@@ -211,3 +211,28 @@ def test_the_rids_listed_are_those_whose_status_changed(cli, tmp_path: Path) -> 
     text = cli("diff", str(a), str(b), output=False).output
     listed = f"- timed_out in B, finished in A: {len(timed_out)} ({', '.join(timed_out[:8])}"
     assert listed in text
+
+
+def test_the_inter_token_latency_ranks_with_latency_and_is_shown_once(cli, tmp_path: Path):
+    """ITL p50 and p99 are latency metrics of the ranked table; the summary's ``itl_ms``
+    mirrors the row's ``itl_*_ms`` and is not listed again as a summary change."""
+    a, b = fcfs_and_lof(cli, tmp_path)
+    ra, rb = row(cli, a), row(cli, b)
+    assert ra["itl_p99_ms"] != rb["itl_p99_ms"]
+    assert cli.results(a)["summary"]["itl_ms"]["p99"] == ra["itl_p99_ms"]
+    diff = diff_paths(str(a), str(b))
+    (found,) = diff.serving
+    assert {metric(found, k).tier for k in ("itl_p50_ms", "itl_p99_ms")} == {"latency"}
+    assert metric(found, "itl_p99_ms").a == ra["itl_p99_ms"]
+    assert not [c.key for c in diff.summary if c.key.startswith("itl_ms")]
+    res = cli("diff", str(a), str(b), output=False)
+    assert "itl_ms" not in res.output and len(table_line(res.output, "itl_p99_ms")) < 100
+
+
+def test_a_summary_value_mirrors_its_row_metric():
+    from cpkv.diff.summary import row_metric_of
+
+    assert row_metric_of("itl_ms.p99") == "itl_p99_ms"
+    assert row_metric_of("itl_ms.mean") == "itl_mean_ms"
+    for key in ("time.busy_s", "decode_tokens", "cluster.per_instance", "a_ms.b.c"):
+        assert row_metric_of(key) == key  # (no series_unit.stat shape: itself)

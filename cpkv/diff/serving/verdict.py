@@ -9,7 +9,7 @@ own calls such a run a regression. Instead the metrics are ranked in tiers:
    aborted preemption victim being a rejection, cancelled), each one counting against its
    run; it ranks above latency because a run that loses its slowest requests drops them from
    its percentiles;
-3. ``latency``: TTFT, TPOT and E2E at p50 and p99;
+3. ``latency``: TTFT, TPOT, ITL (every gap between two tokens) and E2E at p50 and p99;
 4. ``cost``: ``recompute_bytes`` (``recomputed_tokens`` in a run without it), ``swap_bytes``,
    ``preemptions``.
 
@@ -54,6 +54,8 @@ TIER_METRICS: dict[str, tuple[str, ...]] = {
         "ttft_p99_ms",
         "tpot_p50_ms",
         "tpot_p99_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
         "e2e_p50_ms",
         "e2e_p99_ms",
     ),  # fmt: skip

@@ -2,7 +2,8 @@
 trace events: the instances, their outputs, per instance and in total.
 
 In total: the summary row over every request (:class:`~cpkv.serving.record.metrics.ServingRow`; the
-KV percentages over the instances' pools together, the peak the highest instance's),
+KV percentages over the instances' pools together, the peak the highest instance's, the
+inter-token latency over every instance's token gaps),
 ``requests.jsonl`` in input order with each line's ``instance`` (when there are several),
 ``timeline.jsonl`` with one series per instance (each point with its ``instance``; one
 instance: the plain run's). Per instance (the summary's ``cluster.per_instance`` and
@@ -25,6 +26,7 @@ from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.sglang_engine import SglangEngine
 from cpkv.serving.engine.vllm_engine import VllmEngine
 from cpkv.serving.record.iteration_log import Integrals, IterationLog
+from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
 from cpkv.serving.record.requests import RequestStats
 from cpkv.serving.record.trace_events import TraceEvents
@@ -50,6 +52,7 @@ class ClusterOutcome:
     instance_rows: list[dict[str, Any]]
     time: dict[str, Any]  # the summary's time (where the time went), all instances together
     policy: dict[str, Any] | None  # the summary's policy_space, all instances together
+    itl: ItlStats  # the token gaps of all instances together
 
 
 def serve_cluster(
@@ -73,6 +76,8 @@ def serve_cluster(
         check_end(end, workload.size)
         total.close()
         reports = [log_report(log, end, cap, points) for log in logs]
+        itls = [itl_stats([log]) for log in logs] if n > 1 else []
+        itl = itl_stats(logs)
     finally:
         for log in logs:
             log.discard()
@@ -80,10 +85,10 @@ def serve_cluster(
     timeline = [{"instance": k, **p} if n > 1 else p for k, r in enumerate(reports) for p in r[1]]
     times = [r[2] for r in reports]
     rows = []
-    for tally, part in zip(tallies, integrals, strict=True):
+    for k, (tally, part) in enumerate(zip(tallies, integrals, strict=True)):
         tally.own.close()
-        rows.append(row_of(tally.own.summary(), part, end, cap))
-    row = row_of(total.summary(), _added(integrals), end, cap * n)
+        rows.append(row_of(tally.own.summary(), part, end, cap, itls[k] if itls else itl))
+    row = row_of(total.summary(), _added(integrals), end, cap * n, itl)
     if n > 1:  # the peak: the highest instance's (a sum of peaks is no peak of the sum)
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
     counters = _added_counters([res.counters for res in run.results])
@@ -97,7 +102,7 @@ def serve_cluster(
     return ClusterOutcome(
         row, total.summary(), counters, end, timeline,
         _cluster_summary(spec, run.router, tallies, instance_rows), instance_rows,
-        _added_time(times), policy,
+        _added_time(times), policy, itl,
     )  # fmt: skip
 
 

@@ -20,8 +20,8 @@ Each iteration (one forward pass), at simulated time ``now``:
    end the tokens are stamped, requests that generated ``max_new_tokens`` tokens finish,
    free their blocks and (trace workloads) insert their prompt blocks into the tiered
    cache, and preempted requests go back to the queue (or are aborted). The iteration goes
-   to the run's :class:`~cpkv.serving.record.iteration_log.IterationLog`, each ended
-   request to its sink.
+   to the run's :class:`~cpkv.serving.record.iteration_log.IterationLog`, with its token
+   gaps (:mod:`cpkv.serving.model.token_runs`), each ended request to its sink.
 
 When nothing runs and nothing waits, time jumps to the next arrival (SGLang's ratio
 resets). Between events the engine asks the scheduler nothing: when it says the coming
@@ -51,6 +51,7 @@ from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane
 from cpkv.serving.model.request import FINISHED, PREFILL, WAITING, Req
+from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
 from cpkv.serving.schedulers.plan import Plan
@@ -121,6 +122,8 @@ class Engine(Instance):
         self.prefill_tokens = self.prefill_context = self.prefill_attention_pairs = 0
         self.loaded = self.admitted = 0
         self.lifecycle = self.invariants = None
+        self.gaps = samples.gaps
+        self.left: list[Req] = []  # requests the scheduler preempted in this iteration
         self._policy_parts(s)
         self.fast = not events and trace is None and self.invariants is None
         self.decode_lines = DecodeLines(settings.cost)
@@ -203,7 +206,10 @@ class Engine(Instance):
                 self.lifecycle.arrived(r)
 
     def ended(self, r: Req) -> None:
-        """``r`` reached a terminal state: it is forgotten and goes to the sink."""
+        """``r`` reached a terminal state: it is forgotten and goes to the sink (its token
+        gaps leave the pool unless it finished)."""
+        if r.state != FINISHED and (r.run_tokens >= 0 or r.gap_history):
+            withdraw(self.gaps, r)
         self.hits.forget(r)
         self.scheduler.done(r)
         if self.invariants is not None:
@@ -262,15 +268,16 @@ class Engine(Instance):
         )  # fmt: skip
         start = self.now
         self.now = now = start + duration
+        # (its one-iteration token gaps: every request that decoded had a token at the last end)
         self.samples.iteration(
             start, duration, pool.n_running, len(self.waiting), pool.used_blocks,
             pool.free_blocks, self.prefill_tokens, decoded, decode_context, self.prefill_context,
-            self.prefill_attention_pairs, self.loaded,
+            self.prefill_attention_pairs, self.loaded, decoded,
         )  # fmt: skip
         if self.trace is not None:
             self.trace.iteration(self, start, duration, decoded, len(firsts), len(completed))
         preempted = bool(pool.preempted)
-        self._end(now, decoded, firsts, finishing)
+        self._end(start, now, decoded, firsts, finishing)
         if self.log is not None:
             self.log.append((self.iterations, decoded, self.prefill_tokens, len(firsts)))
         self.iterations += 1
@@ -290,6 +297,7 @@ class Engine(Instance):
             for victims in scheduler.preemptions(self, decoded):
                 for victim in victims:
                     self.lifecycle.preempted(victim, self.pool.leave(victim))
+                    self.left.append(victim)
         plan = scheduler.plan(self, decoded)
         if plan.stops:
             counts = self.stop_counts
@@ -413,16 +421,28 @@ class Engine(Instance):
                     finishing.append(r)
         return firsts
 
-    def _end(self, now: float, decoded: int, firsts: list[Req], finishing: list[Req]) -> None:
+    def _end(
+        self, start: float, now: float, decoded: int, firsts: list[Req], finishing: list[Req]
+    ) -> None:
         pool, counters = self.pool, self.counters
         counters["decode_tokens"] += decoded
         counters["first_tokens"] += len(firsts)
         counters["prefill_tokens"] += self.prefill_tokens
         counters["loaded_tokens"] += self.loaded
         counters["admissions"] += self.admitted
+        gaps, iteration = self.gaps, self.iterations
         for r in firsts:  # the token was emitted, even when a later grower preempted r
             if r.first_token_us is None:  # (then r keeps it and recomputes prompt + token later)
                 r.first_token_us = now
+            else:  # (a token before: it ran, and left its run)
+                run_restarted(gaps, r, now)
+            r.token_iteration, r.run_tokens = iteration, r.generated
+        if pool.preempted or self.left:
+            for r, _ in pool.preempted:
+                run_left(r, iteration, start, now)
+            for r in self.left:
+                run_left(r, iteration, start, now)
+            self.left = []
         for r in finishing:
             if r.state == WAITING:
                 continue  # preempted after its last token

@@ -16,7 +16,11 @@ around them. Each pass of the loop, at simulated time ``now``:
    + n (n + 1) / 2``), a decode row reads the request's KV (its committed tokens); radix-cache
    hits are not computed;
 4. its results (processed at once, or a pass later in the overlap loop) stamp each request's
-   tokens with the batch's end; a request's first token is its TTFT, its last its finish.
+   tokens with the batch's end; a request's first token is its TTFT, its last its finish;
+   each token's gap to the request's token before goes to the token gaps
+   (:mod:`cpkv.serving.record.token_gaps`): the batch's duration when that token came from
+   the pass before, else the time since (a prefill batch that did not decode it, a
+   retraction).
 
 The radix cache is SGLang's own, inside the KV pool: trace requests name their prompt tokens by
 their ``hash_ids`` (so prompts that share blocks share tokens), other requests share nothing.
@@ -30,6 +34,7 @@ from functools import partial
 from typing import Any
 
 from cpkv.admission.budgets import cp_limit_broken
+from cpkv.serving.cost.stretch import line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.stretch import DecodeLines
@@ -94,6 +99,7 @@ class SglangEngine(Instance, Listener):
         arrivals: Iterable[Req] | None = None, stretches: bool = True,
     ) -> None:  # fmt: skip
         self.settings, self.sink, self.samples = settings, sink, samples
+        self.gaps = samples.gaps
         self.loop = Loop(settings.config, self)
         self.arrivals = Arrivals(arrivals)
         self.now, self.iterations, self.idle_passes = 0.0, 0, 0
@@ -153,16 +159,20 @@ class SglangEngine(Instance, Listener):
         stretch = self.decode_lines.steps_within(running, context, horizon - now, steps)
         if stretch is None:
             return 0
-        steps, total = stretch
+        steps, total, first, slope = stretch
         end = now + total
+        last_start = now + line_total(first, slope, steps - 1)
         pool, tree = loop.pool, loop.tree
         held = pool.total_pages - pool.free_pages - tree.evictable_size // pool.page
         grow = loop.decode_pages(steps)
+        overlap = loop.config.overlap  # (then the last pass's tokens are queued: logged apart)
         self.samples.stretch(
             now, steps, end, running, len(loop.waiting), held, pool.total_pages - held,
-            0, context, 0, 0, 0, grow, None,
+            0, context, 0, 0, 0, grow, None, 0 if overlap else running, first, slope,
         )  # fmt: skip
-        loop.skip_decode_passes(steps, end)
+        loop.skip_decode_passes(steps, end, last_start)
+        if overlap:
+            self.gaps.line(self.iterations, first, slope, 0, steps - 1, running)
         self.counters["decode_tokens"] += running * steps
         self.iterations += steps
         self.now = end
@@ -243,6 +253,7 @@ class SglangEngine(Instance, Listener):
         duration = self.settings.cost.batch_us(
             prefill, decoded, decode_context, prefill_context, pairs, loaded
         )
+        batch.start_us = start
         self.now = batch.end_us = start + duration
         pool, tree = loop.pool, loop.tree
         free = pool.free_pages + tree.evictable_size // pool.page
@@ -262,6 +273,18 @@ class SglangEngine(Instance, Listener):
         r.first_token_us = batch.end_us
         r.state = RUNNING
         self.counters["first_tokens"] += 1
+
+    def emitted(self, batch: Batch) -> None:
+        """Token gaps: one batch duration each (the token before came from the pass just
+        before), or the time since the token before."""
+        if batch.gaps:
+            self.gaps.point(batch.ct - 1, batch.end_us - batch.start_us, batch.gaps)
+        if batch.late:
+            counts: dict[float, int] = {}
+            for before in batch.late:
+                counts[before] = counts.get(before, 0) + 1
+            for before, count in counts.items():
+                self.gaps.point(-1, batch.end_us - before, count)
 
     def finished(self, req: LoopReq, batch: Batch) -> None:
         r = req.tag

@@ -16,7 +16,9 @@ the next event, and :func:`run_stretch` takes all those iterations at once:
   its chunk, SGLang's ratio takes its decay step, the scheduler's stop reason is counted;
 * the iterations' durations are the cost model's for arguments that grow by a constant step
   (:mod:`cpkv.serving.cost.stretch`): their sum, and how many start before the horizon,
-  come in closed form; the stretch goes to the iteration log as one segment.
+  come in closed form; the stretch goes to the iteration log as one segment, and its
+  durations to the token gaps, each one gap of every running request (each had its token
+  before at the end of the iteration before).
 
 The decisions are those of the full iterations it replaces: the same requests admitted,
 chunked, preempted and finished in the same iterations; the clock is their durations'
@@ -58,12 +60,12 @@ def decode_stretches(engine: Any, horizon: float) -> int:
         stretch = lines.steps_within(running, context, horizon - now, limit)
         if stretch is None:
             break  # (a model whose decode-only durations are not one line)
-        k, total = stretch
+        k, total, first, slope = stretch
         end = now + total
         grow, need = pool.growth(k)
         engine.samples.stretch(
             now, k, end, running, 0, pool.used_blocks, pool.free_blocks, 0, context, 0, 0, 0,
-            grow, need,
+            grow, need, running, first, slope,
         )  # fmt: skip
         if engine.padded:
             cost.stretch_ran(0, running, context, k, None)
@@ -106,10 +108,11 @@ class DecodeLines:
 
     def steps_within(
         self, running: int, context: int, budget_us: float, limit: int
-    ) -> tuple[int, float] | None:
+    ) -> tuple[int, float, float, float] | None:
         """``running`` requests decode, reading ``context`` tokens at the first step and
         ``running`` more at each next: how many of at most ``limit`` steps start within
-        ``budget_us``, and their summed duration; None when the model gives no line."""
+        ``budget_us``, their summed duration and the steps' durations ``first + slope j``
+        as ``first, slope``; None when the model gives no line."""
         by_running = self.by_running
         if running in by_running:
             line = by_running[running]
@@ -120,7 +123,7 @@ class DecodeLines:
         intercept, per_context = line
         first, slope = intercept + per_context * context, per_context * running
         steps = line_steps_within(first, slope, budget_us, limit)
-        return steps, line_total(first, slope, steps)
+        return steps, line_total(first, slope, steps), first, slope
 
 
 def run_stretch(engine: Any, horizon: float) -> int:
@@ -163,10 +166,15 @@ def run_stretch(engine: Any, horizon: float) -> int:
     k = durations.steps_within(horizon - now, limit)
     end = now + durations.total(k)
     grow, need = pool.growth(k) if running else ([0], None)
+    pieces = getattr(durations, "pieces", ())
+    line = pieces[0] if len(pieces) == 1 else (0, 0.0, 0.0)  # (else logged apart)
     engine.samples.stretch(
         now, k, end, running, len(engine.waiting), pool.used_blocks, pool.free_blocks,
         prefill, decode_context, prefill_context, pairs, pairs_step, grow, need,
+        running if len(pieces) == 1 else 0, line[1], line[2],
     )  # fmt: skip
+    if running and len(pieces) != 1:
+        engine.gaps.stretch(engine.iterations, durations, k, running)
     if engine.padded:
         cost.stretch_ran(prefill, running, decode_context, k, durations)
     _advance(engine, quiet, k, running, prefill)

@@ -17,7 +17,9 @@ them. Each step (one forward pass), at simulated time ``now``:
    ``n * computed + n (n + 1) / 2``); prefix hits are not computed;
 4. at the step's end every request whose scheduled tokens reach its length emits a token
    (its first when its prompt just completed), and those at ``max_tokens`` finish and free
-   their blocks (``update_from_output``).
+   their blocks (``update_from_output``); a token's gap to the request's token before goes
+   to the token gaps (:mod:`cpkv.serving.record.token_gaps`): the step's duration when that
+   token came at the end of the step before, else the time since.
 
 A step that schedules nothing (vLLM's empty step after the last finish, or a step whose
 running pass preempted the request it was scheduling and ended) takes no time. When
@@ -127,6 +129,7 @@ class VllmEngine(Instance):
         arrivals: Iterable[Req] | None = None,
     ) -> None:
         self.settings, self.sink, self.samples = settings, sink, samples
+        self.gaps = samples.gaps
         self.scheduler = Scheduler(settings.config)
         self.arrivals = Arrivals(arrivals)
         self.reqs: dict[str, Req] = {}
@@ -221,24 +224,34 @@ class VllmEngine(Instance):
         )
         self.now = end = start + duration
         free = scheduler.free_blocks
-        self.samples.iteration(
+        sample = (
             start, duration, len(scheduler.running), len(scheduler.waiting),
             self.settings.capacity_blocks - free, free, prefill, decoded, decode_context,
             prefill_context, pairs, 0,
         )  # fmt: skip
         finished = scheduler.update(plan)
+        step = self.iterations
         self.iterations += 1
         if finished:
             self.blocked = False
-        firsts = 0
+        firsts = consecutive = 0
+        late: dict[float, int] = {}  # the times of tokens before that came earlier
         for request, fill in emitting:
             r = reqs[request.request_id]
             r.prefilled += fill
+            if r.token_iteration == step - 1 and r.generated:
+                consecutive += 1
+            elif r.generated:
+                late[r.token_us] = late.get(r.token_us, 0) + 1
             r.generated += 1
+            r.token_iteration, r.token_us = step, end
             if r.first_token_us is None:
                 r.first_token_us = end
                 firsts += 1
             r.state = RUNNING
+        self.samples.iteration(*sample, consecutive)
+        for before, count in late.items():
+            self.gaps.point(-1, end - before, count)
         for request_id in finished:
             r = reqs.pop(request_id)
             r.state, r.finished_us = FINISHED, end

@@ -25,7 +25,9 @@ together, up to the next event:
 The steps' durations are the cost model's decode-only line (its closed-form stretch,
 :func:`~cpkv.serving.engine.stretch.decode_line`): how many start before the horizon and
 their sum come in closed form; the stretch goes to the iteration log as one segment, its
-blocks taken per step repeating with the block size. The decisions are those of the full
+blocks taken per step repeating with the block size, and its durations to the token gaps
+(each one gap of every running request; in the first step, of those whose token before
+came at the end of the step before, the others' gap reaching back to that token). The decisions are those of the full
 steps it replaces; the clock is their durations' sum, which may differ from adding them one
 by one in the last bits.
 """
@@ -79,12 +81,13 @@ def decode_stretches(engine: Any, horizon: float) -> int:
         stretch = lines.steps_within(count, context, horizon - now, limit)
         if stretch is None:
             break  # (a model whose decode-only durations are not one line)
-        k, total = stretch
+        k, total, first, slope = stretch
         end = now + total
         grow = steps.phases[:k]
+        gaps = _gaps(engine, steps.running, k, now, first, slope)
         engine.samples.stretch(
             now, k, end, count, len(scheduler.waiting), capacity - free, free, 0, context, 0,
-            0, 0, grow, None,
+            0, 0, grow, None, gaps, first, slope,
         )  # fmt: skip
         stop = decode_stop(engine, count)
         if stop is not None:
@@ -101,11 +104,38 @@ def decode_stretches(engine: Any, horizon: float) -> int:
     return ran
 
 
+def _gaps(engine: Any, running: list, k: int, now: float, first: float, slope: float) -> int:
+    """The token gaps of ``k`` decode-only steps from ``now`` (durations ``first + slope
+    j``), and each running request's last token's iteration (the last step's): when every
+    running request had its token before at the end of the step before, the gaps each step
+    has (the stretch's segment carries them), else 0 and the gaps are logged apart."""
+    reqs, gaps, step = engine.reqs, engine.gaps, engine.iterations
+    consecutive = 0
+    late: dict[float, int] = {}  # the times of tokens before that came earlier
+    for request in running:
+        r = reqs[request.request_id]
+        if r.token_iteration == step - 1:
+            consecutive += 1
+        else:
+            late[r.token_us] = late.get(r.token_us, 0) + 1
+        r.token_iteration = step + k - 1
+    if consecutive == len(running):
+        return consecutive
+    if consecutive:
+        gaps.point(step, first, consecutive)
+    gaps.line(step + 1, first, slope, 1, k, len(running))
+    for before, count in late.items():
+        gaps.point(-1, now + first - before, count)
+    return 0
+
+
 def _account(engine: Any, running: list, k: int, finished: list[str], end: float) -> None:
     """The engine's side of ``k`` decode-only steps: tokens, iterations, the finishes."""
     reqs = engine.reqs
     for request in running:
-        reqs[request.request_id].generated += k
+        r = reqs[request.request_id]
+        r.generated += k
+        r.token_us = end
     counters = engine.counters
     counters["decode_tokens"] += len(running) * k
     engine.iterations += k

@@ -42,7 +42,12 @@ class Req:
     ``finish_step``, ``advanced_step``, ``epoch`` (bumped when it leaves the running set:
     stale heap entries carry the old one), ``stamp`` (the order it was admitted in);
     ``policy`` (:class:`~cpkv.serving.schedulers.options.RequestPolicy`, when the run has
-    policy options).
+    policy options); its token gaps' bookkeeping (:mod:`cpkv.serving.record.token_gaps`):
+    ``token_us`` and ``token_iteration`` (the end and the iteration of its last token, once
+    it has one; while it decodes in cpkv's loop, of the token that began its run of
+    consecutive tokens), ``run_tokens`` (the tokens it had when that run began; -1: not in
+    a run), ``gap_history`` (cpkv's loop: the runs it ended and its gaps of several
+    iterations, which leave the pooled gaps if it does not finish; None: none).
 
     Reported: ``admitted_us`` / ``first_token_us`` / ``finished_us`` (first admission, first
     token, end), ``generated``, ``prefilled`` (prompt tokens computed, recomputation
@@ -57,7 +62,7 @@ class Req:
         "filled_tokens", "kv_tokens", "reserved_blocks", "stamp", "kv_base", "context_base",
         "finish_step", "advanced_step", "admitted_us", "first_token_us", "finished_us",
         "preemptions", "l1_hit", "l2_hit", "recomputed", "prefilled", "reject_reason", "policy",
-        "lane_base", "lane_token",
+        "lane_base", "lane_token", "token_us", "token_iteration", "run_tokens", "gap_history",
     )  # fmt: skip
 
     @classmethod
@@ -85,10 +90,10 @@ class Req:
         r.state = r.epoch = r.generated = r.fill_tokens = r.device_prefix = r.host_hit = 0
         r.filled_tokens = r.kv_tokens = r.reserved_blocks = r.stamp = r.kv_base = 0
         r.context_base = r.finish_step = r.preemptions = r.recomputed = r.prefilled = 0
-        r.advanced_step = -1
-        r.lane_base = r.lane_token = 0
+        r.advanced_step = r.run_tokens = -1
+        r.lane_base = r.lane_token = r.token_iteration = 0
         r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
-        r.reject_reason = r.policy = None
+        r.reject_reason = r.policy = r.token_us = r.gap_history = None
         return r
 
     @classmethod

@@ -23,6 +23,15 @@ numbers. From the iterations it sums, in one pass, what the run reports: the int
 (used and held blocks x time, peaks; :class:`Integrals`), the time breakdown over the run
 (:class:`~cpkv.serving.cost.report.TimeTotals`) and the timeline's buckets
 (:class:`~cpkv.serving.record.timeline.TimelineSums`).
+
+Beside the segments, the log holds the requests' token gaps (``gaps``, a
+:class:`~cpkv.serving.record.token_gaps.GapLog`, spilled and kept alike). A segment carries
+its one-iteration gaps (``gaps``: the requests that got a token at the end of each of its
+iterations after one at the end of the iteration before; a full iteration's gap is its
+duration, ``end - start``, a stretch's are the line ``gap_a + gap_b j``); the first read of
+the segments (:meth:`IterationLog.summary`, or :meth:`IterationLog.settle_gaps`) turns them
+into the gap log's records, so that the engines log no more than the segment for them.
+The engines log the other gaps into ``gaps`` themselves.
 """
 
 from __future__ import annotations
@@ -38,19 +47,22 @@ import numpy as np
 
 from cpkv.serving.cost.report import TimeTotals, breakdown_columns
 from cpkv.serving.record.timeline import TimelineSums
+from cpkv.serving.record.token_gaps import GapLog, Gaps
 
-SEGMENT = struct.Struct("<qddqqqqqqqqqqqq")
+SEGMENT = struct.Struct("<qddqqqqqqqqqqqqqdd")
 """One segment: steps, start, end (µs), running, waiting, decode requests, used and free
 blocks (after a full iteration's allocations; before a stretch's first step's growth),
 prefill tokens, decode context, prefill context, attention pairs, the pairs' step, loaded
-tokens, and the number of growth counts logged for it (whose needed-block counts follow
-them when negative)."""
+tokens, the number of growth counts logged for it (whose needed-block counts follow
+them when negative), its one-iteration token gaps per iteration and, for a stretch, their
+line's two numbers."""
 SEGMENT_DTYPE = np.dtype(
     [
         ("steps", "<i8"), ("start", "<f8"), ("end", "<f8"), ("running", "<i8"),
         ("waiting", "<i8"), ("decode", "<i8"), ("used", "<i8"), ("free", "<i8"),
         ("prefill", "<i8"), ("decode_context", "<i8"), ("prefill_context", "<i8"),
         ("pairs", "<i8"), ("pairs_step", "<i8"), ("loaded", "<i8"), ("counts", "<i8"),
+        ("gaps", "<i8"), ("gap_a", "<f8"), ("gap_b", "<f8"),
     ]
 )  # fmt: skip
 assert SEGMENT_DTYPE.itemsize == SEGMENT.size
@@ -103,17 +115,20 @@ class IterationLog:
         self.file: Any = None  # else spilled: (offset, record bytes, count bytes) each
         self.index: list[tuple[int, int, int]] = []
         self.kept: tuple[list, ...] | None = None
+        self.gaps = GapLog(keep, spill_dir)
+        self.gaps_settled = False  # the segments' gaps are in ``gaps``
 
     # -- logging ---------------------------------------------------------------------------
     def iteration(
         self, start: float, duration: float, running: int, waiting: int, used: int, free: int,
         prefill: int, decode: int, decode_context: int, prefill_context: int, pairs: int,
-        loaded: int,
+        loaded: int, gaps: int = 0,
     ) -> None:  # fmt: skip
-        """One full iteration (its blocks after its allocations)."""
+        """One full iteration (its blocks after its allocations) and its one-iteration token
+        gaps."""
         self.records += SEGMENT.pack(
             1, start, start + duration, running, waiting, decode, used, free, prefill,
-            decode_context, prefill_context, pairs, 0, loaded, 1,
+            decode_context, prefill_context, pairs, 0, loaded, 1, gaps, 0.0, 0.0,
         )  # fmt: skip
         self.counts.append(0)
         self.segments += 1
@@ -123,16 +138,19 @@ class IterationLog:
     def stretch(
         self, start: float, steps: int, end: float, running: int, waiting: int, used: int,
         free: int, prefill: int, decode_context: int, prefill_context: int, pairs: int,
-        pairs_step: int, grow: list[int], need: list[int] | None,
+        pairs_step: int, grow: list[int], need: list[int] | None, gaps: int = 0,
+        gap_a: float = 0.0, gap_b: float = 0.0,
     ) -> None:  # fmt: skip
         """``steps`` iterations of a stretch (:mod:`cpkv.serving.engine.stretch`): the
         first's arguments; its blocks before its growth; ``grow``: the blocks each of the
         first ``len(grow)`` steps uses (repeating after), ``need``: the free blocks each
-        needs when that differs."""
+        needs when that differs; ``gaps`` one-iteration token gaps in each of its
+        iterations, of durations ``gap_a + gap_b j``."""
         m = len(grow)
         self.records += SEGMENT.pack(
             steps, start, end, running, waiting, running, used, free, prefill,
             decode_context, prefill_context, pairs, pairs_step, 0, m if need is None else -m,
+            gaps, gap_a, gap_b,
         )  # fmt: skip
         self.counts.fromlist(grow)
         if need is not None:
@@ -170,10 +188,11 @@ class IterationLog:
             )
 
     def discard(self) -> None:
-        """Close the temporary file (it was unlinked when created)."""
+        """Close the temporary files (they were unlinked when created)."""
         if self.file is not None:
             self.file.close()
             self.file = None
+        self.gaps.discard()
 
     # -- reading back ----------------------------------------------------------------------
     def read(self):
@@ -191,7 +210,10 @@ class IterationLog:
         timeline of ``points`` buckets (module docstring)."""
         totals, time = Integrals(), TimeTotals()
         timeline = TimelineSums(end_us, points) if end_us > 0 else None
+        settle, first = not self.gaps_settled, 0
         for records, counts in self.read():
+            if settle:
+                first = self._segment_gaps(records, first)
             t0, dt, used, held, running, waiting, columns = self.expand(records, counts, True)
             totals.iterations += len(dt)
             totals.used_block_us += float(np.dot(used, dt))
@@ -202,7 +224,33 @@ class IterationLog:
             if timeline is not None:
                 timeline.add(t0, dt, (used, held, running, waiting), columns)
             time.add(columns, len(dt))  # (last: it sums the columns in place)
+        self.gaps_settled = True
         return LogSummary(totals, time, timeline)
+
+    def settle_gaps(self) -> GapLog:
+        """The token gaps, the segments' own among them (read now unless a summary did)."""
+        if not self.gaps_settled:
+            self.flush()
+            first = 0
+            for records, _ in self.read():
+                first = self._segment_gaps(records, first)
+            self.gaps_settled = True
+        return self.gaps
+
+    def _segment_gaps(self, records: bytes, first: int) -> int:
+        """A batch's segments' gaps into the gap log (``first``: the iteration its first
+        segment starts at); the iteration after the batch."""
+        rec = np.frombuffer(records, dtype=SEGMENT_DTYPE)
+        steps = rec["steps"]
+        starts = first + np.cumsum(steps) - steps
+        some = rec["gaps"] != 0
+        if some.any():
+            rec, full = rec[some], steps[some] == 1
+            self.gaps.add(Gaps(
+                starts[some], np.where(full, rec["end"] - rec["start"], rec["gap_a"]),
+                np.where(full, 0.0, rec["gap_b"]), rec["steps"], rec["gaps"].astype(float),
+            ))  # fmt: skip
+        return first + int(steps.sum())
 
     def expand(self, records: bytes, counts: bytes, breakdown: bool = False):
         """A batch's iterations: ``(t0, dt, used, held, running, waiting)`` arrays, and the

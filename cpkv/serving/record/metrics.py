@@ -5,6 +5,10 @@ generates it):
 
 * queue = first admission - arrival; TTFT = first token - arrival; E2E = finish - arrival;
   TPOT = (finish - first token) / (output tokens - 1), for requests with >= 2 tokens;
+* ITL (inter-token latency) = every gap between two consecutive tokens of a finished
+  request, pooled over the requests (:mod:`cpkv.serving.record.itl`): TPOT averages a
+  request's gaps, ITL keeps them apart, so a stall (a prefill batch that does not decode
+  the running requests, a preemption's recompute) shows in its p99 and max;
 * percentiles interpolate linearly between order statistics (numpy's default);
 * throughput = output tokens (requests) finished / makespan, the makespan being the time
   the last request finished or was rejected; goodput = finished requests meeting
@@ -24,10 +28,12 @@ their sum in ascending order. The KV integrals come from the iteration log
 (:mod:`cpkv.serving.record.iteration_log`), the timeline from its samples read back once
 the makespan is known (:mod:`cpkv.serving.record.timeline`).
 
-Percentiles: every one this module reports (queue, TTFT, TPOT, E2E at p50 / p90 / p95 / p99)
-and every mean is exact, none is estimated: the four latency series are the only per-request
-state a run keeps after a request ends, 32 bytes a request (32 MB for a million requests),
-sorted once at the end; a percentile interpolates between two of their order statistics.
+Percentiles: every one this module reports (queue, TTFT, TPOT, E2E at p50 / p90 / p95 / p99,
+ITL at p50 / p90 / p99) and every mean is exact, none is estimated: the four latency series
+are the only per-request state a run keeps after a request ends, 32 bytes a request (32 MB
+for a million requests), sorted once at the end; a percentile interpolates between two of
+their order statistics. The ITL's gaps are weighted records of the iterations (spilled with
+the iteration log), their order statistics found by counting passes over them.
 No sketch or sample is used anywhere (the latency CDF plot is drawn through up to 4,000
 order statistics of the same sorted values, :mod:`cpkv.plots.serving`).
 """
@@ -41,6 +47,7 @@ from typing import Any
 from cpkv.runs.results import metric, outcome
 from cpkv.serving.model.request import FINISHED, Req
 from cpkv.serving.record.iteration_log import Integrals
+from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.requests import PERCENTILES, RequestStats, RequestSummary, percentile
 from cpkv.serving.schema import SloSpec
 
@@ -76,6 +83,11 @@ class ServingRow:
     tpot_p90_ms: float | None = _ms()
     tpot_p95_ms: float | None = _ms()
     tpot_p99_ms: float | None = _ms()
+    itl_mean_ms: float | None = _ms()
+    itl_p50_ms: float | None = _ms()
+    itl_p90_ms: float | None = _ms()
+    itl_p99_ms: float | None = _ms()
+    itl_max_ms: float | None = _ms()
     e2e_mean_ms: float | None = _ms()
     e2e_p50_ms: float | None = _ms()
     e2e_p90_ms: float | None = _ms()
@@ -128,13 +140,16 @@ def summary_row(res: Any, slo: SloSpec, capacity_blocks: int) -> ServingRow:
     (:func:`~cpkv.serving.engine.simulate.simulate`)."""
     assert res.requests is not None, "summary_row needs the requests: use row_of for a stream"
     summary = stats_of(res.requests, slo).summary()
-    return row_of(summary, res.integrals, res.end_us, capacity_blocks)
+    itl = itl_stats([res.samples]) if res.samples is not None else None
+    return row_of(summary, res.integrals, res.end_us, capacity_blocks, itl)
 
 
 def row_of(
-    stats: RequestSummary, totals: Integrals, end_us: float, capacity_blocks: int
-) -> ServingRow:
-    """The run's :class:`ServingRow` from its requests' stats and its iterations' integrals."""
+    stats: RequestSummary, totals: Integrals, end_us: float, capacity_blocks: int,
+    itl: ItlStats | None = None,
+) -> ServingRow:  # fmt: skip
+    """The run's :class:`ServingRow` from its requests' stats, its iterations' integrals and
+    its token gaps' statistics (None: not known)."""
     span = end_us / 1e6
     per_s = (lambda v: v / span) if span > 0 else (lambda v: None)
     n = totals.iterations
@@ -154,6 +169,7 @@ def row_of(
         preemptions=stats.preemptions,
         recomputed_tokens=stats.recomputed,
         **stats.latencies,
+        **(ItlStats() if itl is None else itl).columns(),
         throughput_tokens_per_s=per_s(stats.generated),
         throughput_requests_per_s=per_s(stats.finished),
         goodput_requests_per_s=per_s(stats.good),
