@@ -264,8 +264,18 @@ class Loop:
         queue = self.result_queue
         if queue:  # (overlap) the last decode's results, then those of all but the last pass
             head = queue[0]
-            for r in reqs:
-                self._stamp(r, head)
+            previous, fresh, late = head.ct - 1, 0, []
+            for r in reqs:  # (each one's token from ``head``, as :meth:`_emit` counts it)
+                before = r.last_token_us
+                if before is None:
+                    continue
+                if r.last_token_ct == previous:
+                    fresh += 1
+                else:
+                    late.append(before)
+            head.gaps += fresh
+            if late:
+                head.late = late if head.late is None else head.late + late
             if head.gaps or head.late:
                 self.listener.emitted(head)
             last_ct, last_us = passes + steps - 1, last_start_us
@@ -651,22 +661,18 @@ class Loop:
         if batch.gaps or batch.late:
             self.listener.emitted(batch)
 
-    def _stamp(self, req: Req, batch: Batch) -> None:
-        """``req``'s token comes from ``batch``: its gap to the token before is counted."""
-        before = req.last_token_us
-        if before is not None:
-            if req.last_token_ct == batch.ct - 1:
-                batch.gaps += 1
-            elif batch.late is None:
+    def _emit(self, req: Req, batch: Batch) -> bool:
+        """``req`` takes its output token; whether that finished it."""
+        req.output_len += 1
+        before = req.last_token_us  # its gap: counted, or the time of the token before kept
+        if before is not None and req.last_token_ct == batch.ct - 1:
+            batch.gaps += 1
+        elif before is not None:
+            if batch.late is None:
                 batch.late = [before]
             else:
                 batch.late.append(before)
         req.last_token_us, req.last_token_ct = batch.end_us, batch.ct
-
-    def _emit(self, req: Req, batch: Batch) -> bool:
-        """``req`` takes its output token; whether that finished it."""
-        req.output_len += 1
-        self._stamp(req, batch)
         if req.output_len == 1:
             self.listener.first_token(req, batch)
         if req.output_len >= req.max_new_tokens:
