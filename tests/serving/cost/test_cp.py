@@ -81,7 +81,8 @@ def test_one_rank_without_cached_token_constants_is_the_roofline_model() -> None
     work = build_cp(inner, SimpleNamespace(cp=CpSpec(size=2))).cp_work
     one = CpRooflineCost(inner, CpWork(
         size=1, layers=work.layers, token_bytes=work.token_bytes,
-        link_gb_per_s=work.link_gb_per_s, regimes=work.regimes, score_pair_us=0.0,
+        link_gb_per_s=work.link_gb_per_s, regimes=work.regimes, score_write_us=0.0,
+        score_pair_us=0.0,
         descriptor_page_us=0.0, descriptor_fixed_us=0.0, load_back_page_us=0.0,
     ))  # fmt: skip
     for args in [(20, 0, 0, 32, 450, 12), (7, 3, 60, 107, 700, 0), (0, 3, 60, 0, 0, 0)]:
@@ -124,14 +125,28 @@ def test_the_price_grows_with_the_cached_tokens() -> None:
         assert t > last
         assert terms["materialise_us"] >= 0 and terms["topk_us"] > 0
         last = t
-    # the sparse top-k: 4-byte scores written once and read twice at the elementwise
-    # kernels' share of the H200's 4.8 TB/s, per pair of the rank, per layer
-    cal = m.calibration
-    assert m.cp_work.score_pair_us == pytest.approx(4 * 3 / (4800e3 * cal.elementwise_bw_eff))
-    pairs = 2048 * 8192 + 2048 * 2049 // 2
+    # the sparse top-k: 4-byte scores at the elementwise kernels' share of the H200's
+    # 4.8 TB/s: the rank's 256 query rows of all 10,240 keys written, its pairs' scores read
+    # twice, per layer
+    eff = m.calibration.elementwise_bw_eff
+    pairs = 2048 * 8192 + 2048 * 2049 // 2  # 18,875,392: 2,359,424 a rank
+    write, read = 4 / (4800e3 * eff), 8 / (4800e3 * eff)
     assert m.terms(2048, 0, 0, 8192 + 2048, pairs, 0)["topk_us"] == pytest.approx(
-        61 * m.cp_work.score_pair_us * -(-pairs // 8)
+        61 * (write * 256 * 10240 + read * 2359424), rel=1e-12
     )
+
+
+def test_the_index_scores_make_a_batch_of_high_hit_requests_cost_more_than_its_parts() -> None:
+    spec = CostSpec(model="deepseek-v3.2", gpu="h200", tp=8, cp=CpSpec(size=8))
+    m = spec.build()
+    # one request: 512 extend tokens after 32,768 cached; k of them in one batch
+    one = m.terms(512, 0, 0, 33280, 512 * 32768 + 512 * 513 // 2, 0)["topk_us"]
+    four = m.terms(2048, 0, 0, 4 * 33280, 4 * (512 * 32768 + 512 * 513 // 2), 0)["topk_us"]
+    # the pairs' reads add up; the score rows do not: 256 rows of 133,120 keys against 4 x 64
+    # rows of 33,280 (the matrix grows as k squared)
+    write = m.cp_work.score_write_us
+    assert four - 4 * one == pytest.approx(61 * write * (256 * 133120 - 4 * 64 * 33280))
+    assert four > 1.5 * (4 * one)
 
 
 def test_zigzag_split_balances_the_pairs_and_owner_lanes_deal_pages_round_robin() -> None:
@@ -177,3 +192,14 @@ def test_bad_cp_keys_are_refused_in_one_line(cli, override, says) -> None:
     assert says in res.output
     assert "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_serving_run_on_cp_ranks_names_them_and_adds_up(cli) -> None:
+    res = cli(
+        "admit", "configs/admit/serving_mooncake.yaml", "admit.workload.limit=40",
+        "admit.cost.model=deepseek-v3.2", "admit.cost.gpu=h200", "admit.cost.tp=8",
+        "admit.cost.cp.size=4", "admit.cost.cp.kv_exchange=ring",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "CP prefill on 4 ranks (32 GPUs), KV ring" in res.output
+    assert '"cp": {"size": 4, "kv_exchange": "ring"' in res.output

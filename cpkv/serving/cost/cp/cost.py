@@ -48,7 +48,7 @@ class CpRooflineCost:
         terms = (
             w.exchange_us(work, prefill, rank[3] / work.layers),
             w.materialise_us(work, cached),
-            w.topk_us(work, rank_pairs),
+            w.topk_us(work, tokens, prefill_context, rank_pairs),
             w.load_back_us(work, loaded),
             w.descriptors_us(work, prefill_context),
         )
@@ -137,6 +137,7 @@ class CpRooflineCost:
                 "kv_exchange": work.exchange,
                 "page_size": work.page_size,
                 "token_bytes": work.token_bytes,
+                "score_write_us": work.score_write_us,
                 "score_pair_us": work.score_pair_us,
                 "descriptor_page_us": work.descriptor_page_us,
                 "descriptor_fixed_us": work.descriptor_fixed_us,
@@ -159,15 +160,17 @@ def build_cp(inner: Any, spec: Any) -> CpRooflineCost:
     cp, shape = spec.cp, inner.shape
     attn = attention_work(shape, inner.tp)
     token_bytes = float(shape.kv_layer_bytes() if shape.mla else attn.context_token_bytes)
-    score_pair_us = 0.0
+    score_write_us = score_pair_us = 0.0
     if attn.topk > 0:
         token_bytes += attn.index_token_bytes
         hbm = inner.gpu.hbm_gb_per_s * 1e3 * inner.calibration.elementwise_bw_eff
-        score_pair_us = w.SCORE_BYTES * (1 + cp.topk_passes) / hbm
+        score_write_us = w.SCORE_BYTES / hbm
+        score_pair_us = w.SCORE_BYTES * cp.topk_passes / hbm
     work = w.CpWork(
         size=cp.size, layers=shape.layers, token_bytes=token_bytes,
         link_gb_per_s=inner.gpu.nvlink_gb_per_s,
-        regimes=regimes_of(inner.gpu.calibration_for(cp.size)), score_pair_us=score_pair_us,
+        regimes=regimes_of(inner.gpu.calibration_for(cp.size)), score_write_us=score_write_us,
+        score_pair_us=score_pair_us,
         exchange="ring" if cp.kv_exchange == "ring" else "all_gather", page_size=cp.page_size,
         descriptor_page_us=cp.descriptor_page_us, descriptor_fixed_us=cp.descriptor_fixed_us,
         load_back_page_us=cp.load_back_page_us,

@@ -58,6 +58,6 @@ class CpSpec:
             for f in fields(self):
                 if f.name != "size" and getattr(self, f.name) != getattr(default, f.name):
                     raise FieldError(
-                        f.name, f"applies only to a CP prefill (size > 1), and size is 1; "
+                        f.name, "applies only to a CP prefill (size > 1), and size is 1; "
                         "set size, or leave the key out",
                     )  # fmt: skip

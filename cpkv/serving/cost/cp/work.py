@@ -26,9 +26,14 @@ one rank's time):
   ``(n−1)/n`` it does not own before attending to the whole prefix: per layer an all-gather
   of ``C × b`` bytes. 0 on one rank (the pages are local);
 * **index / top-k** (:func:`topk_us`, part ``attention``; sparse attention only): the
-  indexer writes one fp32 score per pair (:data:`SCORE_BYTES`) and the top-k reads the scores
-  ``topk_passes`` times: ``⌈pairs/n⌉ × 4 × (1 + passes)`` bytes per layer at the elementwise
-  kernels' share of HBM bandwidth (the indexer's FLOPs are the roofline model's);
+  indexer's scores of a prefill batch are one fp32 matrix of the batch's queries by the
+  batch's keys (DeepGEMM's ``fp8_mqa_logits``, which SGLang's and vLLM's DSA indexers call
+  for prefill: output ``[seq_len, seq_len_kv]``, the requests' keys concatenated and each
+  query's range given by ``ks``/``ke``): a rank writes its ``⌈P/n⌉`` rows of ``C + P``
+  scores (:data:`SCORE_BYTES` each), and the top-k reads each query's own scores
+  (``⌈pairs/n⌉`` of them) ``topk_passes`` times, at the elementwise kernels' share of HBM
+  bandwidth, per layer (the indexer's FLOPs are the roofline model's). The matrix makes a
+  batch of ``k`` requests cost ``k²``: every query's row spans every request's cached tokens;
 * **load-back** (:func:`load_back_pages`, :func:`load_back_us`, part ``load``): each rank
   loads the L2 hits' pages it owns, the fullest lane ``⌈⌈loaded/page⌉/n⌉`` pages: their bytes
   (the roofline model's load of that lane's tokens) plus ``load_back_page_us`` a page;
@@ -42,8 +47,10 @@ GPU's KV heads otherwise) plus, with sparse attention, the indexer's key
 
 Constants (defaults of ``admit.cost.cp``) and where they come from:
 
-* :data:`SCORE_BYTES` 4: the indexer's scores are fp32 logits (SGLang's and vLLM's DSA
-  indexers). A fact of the kernels, not a fit;
+* :data:`SCORE_BYTES` 4: the indexer's scores are fp32 logits, a matrix of the batch's
+  queries by its keys (DeepGEMM's ``fp8_mqa_logits`` interface). A fact of the kernels, not
+  a fit; that the whole matrix is written (``clean_logits`` fills the rows outside each
+  query's range) is the kernel's default, taken as what a CP prefill batch pays;
 * ``topk_passes`` 2: **an assumption**: a radix-select top-k reads its input about twice (a
   histogram pass, a select pass); not measured here;
 * ``descriptor_page_us`` 1.25: **an assumption anchored on a measurement**: seed 003's
@@ -55,9 +62,10 @@ Constants (defaults of ``admit.cost.cp``) and where they come from:
 * ``load_back_page_us`` 1.0: **an assumption**: about one DMA submission a page (the host
   tier's page-first layout copies a page of all layers at once); not measured here.
 
-The terms are linear in ``C`` (materialise, descriptors) or in the pairs (top-k), which grow
-with ``C`` times the extend tokens: a batch of many high-hit requests pays them for every
-cached token it holds, which is why ``admit.cp.max_total_cached_tokens`` exists.
+The materialisation and the descriptors are linear in ``C``; the index scores grow as the
+batch's queries times its cached tokens: a batch of many high-hit requests pays for every
+cached token it holds, once per query of every request, which is why
+``admit.cp.max_total_cached_tokens`` exists.
 """
 
 from __future__ import annotations
@@ -79,7 +87,8 @@ class CpWork:
     token_bytes: float  # b: one token's KV (+ indexer key) bytes, one layer, one GPU
     link_gb_per_s: float
     regimes: AllReduceRegimes
-    score_pair_us: float  # one pair's scores written and read by the top-k, one layer; 0 dense
+    score_write_us: float  # one score of the rank's rows written, one layer; 0 dense
+    score_pair_us: float  # one pair's score read by the top-k (all passes), one layer; 0 dense
     exchange: str = "all_gather"
     page_size: int = 64
     descriptor_page_us: float = 1.25
@@ -111,9 +120,11 @@ def materialise_us(work: CpWork, cached_tokens: int) -> float:
     )
 
 
-def topk_us(work: CpWork, rank_pairs: int) -> float:
-    """The sparse-attention top-k over the rank's pairs' index scores, all layers."""
-    return work.layers * work.score_pair_us * rank_pairs
+def topk_us(work: CpWork, rank_tokens: int, batch_tokens: int, rank_pairs: int) -> float:
+    """The index scores of the rank's ``rank_tokens`` queries against the batch's
+    ``batch_tokens`` keys written, and its pairs' scores read by the top-k, all layers."""
+    write = work.score_write_us * rank_tokens * batch_tokens
+    return work.layers * (write + work.score_pair_us * rank_pairs)
 
 
 def load_back_pages(work: CpWork, loaded_tokens: int) -> int:
