@@ -24,7 +24,10 @@ one rank's time):
 * **materialise** (:func:`materialise_us`, part ``communication``): the cached prefix's KV
   pages lie round-robin on the ranks' owner lanes (:mod:`.layout`), so each rank gathers the
   ``(n−1)/n`` it does not own before attending to the whole prefix: per layer an all-gather
-  of ``C × b`` bytes. 0 on one rank (the pages are local);
+  of ``C × b`` bytes. 0 on one rank (the pages are local). That the prefix moves as an
+  all-gather of the pages is **an assumption** (seed 000 names "prefix materialise" as
+  cached-token work without saying how; a kernel reading remote pages in place would move
+  the same bytes);
 * **index / top-k** (:func:`topk_us`, part ``attention``; sparse attention only): the
   indexer's scores of a prefill batch are one fp32 matrix of the batch's queries by the
   batch's keys (DeepGEMM's ``fp8_mqa_logits``, which SGLang's and vLLM's DSA indexers call
@@ -48,9 +51,10 @@ GPU's KV heads otherwise) plus, with sparse attention, the indexer's key
 Constants (defaults of ``admit.cost.cp``) and where they come from:
 
 * :data:`SCORE_BYTES` 4: the indexer's scores are fp32 logits, a matrix of the batch's
-  queries by its keys (DeepGEMM's ``fp8_mqa_logits`` interface). A fact of the kernels, not
-  a fit; that the whole matrix is written (``clean_logits`` fills the rows outside each
-  query's range) is the kernel's default, taken as what a CP prefill batch pays;
+  queries by its keys (DeepGEMM's ``fp8_mqa_logits`` interface). The bytes are a fact of the
+  kernel; that a rank pays for writing its whole rows (the interface's ``clean_logits`` fills
+  the scores outside each query's range, and the top-k is given rows of the batch's length)
+  is **an assumption**, an upper bound where a kernel skips the rest;
 * ``topk_passes`` 2: **an assumption**: a radix-select top-k reads its input about twice (a
   histogram pass, a select pass); not measured here;
 * ``descriptor_page_us`` 1.25: **an assumption anchored on a measurement**: seed 003's
