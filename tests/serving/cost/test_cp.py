@@ -203,3 +203,14 @@ def test_a_serving_run_on_cp_ranks_names_them_and_adds_up(cli) -> None:
     assert res.exit_code == 0, res.output
     assert "CP prefill on 4 ranks (32 GPUs), KV ring" in res.output
     assert '"cp": {"size": 4, "kv_exchange": "ring"' in res.output
+
+
+def test_the_all_gather_by_hand() -> None:
+    from cpkv.serving.cost.allreduce import AllReduceRegimes, allgather_us
+
+    regimes = AllReduceRegimes(latency_us=2.0, small_bw_eff=0.25, switch_bytes=1000, bw_eff=0.5)
+    # 3,000 B on 4 GPUs over 1 GB/s (1e3 B/us): each sends 3/4 of it, the first 1,000 B at
+    # 250 B/us (4 us), the other 2,000 B at 500 B/us (4 us): 2 + 0.75 * 8 = 8 us
+    assert allgather_us(3000, 4, 1.0, regimes) == pytest.approx(8.0, rel=1e-12)
+    assert allgather_us(3000, 1, 1.0, regimes) == 0.0
+    assert allgather_us(0, 4, 1.0, regimes) == 0.0
