@@ -98,6 +98,8 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "cluster.instances",
                 f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
             )
+        if self.cluster.disaggregated:
+            self._validate_disaggregated()
         AdmitBudgets.validate(self)
         from cpkv.admit.policy_space import check_policy_space
 
@@ -249,6 +251,26 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             raise FieldError(
                 "chunked_prefill_size", f"{chunk} is less than a page ({self.page_size} tokens)"
             )
+
+    def _validate_disaggregated(self) -> None:
+        """Prefill and decode pools run cpkv's loop with SGLang's PrefillAdder, in mode
+        serving, without the admission-policy options; each pool's cost is checked."""
+        from cpkv.serving.cluster.disagg.schema import pool_cost
+
+        why = None
+        if self.mode != "serving":
+            why = f"runs in admit.mode serving, not {self.mode}"
+        elif self.engine != "sglang":
+            why = (
+                f"runs with engine sglang (cpkv's loop: a prefill-only mode and a decode entry "
+                f"for requests whose KV arrives built), not {self.engine}"
+            )
+        elif self.policy != "prefill_adder":
+            why = f"runs SGLang's PrefillAdder (policy prefill_adder), not policy {self.policy}"
+        if why is not None:
+            raise FieldError("cluster.prefill", f"a disaggregated deployment {why}")
+        for pool in ("prefill", "decode"):
+            pool_cost(self.cost, getattr(self.cluster, pool), f"cluster.{pool}")
 
     def _validate_graph_buckets(self) -> None:
         """No CUDA-graph bucket larger than the most requests that can run at once: SGLang
