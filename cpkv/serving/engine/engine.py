@@ -329,6 +329,10 @@ class Engine:
         if decoded or pool.preempted:
             self._update_ratio()
         completed = self._apply(self._plan(decoded))
+        if idle and self.held is not None and self.held.heap and not self.admitted:
+            # nothing fits beside the KV still being sent: wait for its release (or an arrival)
+            self.now = max(self.now, min(self.held.next_us, self.arrivals.next_us))
+            return
         firsts = self._first_tokens(completed, finishing)
         if self.lifecycle is not None:
             self.lifecycle.before_duration()

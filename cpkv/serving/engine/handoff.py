@@ -105,13 +105,16 @@ class Handoffs:
 class BuiltRequests:
     """The decode side's receive queue and SGLang's rule for it (module docstring)."""
 
-    __slots__ = ("queue", "reserved", "max_running", "block", "capacity_tokens", "admitted")
+    __slots__ = (
+        "queue", "reserved", "max_running", "block", "capacity_tokens", "admitted", "most",
+    )  # fmt: skip
 
     def __init__(self, reserved: int, max_running: int | None, block: int, capacity: int) -> None:
         self.queue: deque[Req] = deque()
         self.reserved, self.max_running, self.block = reserved, max_running, block
         self.capacity_tokens = capacity * block
         self.admitted = 0
+        self.most = 0  # the largest prompt + clipped output admitted so far: a bound of single
 
     def fits_alone(self, r: Req) -> bool:
         """Whether the rule admits ``r`` into an empty pool."""
@@ -125,7 +128,7 @@ class BuiltRequests:
         n = pool.n_running
         retractable = pool.context_tokens()
         single = 0
-        if n:
+        if n and self.most - retractable > reserved * n:  # (else it cannot matter)
             single = max(r.prompt_tokens + _clipped(r) for r in pool.running) - retractable
         allocatable = pool.free_blocks * self.block - max(reserved * n, single)
         while queue:
@@ -140,6 +143,9 @@ class BuiltRequests:
                 return
             queue.popleft()
             allocatable -= required
+            most = r.prompt_tokens + _clipped(r)
+            if most > self.most:
+                self.most = most
             engine.admit_built(r, kv)
             retractable += kv
             n += 1
