@@ -127,9 +127,10 @@ def plot_frontier(doc: Mapping[str, Any], out: Path) -> Path | None:
             continue
         ax.plot([s["gpus"] for s in mine], [s[key] for s in mine], linestyle="none", ms=7,
                 label="colocated" if colocated else "disaggregated (xPyD)", **style)  # fmt: skip
-        for s in mine:
+        for s in mine:  # (colocated names to the left, the splits' to the right)
             ax.annotate(str(s.get("deployment")), (s["gpus"], s[key]), textcoords="offset points",
-                        xytext=(6, 3), fontsize=8)  # fmt: skip
+                        xytext=(-7, 3) if colocated else (6, 3), fontsize=8,
+                        ha="right" if colocated else "left")  # fmt: skip
     best = [(x["gpus"], x.get(key.removeprefix("capacity_")) if offered else x["capacity_load"])
             for x in frontier.get("best_per_gpus") or []]  # fmt: skip
     best = [(g, y) for g, y in best if is_number(y)]
@@ -148,6 +149,8 @@ def plot_frontier(doc: Mapping[str, Any], out: Path) -> Path | None:
                     label=f"cheapest for {load_label} {target:g}: {cheap['deployment']}")  # fmt: skip
     gpus = sorted({s["gpus"] for s in searches})
     ax.set_xticks(gpus)
+    pad = max(1.0, 0.15 * (gpus[-1] - gpus[0]))  # room for the names on either side
+    ax.set_xlim(gpus[0] - pad, gpus[-1] + pad)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("capacity: offered load (requests/s)" if offered else f"capacity ({load_label})")
     ax.set_ylim(bottom=0)

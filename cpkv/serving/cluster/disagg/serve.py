@@ -335,10 +335,14 @@ def disagg_note(c: dict[str, Any]) -> str:
         f"{link['gb_per_s_per_lane']:g} GB/s x {link['lanes']}")  # fmt: skip
     return (
         f"{c['deployment']} on {c['gpus']} GPUs: prefill pool {p['instances']} x "
-        f"{p['gpus_per_instance']} GPUs behind {p['router']} (busy {p['busy_pct']}% of the "
-        f"makespan, KV {p['kv_util_mean_pct']}%), decode pool {d['instances']} x "
-        f"{d['gpus_per_instance']} GPUs behind {d['router']} (busy {d['busy_pct']}%, KV "
-        f"{d['kv_util_mean_pct']}%); link {link['kind']} ({rate}, {link['latency_us']:g} us): "
-        f"{link['sends']} sends, {link['bytes'] / 1e9:.2f} GB, {link['util_pct']}% busy; TTFT "
-        f"split (mean ms) {parts}; per instance: instances.jsonl"
+        f"{p['gpus_per_instance']} GPUs behind {p['router']} (busy {_share(p['busy_pct'])} of "
+        f"the makespan, KV {_share(p['kv_util_mean_pct'])}), decode pool {d['instances']} x "
+        f"{d['gpus_per_instance']} GPUs behind {d['router']} (busy {_share(d['busy_pct'])}, KV "
+        f"{_share(d['kv_util_mean_pct'])}); link {link['kind']} ({rate}, {link['latency_us']:g} "
+        f"us): {link['sends']} sends, {link['bytes'] / 1e9:.2f} GB, {_share(link['util_pct'])} "
+        f"busy; TTFT split (mean ms) {parts}; per instance: instances.jsonl"
     )
+
+
+def _share(pct: float | None) -> str:
+    return "-" if pct is None else f"{pct:.1f}%"
