@@ -40,7 +40,9 @@ def _instance_gpus(resolved: Mapping[str, Any], pool: str | None) -> int:
     return int(tp) * int(pp)
 
 
-def deployment_axis(resolved: Mapping[str, Any], gpus: Sequence[int], colocated: bool, where: str) -> Axis:
+def deployment_axis(
+    resolved: Mapping[str, Any], gpus: Sequence[int], colocated: bool, where: str
+) -> Axis:
     """The ``admit.cluster`` values of a ``capacity.gpus`` search (module docstring)."""
     if lookup(resolved, "admit.cluster.prefill") is None:
         raise ConfigError(

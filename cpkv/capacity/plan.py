@@ -87,13 +87,16 @@ class CapacitySpec:
             f"must be in [1, {MAX_POINTS_LIMIT}], got {self.max_points}",
         )
         require(
-            all(1 <= n <= MAX_GPUS for n in self.gpus) and list(self.gpus) == sorted(set(self.gpus)),
+            all(1 <= n <= MAX_GPUS for n in self.gpus)
+            and list(self.gpus) == sorted(set(self.gpus)),
             "gpus",
             f"must be GPU counts in [1, {MAX_GPUS}] in increasing order, got {list(self.gpus)}",
         )
         positive("target_load", self.target_load, allow_none=True)
         if self.target_load is not None:
-            require(self.target_load < 1e12, "target_load", f"must be < 1e12, got {self.target_load}")
+            require(
+                self.target_load < 1e12, "target_load", f"must be < 1e12, got {self.target_load}"
+            )
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,9 @@ def plot_frontier(doc: Mapping[str, Any], out: Path) -> Path | None:
     ax = fig.subplots(1, 1)
     for colocated, style in ((False, {"marker": "o", "color": "#1f77b4"}),
                              (True, {"marker": "s", "color": "#ff7f0e"})):  # fmt: skip
-        mine = [s for s in searches if str(s.get("deployment", "")).endswith("colocated") == colocated]
+        mine = [
+            s for s in searches if str(s.get("deployment", "")).endswith("colocated") == colocated
+        ]
         if not mine:
             continue
         ax.plot([s["gpus"] for s in mine], [s[key] for s in mine], linestyle="none", ms=7,

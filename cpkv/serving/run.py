@@ -222,9 +222,7 @@ def _execute_disaggregated(
     from cpkv.serving.cluster.serve import instances_lines
 
     spec, count = block.cluster, workload.size
-    ctx.report(
-        0, 1, f"serving {count} requests, {spec.prefill.instances}P{spec.decode.instances}D"
-    )
+    ctx.report(0, 1, f"serving {count} requests, {spec.prefill.instances}P{spec.decode.instances}D")
     lines = ctx.stream("requests.jsonl")
     events = None
     if block.serving.trace_events:

@@ -213,7 +213,7 @@ def test_trace_shows_the_handoff(cli, tmp_path) -> None:
     assert [(e["ts"], e["dur"]) for e in sends] == [(4000.0, 1007.0), (5000.0, 1007.0)]
     flows = sorted((e["ph"], e["id"], e["pid"]) for e in events if e.get("cat") == "handoff"
                    and e["ph"] in "sf")  # fmt: skip
-    assert flows == [("f", 0, 1, ), ("f", 1, 1), ("s", 0, 0), ("s", 1, 0)]
+    assert flows == [("f", 0, 1), ("f", 1, 1), ("s", 0, 0), ("s", 1, 0)]
     parts = {e["name"] for e in events if e.get("cat") == "request" and e["ph"] == "b"}
     assert {"queued", "prefill", "transfer", "decode wait"} <= parts
 

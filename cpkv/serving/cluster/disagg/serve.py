@@ -286,8 +286,11 @@ def _pool_block(rows: list[dict[str, Any]], name: str, spec: Any, gpus: int, rou
         "busy_pct": round(100.0 * sum(busy) * 1e6 / (end * len(mine)), 4) if end > 0 else None,
         "kv_util_mean_pct": round(sum(kv) / len(kv), 4),
         "per_instance": [
-            {k: x[k] for k in ("instance", *(PREFILL_COLUMNS if name == "prefill" else
-                                              DECODE_COLUMNS))} for x in mine
+            {
+                k: x[k]
+                for k in ("instance", *(PREFILL_COLUMNS if name == "prefill" else DECODE_COLUMNS))
+            }
+            for x in mine
         ],  # fmt: skip
     }
 
@@ -306,10 +309,16 @@ def _disagg_summary(
     return {
         "deployment": f"{p['instances']}P{d['instances']}D",
         "gpus": p["gpus"] + d["gpus"],
-        "prefill": {**p, "kv_capacity_blocks": pools.prefill.capacity_blocks,
-                    "shared_l2": spec.shared_l2},
-        "decode": {**d, "kv_capacity_blocks": pools.decode.capacity_blocks,
-                   "reserved_decode_tokens": spec.decode.reserved_decode_tokens},
+        "prefill": {
+            **p,
+            "kv_capacity_blocks": pools.prefill.capacity_blocks,
+            "shared_l2": spec.shared_l2,
+        },
+        "decode": {
+            **d,
+            "kv_capacity_blocks": pools.decode.capacity_blocks,
+            "reserved_decode_tokens": spec.decode.reserved_decode_tokens,
+        },
         "link": {
             "kind": spec.link.kind,
             "gb_per_s_per_lane": bandwidth,

@@ -32,7 +32,7 @@ class DisaggTrace:
 
     def instance(self, pid: int) -> InstanceTrace:
         name = f"prefill {pid}" if pid < self.prefill else f"decode {pid - self.prefill}"
-        hooks = self.events.instance(pid, name)
+        self.events.instance(pid, name)
         if pid < self.prefill:
             self.events.add(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1,
                                     "args": {"name": "link"}}))  # fmt: skip
