@@ -529,6 +529,7 @@ class Engine:
             kv, reserved = r.kv_tokens, r.reserved_blocks
             r.state = PENDING  # (on its way: queued, as the decode side's router sees it)
             r.handoff_us = now
+            r.first_token_us = None  # (the client's comes with the decode instance's admission)
             held.hold(self.handoff(r, now), kv, reserved)
             hits.insert(r)
             hits.forget(r)
