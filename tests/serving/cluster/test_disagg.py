@@ -263,3 +263,24 @@ def test_bad_input_is_one_line(cli, tmp_path, extra, named) -> None:
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1, res.output
     assert named in lines[0], res.output
+
+
+def test_closed_form_stretches_give_the_full_iterations_run(cli, tmp_path) -> None:
+    # with trace events every iteration runs in full; without, the prefill side's quiet chunks
+    # and the decode side's decode-only iterations run in closed form: the same decisions,
+    # times equal but for rounding
+    rows = [_req(i, 2000 + 311 * (i % 7), 30 + (17 * i) % 90, at_ms=4.0 * i) for i in range(60)]
+    pools = [
+        "admit.cluster.prefill={instances: 2}",
+        "admit.cluster.decode={instances: 2, router: least_tokens}",
+        "admit.chunked_prefill_size=1024",
+        *SLOW_LINK,
+    ]
+    fast = _lines(_run(cli, tmp_path, rows, *pools))
+    full = _lines(_run(cli, tmp_path, rows, *pools, "admit.serving.trace_events=true"))
+    for a, b in zip(fast, full, strict=True):
+        for key, value in a.items():
+            if isinstance(value, float):
+                assert b[key] == pytest.approx(value, rel=1e-9), (a["rid"], key)
+            else:
+                assert b[key] == value, (a["rid"], key)
