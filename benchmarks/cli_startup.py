@@ -3,8 +3,8 @@
 Usage: python benchmarks/cli_startup.py [--runs N] [--budget-s 0.3]
 
 1. `cpkv --help` (the installed console script, else `python -m cpkv`) runs ``--runs`` times
-   as a fresh process; the median, min and max wall time are printed with the 0.3 s target
-   (issue 8). A warm-up run first fills the OS file cache.
+   as a fresh process; the median, min and max wall time are printed with the 0.3 s target.
+   A warm-up run first fills the OS file cache.
 2. `python -X importtime -m cpkv --help` and `python -X importtime -m cpkv admit` (the
    default experiment, written to a temporary folder) list every module they import; the
    script prints whether torch, numpy, omegaconf, sglang or matplotlib are among them

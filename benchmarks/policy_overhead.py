@@ -1,4 +1,4 @@
-"""What cpkv's admission-policy machinery costs on the whole Mooncake trace (issue 13).
+"""What cpkv's admission-policy machinery costs on the whole Mooncake trace.
 
 Usage: python benchmarks/policy_overhead.py [--config configs/admit/serving_mooncake.yaml]
        [--speedup 0.3] [--repeat 2]

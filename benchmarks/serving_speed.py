@@ -1,4 +1,4 @@
-"""How long the serving simulation takes on the whole Mooncake synthetic trace (issue 6: < 10 s).
+"""How long the serving simulation takes on the whole Mooncake synthetic trace (target: < 10 s).
 
 Usage: python benchmarks/serving_speed.py [--config configs/admit/serving_mooncake.yaml]
        [--policies prefill_adder,conservative,optimistic,iteration] [--repeat 1]

@@ -6,10 +6,10 @@ bursts and gaps, pools small enough that decode retracts) run through both:
 * the real loop: ``../shared/oracle/sglang_loop/drive.py`` (``Scheduler.event_loop_normal``
   with a fake one-token forward and the linear cost ``fixed + prefill_token x extend tokens +
   decode_req x decode rows``), radix cache off, page 1;
-* cpkv's own loop (``admit.engine: sglang``): ``admit.mode: serving``, ``policy:
+* cpkv's own loop (``admit.engine: cpkv``): ``admit.mode: serving``, ``policy:
   prefill_adder``, the same linear cost, a pool of ``kv_size`` one-token blocks, the same
   budgets and ratio;
-* SGLang's loop as cpkv models it (``admit.engine: sglang_loop``, :mod:`cpkv.sglang`) on the
+* SGLang's loop as cpkv models it (``admit.engine: sglang``, :mod:`cpkv.sglang`) on the
   same scenario.
 
 Each iteration is compared on its kind (prefill / mixed / decode), its extend rows
@@ -195,10 +195,10 @@ def main() -> int:
                             f"    {name} {row[0]:<7} extend={list(row[1])} decode={row[2]} "
                             f"retracted={row[3]}"
                         )
-        print(f"mixed chunk {'on ' if mixed else 'off'}: engine sglang (cpkv's loop) {same} of "
+        print(f"mixed chunk {'on ' if mixed else 'off'}: engine cpkv (cpkv's loop) {same} of "
               f"{args.scenarios} scenarios identical on every iteration and every request's "
               f"first-token and finish iteration (the others first differ in a {dict(where)} "
-              f"iteration); engine sglang_loop {modelled} of {args.scenarios}")  # fmt: skip
+              f"iteration); engine sglang {modelled} of {args.scenarios}")  # fmt: skip
     return 0
 
 

@@ -4,7 +4,11 @@ __version__ = "0.1.0"
 
 MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),
-    ("sglang", "0.5.23", "scheduler loop (cpkv.sglang; serving with admit.engine: sglang_loop)"),
+    (
+        "sglang",
+        "0.5.23",
+        "scheduler loop (cpkv.sglang; serving with admit.engine: sglang, the default)",
+    ),
     (
         "vllm",
         "0.32.0",
@@ -13,7 +17,7 @@ MIRRORS = (
 )
 """The engines whose semantics cpkv mirrors: (engine, version, what), shown by ``cpkv --version``."""
 NOT_MIRRORED = (
-    "admit.engine sglang (the default) is cpkv's own loop around SGLang's admission pass; "
-    "the host tier and CP limits on SGLang's loop (sglang_loop) are cpkv's, not SGLang's"
+    "admit.engine cpkv (seed 004's policies) is cpkv's own loop around SGLang's admission "
+    "pass; the host tier and CP limits on SGLang's loop are cpkv's, not SGLang's"
 )
 """What cpkv does not mirror (yet), shown beside :data:`MIRRORS`."""

@@ -53,7 +53,7 @@ class _RunChoices:
     policy: str = "prefill_adder"
     mode: str = "passes"
     workload: WorkloadSpec = WorkloadSpec()
-    engine: str = "sglang"
+    engine: str | None = None  # null: cpkv.serving.engine.choice.chosen_engine
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     deadline: DeadlineSpec = DeadlineSpec()  # mode serving: schedule_policy deadline (cpkv's)
     profiled: ProfiledSpec = ProfiledSpec()  # mode serving: policy profiled (cpkv's)
     vllm: VllmSpec = VllmSpec()  # mode serving, engine vllm: vLLM's scheduler knobs
-    sglang: SglangSpec = SglangSpec()  # mode serving, engine sglang_loop: SGLang's server arguments
+    sglang: SglangSpec = SglangSpec()  # mode serving, engine sglang: SGLang's server arguments
 
     def validate(self) -> None:
         from cpkv.admission.ticks import BACKENDS
@@ -85,11 +85,18 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.backend!r} runs only policy prefill_adder; policy {self.policy!r} needs backend model",
             )
         choices("mode", (self.mode,), MODES)
-        choices("engine", (self.engine,), ENGINES)
+        if self.engine is not None:
+            choices("engine", (self.engine,), ENGINES)
         if self.engine == "vllm":
             self._validate_vllm()
-        if self.engine == "sglang_loop":
-            self._validate_sglang_loop()
+        if self.engine == "sglang" and self.mode == "serving":
+            self.validate_sglang_serving()
+        if self.engine == "cpkv" and self.mode != "serving":
+            raise FieldError(
+                "engine",
+                "cpkv's loop serves in admit.mode serving; mode passes runs SGLang's "
+                "PrefillAdder pass (engine sglang) or vLLM's scheduler (engine vllm)",
+            )
         self._validate_schedule_policy()
         if self.mode == "serving":
             self._validate_serving()
@@ -205,46 +212,94 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "admit.serving's options are the SGLang engine's; with engine vllm only serving.timeline_points is read",
             )
 
-    def _validate_sglang_loop(self) -> None:
+    def validate_sglang_serving(self) -> None:
         """SGLang's own loop reads its server arguments from ``admit.sglang``: the keys of
-        cpkv's loop that it would not read are refused, not ignored."""
-        if self.mode != "serving":
-            raise FieldError(
-                "engine", "sglang_loop runs in admit.mode serving; allowed here: sglang"
-            )
+        cpkv's loop that it would not read are refused, not ignored, each naming
+        ``admit.engine: cpkv`` (cpkv's loop, which reads them)."""
         default = type(self)()
-        for key, why in (
-            (
-                "policy",
-                "SGLang's loop runs its PrefillAdder; seed 004's policies run with engine sglang",
-            ),
-            (
-                "enable_priority_scheduling",
-                "priority scheduling is not modelled in SGLang's loop yet",
-            ),
-        ):
-            if getattr(self, key) != getattr(default, key):
-                raise FieldError(key, f"{getattr(self, key)!r} is cpkv's loop's; {why}")
-        choices("schedule_policy", (self.schedule_policy,), ("fcfs", "lof", "lpm"))
-        if self.workload.cache != default.workload.cache:
+        if self.policy != default.policy:
             raise FieldError(
-                "workload.cache",
-                "cpkv's L1/L2 prefix cache, not read with engine sglang_loop (its radix cache "
-                "lives in the KV pool, admit.sglang.max_total_num_tokens; its host tier is "
-                "admit.sglang.enable_hierarchical_cache); leave it out",
+                "policy",
+                f"{self.policy!r} is a seed 004 policy, run by cpkv's loop: admit.engine cpkv "
+                "(or leave admit.engine out); SGLang's loop runs its PrefillAdder",
             )
+        if self.schedule_policy not in ("fcfs", "lof", "lpm"):
+            raise FieldError(
+                "schedule_policy",
+                f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
+                "SGLang's loop here: fcfs, lof or lpm",
+            )
+        cache = self.workload.cache
+        if cache != default.workload.cache:
+            l1, l2 = cache.capacities()
+            if l1 is None:
+                raise FieldError(
+                    "workload.cache.l1_tokens",
+                    "null (unlimited) has no place in SGLang's one KV pool, which the L1 tokens "
+                    "join: give a number of tokens",
+                )
+            if l2 is None:
+                raise FieldError(
+                    "workload.cache.l2_tokens",
+                    "an unlimited L2 is not a host tier SGLang can hold: give l2_tokens (0: no "
+                    "host tier) or hicache_ratio",
+                )
+            if l2 and self.sglang.enable_hierarchical_cache:
+                raise FieldError(
+                    "sglang.enable_hierarchical_cache",
+                    "the host tier is given twice (admit.workload.cache's L2 and admit.sglang's "
+                    "HiCache): keep one",
+                )
+            if l2 and self.sglang.disable_radix_cache:
+                raise FieldError(
+                    "workload.cache.l2_tokens",
+                    "the host tier keeps the radix cache's nodes: 0 with "
+                    "admit.sglang.disable_radix_cache",
+                )
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",
                 "SGLang's loop applies the CP shared-KV limits only with admit.sglang.cp_limits: "
-                "true (cpkv's extension)",
+                "true (cpkv's extension); cpkv's loop (admit.engine cpkv) always applies them",
+            )
+        for key in ("prefill_max_requests", "load_back_quota_tokens"):
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"{getattr(self, key)!r} is a budget of cpkv's loop (admit.engine cpkv); "
+                    "SGLang has no such server argument",
+                )
+        for key in ("scan", "on_finish", "safety_margin_blocks"):
+            if getattr(self.kv, key) != getattr(default.kv, key):
+                raise FieldError(
+                    f"kv.{key}",
+                    "an option of cpkv's loop's block policies (admit.engine cpkv); SGLang's "
+                    "loop reads admit.kv's block_size and capacity_blocks (its pool) only",
+                )
+        if self.kv.victim not in (default.kv.victim, "least_progress"):
+            raise FieldError(
+                "kv.victim",
+                f"{self.kv.victim!r} is cpkv's loop's (admit.engine cpkv); SGLang's loop "
+                "retracts by its own order (least_progress, or the default)",
+            )
+        if self.cluster.disaggregated:
+            raise FieldError(
+                "cluster.prefill",
+                "a disaggregated deployment runs on cpkv's loop (admit.engine cpkv: a "
+                "prefill-only mode and a decode entry for requests whose KV arrives built)",
+            )
+        if self.cluster.shared_l2:
+            raise FieldError(
+                "cluster.shared_l2",
+                "one L2 shared by the instances is cpkv's loop's (admit.engine cpkv); SGLang's "
+                "loop gives each instance its own host tier",
             )
         read = ("timeline_points", "ratio_min_factor", "ratio_decay_steps")
         if self.serving != ServingSpec(**{k: getattr(self.serving, k) for k in read}):
             raise FieldError(
                 "serving",
-                "admit.serving's options are cpkv's loop's; with engine sglang_loop only "
-                "serving.timeline_points, ratio_min_factor and ratio_decay_steps are read",
+                "admit.serving's options are cpkv's loop's (admit.engine cpkv); SGLang's loop "
+                "reads serving.timeline_points, ratio_min_factor and ratio_decay_steps only",
             )
         chunk = self.chunk_tokens
         if chunk is not None and chunk < self.page_size:
@@ -260,10 +315,10 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         why = None
         if self.mode != "serving":
             why = f"runs in admit.mode serving, not {self.mode}"
-        elif self.engine != "sglang":
+        elif self.engine not in (None, "cpkv"):
             why = (
-                f"runs with engine sglang (cpkv's loop: a prefill-only mode and a decode entry "
-                f"for requests whose KV arrives built), not {self.engine}"
+                f"runs on cpkv's loop (admit.engine cpkv: a prefill-only mode and a decode "
+                f"entry for requests whose KV arrives built), not engine {self.engine}"
             )
         elif self.policy != "prefill_adder":
             why = f"runs SGLang's PrefillAdder (policy prefill_adder), not policy {self.policy}"

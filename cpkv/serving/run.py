@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from cpkv.core.files.jsonl import json_lines
@@ -20,6 +21,7 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.cost.fitting.linear import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
+from cpkv.serving.engine.choice import chosen_engine
 from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.settings import EngineSettings, settings_from
@@ -50,27 +52,41 @@ def few_collections() -> Iterator[None]:
 
 def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     """Read the workload and the cost points (user errors surface here), then simulate."""
-    block = cfg.admit
-    workload = load_serving_workload(block.workload, block.max_new_tokens, cfg.seed)
+    workload = load_serving_workload(cfg.admit.workload, cfg.admit.max_new_tokens, cfg.seed)
+    block, why = chosen_engine(cfg.admit, workload)
     check_arrivals(workload, block.arrivals)
+    execute = _prepare(cfg, block, workload)
+    if why is None:
+        return execute
+    note = (
+        f"engine cpkv (cpkv's loop): SGLang's own loop (admit.engine sglang) cannot run this "
+        f"config: {why}"
+    )
+
+    def with_note(ctx: RunContext) -> RunOutput:
+        out = execute(ctx)
+        return replace(out, notes=[note, *out.notes])
+
+    return with_note
+
+
+def _prepare(cfg: Any, block: Any, workload: Any) -> Callable[[RunContext], RunOutput]:
     fit = None
     cost = block.cost.build(block.engine)
     if block.cost.fit_points is not None:
         fit = fit_cost(read_points(block.cost.fit_points), cost, block.cost.fit_points)
         cost = fit.model
     if block.engine == "vllm":
-        from cpkv.serving.engine.vllm_engine import check_no_fixed_hits, vllm_settings_from
+        from cpkv.serving.engine.vllm_engine import vllm_settings_from
 
-        check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
         vllm = vllm_settings_from(block, cost, workload)
         if block.cluster.instances > 1:
             return lambda ctx: _execute_cluster(ctx, block, vllm, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, vllm, workload, cfg.seed, fit)
-    if block.engine == "sglang_loop":
-        from cpkv.serving.engine import sglang_engine
+    if block.engine == "sglang":
+        from cpkv.serving.engine.sglang_engine import sglang_settings_from
 
-        sglang_engine.check_no_fixed_hits(workload, f"admit.workload ({block.workload.source})")
-        loop = sglang_engine.sglang_settings_from(block, cost, workload)
+        loop = sglang_settings_from(block, cost, workload)
         if block.cluster.instances > 1:
             return lambda ctx: _execute_cluster(ctx, block, loop, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, loop, workload, cfg.seed, fit)
@@ -184,7 +200,7 @@ def _execute_cluster(
 
     n, count = block.cluster.instances, workload.size
     behind = f", {n} instances behind {block.cluster.router}" if n > 1 else ""
-    scheduler = f"policy {block.policy}" if block.engine == "sglang" else f"engine {block.engine}"
+    scheduler = f"policy {block.policy}" if block.engine == "cpkv" else f"engine {block.engine}"
     ctx.report(0, 1, f"serving {count} requests, {scheduler}{behind}")
     lines = ctx.stream("requests.jsonl")  # written as requests end
     events = None
@@ -335,7 +351,7 @@ def _summary(block: Any, s: EngineSettings, res: Any, stats: Any, fit: Any) -> d
     }
     if block.engine == "vllm":
         out["vllm"] = {**to_dict(block.vllm), **_derived_vllm(s.config)}
-    elif block.engine == "sglang_loop":
+    elif block.engine == "sglang":
         out["sglang"] = _sglang_arguments(s.config)
         out["final_new_token_ratio"] = c["final_new_token_ratio"]
     elif block.policy == "prefill_adder":
@@ -389,7 +405,7 @@ def _snapshot_keys_set(block: Any) -> list[str]:
 def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     if block.engine == "vllm":
         notes = _vllm_notes(s)
-    elif block.engine == "sglang_loop":
+    elif block.engine == "sglang":
         notes = _sglang_loop_notes(s)
     else:
         notes = _sglang_notes(block, s)
@@ -426,7 +442,8 @@ def _sglang_notes(block: Any, s: EngineSettings) -> list[str]:
         "profiled": "admit when prompt + a quantile of the finished output lengths fits beside the outstanding reservations (admit.profiled); prefill by admit.iteration's token budget",
     }
     notes = [
-        f"serving simulation, policy {block.policy}: {mapping[block.policy]}",
+        f"serving simulation, engine cpkv (cpkv's loop), policy {block.policy}: "
+        f"{mapping[block.policy]}",
         f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
         f"growth preempts by victim order {s.victim}, victims "
         + {
@@ -462,7 +479,7 @@ def _sglang_loop_notes(s: Any) -> list[str]:
 
     c = s.config
     return [
-        f"serving simulation, engine sglang_loop: SGLang {SGLANG_VERSION}'s scheduler loop "
+        f"serving simulation, engine sglang: SGLang {SGLANG_VERSION}'s scheduler loop "
         f"iteration for iteration ({'overlap' if c.overlap else 'normal'} loop, mixed chunk "
         f"{'on' if c.is_mixed_chunk else 'off'}, chunked_prefill_size "
         f"{c.chunked_prefill_size}, max_prefill_tokens {c.max_prefill_tokens}, "

@@ -141,11 +141,16 @@ class ServingSpec:
         )
 
 
-ENGINES = ("sglang", "sglang_loop", "vllm")
-"""``admit.engine``: whose scheduler a serving run models: ``sglang`` (cpkv's serving loop
-around SGLang's ``PrefillAdder``, with the host tier, the CP limits and seed 004's policies;
-the default), ``sglang_loop`` (SGLang's own scheduler loop, iteration for iteration) or
-``vllm`` (vLLM's V1 scheduler, step for step)."""
+ENGINES = ("sglang", "vllm", "cpkv")
+"""``admit.engine``: whose scheduler a serving run models: ``sglang`` (SGLang's own scheduler
+loop, iteration for iteration, around its ``PrefillAdder``; a host tier and the CP limits on
+top as cpkv's extension), ``vllm`` (vLLM's V1 scheduler, step for step) or ``cpkv`` (cpkv's
+own serving loop around SGLang's ``PrefillAdder`` and seed 004's policies, with the policy
+options of the admission-policy space). Null (the default): SGLang's loop when it models
+everything the config asks for, else cpkv's loop
+(:func:`~cpkv.serving.engine.choice.chosen_engine`)."""
+
+
 VllmTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
 
 
@@ -195,7 +200,7 @@ PositiveTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]
 @dataclass(frozen=True)
 class SglangSpec:
     """``admit.sglang``: the server arguments of SGLang 0.5.23's scheduler loop
-    (``admit.engine: sglang_loop``) that the ``admit`` block does not hold already, under
+    (``admit.engine: sglang``) that the ``admit`` block does not hold already, under
     SGLang's names and with its defaults.
 
     The loop also reads ``admit``'s ``chunked_prefill_size`` (null: chunked prefill off),
@@ -210,9 +215,11 @@ class SglangSpec:
     extension, not SGLang's), ``enable_hierarchical_cache`` (a host tier of ``hicache_ratio``
     times the device pool's tokens, or ``hicache_size_tokens``: SGLang's HiCache with its
     write-through policy, on top of the loop as cpkv's extension; host hits of at least
-    ``admit.load_back_threshold`` tokens are loaded back), ``max_total_num_tokens``
-    (null: ``admit.kv``'s tokens, ``capacity_blocks x block_size``; SGLang derives it from the
-    GPU memory left after the weights), ``context_len`` (null: the pool's tokens; a prompt
+    ``admit.load_back_threshold`` tokens are loaded back; ``admit.workload.cache``'s L2, when
+    that block is given, is the host tier instead), ``max_total_num_tokens`` (null:
+    ``admit.kv``'s tokens, ``capacity_blocks x block_size``, plus ``admit.workload.cache``'s
+    L1 tokens when that block is given; SGLang derives it from the GPU memory left after the
+    weights), ``context_len`` (null: the pool's tokens; a prompt
     reaching it is rejected, an output is clipped to it). ``admit.max_running_requests``
     null takes SGLang's rule: ``min(max(min(tokens / context_len x 512, 4096), 2048),
     tokens / 2)``.

@@ -235,12 +235,12 @@ class RadixTree:
         return Match(device, device_node, at - device, node)
 
     def _stamp_path(self, node: Node) -> None:
+        """``node`` and its ancestors were used now, the deeper the later (an ancestor is a
+        device leaf too when its children are on the host only)."""
         stamp = self._tick()
-        self._use(node, stamp)  # (only the deepest can be a leaf)
-        node = node.parent  # type: ignore[assignment]
         while node is not None:
+            self._use(node, stamp)
             stamp -= 0.00001
-            node.last_access = stamp
             node = node.parent  # type: ignore[assignment]
 
     def _split(self, child: Node, length: int) -> Node:

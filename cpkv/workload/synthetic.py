@@ -61,6 +61,12 @@ class TokenDist:
         require(self.low >= 0, "low", f"must be >= 0, got {self.low}")
         require(self.high >= self.low, "high", f"must be >= low ({self.low}), got {self.high}")
 
+    def largest(self) -> int:
+        """The largest value this distribution can draw."""
+        if self.zero_fraction >= 1:
+            return 0
+        return max(self.choices) if self.choices is not None else self.high
+
     def smallest(self) -> int:
         """The smallest value this distribution can draw."""
         if self.zero_fraction > 0:

@@ -1,5 +1,5 @@
 """A brute-force model of the CP shared paged L1 allocator, written from its description
-(issue 3 / cpkv.alloc.l1.reference's docstring) with Python lists and sets only: no torch, no numpy,
+(cpkv.alloc.l1.reference's docstring) with Python lists and sets only: no torch, no numpy,
 nothing shared with the implementations.  The L1 tests compare every implementation to it."""
 
 from __future__ import annotations

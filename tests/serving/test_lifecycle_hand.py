@@ -233,7 +233,7 @@ def test_policy_columns_only_when_asked(cli, tmp_path) -> None:
     for extra in ([], ["admit.serving.policy_metrics=true"]):
         cfg = tmp_path / "c.yaml"
         cfg.write_text(
-            "kind: admit\nname: hand\nseed: 0\nadmit:\n  mode: serving\n"
+            "kind: admit\nname: hand\nseed: 0\nadmit:\n  mode: serving\n  engine: cpkv\n"
             f"  workload: {{source: jsonl, path: {work}}}\n" + COST.replace("LOAD", "null") + admit
         )
         res = cli("admit", str(cfg), *extra)

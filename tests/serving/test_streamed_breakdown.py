@@ -37,6 +37,7 @@ name: streamed-breakdown
 seed: 3
 admit:
   mode: serving
+  engine: cpkv
   workload:
     source: synthetic
     synthetic:

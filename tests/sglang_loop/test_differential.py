@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from cpkv.sglang import run_scenario
+from tests.differential import below_floors, differing
 from tests.sglang_loop import oracle
 from tests.sglang_loop.scenarios import make_scenarios
 
@@ -40,16 +41,8 @@ def runs() -> list[tuple[dict, dict, dict]]:
 
 
 def test_every_iteration_matches_the_real_loop(runs):
-    failures = []
-    for scenario, model, real in runs:
-        diff = oracle.compare(model, real)
-        if diff:
-            failures.append(
-                f"{scenario['name']}: {len(diff)} differences, first: " + "; ".join(diff[:3])
-            )
-    assert not failures, f"{len(failures)}/{len(runs)} scenarios differ:\n" + "\n".join(
-        failures[:20]
-    )
+    report = differing(runs, oracle.compare)
+    assert not report, report
 
 
 def test_the_scenarios_exercise_the_rules(runs):
@@ -70,5 +63,5 @@ def test_the_scenarios_exercise_the_rules(runs):
         "ignore_eos": 40,
         "idle_gap": 100,
     }
-    low = {k: (cov[k], v) for k, v in floors.items() if cov[k] < v}
-    assert not low, f"rules too rarely exercised (count, floor): {low}"
+    report = below_floors(cov, floors)
+    assert not report, report

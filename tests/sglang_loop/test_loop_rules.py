@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cpkv.sglang import run_scenario
+from cpkv.sglang.radix import RadixTree
 
 COST = {"fixed_us": 1000.0, "prefill_token_us": 20.0, "decode_req_us": 50.0}
 
@@ -204,3 +205,19 @@ def test_the_host_tier_keeps_an_evicted_prefix_and_loads_it_back(host_tokens, c_
     if c_row[0]:  # the loaded prefix is c's (locked), b's 800 + 1 were evicted to make room
         c_prefill = [t for t in res["trace"] if t["extend"] and t["extend"][0][0] == "c"][0]
         assert c_prefill["protected"] == 300 and c_prefill["avail"] == 1000 - 300 - 50
+
+
+def test_a_device_node_whose_children_went_to_the_host_stays_evictable_after_a_match():
+    # Host tier on. a (tokens 0-9) then a + b (0-19): the tree holds a -> b, both on the
+    # device and copied to the host. Evicting one leaf demotes b (it keeps its host copy), so
+    # a is a device leaf now (its only child is on the host). A match of 0-19 walks a into
+    # host-only b and touches a; evicting everything must still free a's 10 device tokens.
+    freed: list[int] = []
+    tree = RadixTree(1, False, freed.append, host_tokens=1000)
+    tree.insert(list(range(10)), 0)
+    tree.insert(list(range(20)), 10, 10)
+    assert tree.evict(lambda: True) == 10  # b, the least recently used leaf
+    found = tree.match_tiers(list(range(20)), 20)
+    assert (found.device, found.host) == (10, 10)
+    assert tree.evict(lambda: False) == 10  # a, then nothing on the device
+    assert tree.evictable_size == 0 and freed == [10, 10]

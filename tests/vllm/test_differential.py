@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from cpkv.vllm import run_scenario
+from tests.differential import below_floors, differing
 from tests.vllm import oracle
 from tests.vllm.scenarios import make_scenarios
 
@@ -34,16 +35,8 @@ def runs() -> list[tuple[dict, dict, dict]]:
 
 
 def test_every_step_matches_the_real_scheduler(runs):
-    failures = []
-    for scenario, model, real in runs:
-        diff = oracle.compare(model, real)
-        if diff:
-            failures.append(
-                f"{scenario['name']}: {len(diff)} differences, first: " + "; ".join(diff[:3])
-            )
-    assert not failures, f"{len(failures)}/{len(runs)} scenarios differ:\n" + "\n".join(
-        failures[:20]
-    )
+    report = differing(runs, oracle.compare)
+    assert not report, report
 
 
 def test_the_scenarios_exercise_the_rules(runs):
@@ -64,5 +57,5 @@ def test_the_scenarios_exercise_the_rules(runs):
         "several_victims_one_step": 3,
         "max_model_len_stop": 20,
     }
-    short = {k: (cov[k], floor) for k, floor in floors.items() if cov[k] < floor}
-    assert not short, f"coverage below its floor (got, floor): {short}; all: {cov}"
+    report = below_floors(cov, floors)
+    assert not report, report

@@ -88,7 +88,7 @@ def serve_cluster(
         row = replace(row, kv_util_peak_pct=max(r.kv_util_peak_pct for r in rows))
     counters = _added_counters([res.counters for res in run.results])
     policy = None
-    if block.engine == "sglang" and (settings.options is not None or block.serving.policy_metrics):
+    if block.engine == "cpkv" and (settings.options is not None or block.serving.policy_metrics):
         from cpkv.serving.record.policy_metrics import policy_row
 
         policy = _policy_summary(block, settings, engines, counters, total.summary())
@@ -108,7 +108,7 @@ def _instances(
     SGLang's loop or vLLM's scheduler, their prefix caches in their own pools), the tally its
     requests end in, its iteration log and trace hooks."""
     spec, n = block.cluster, block.cluster.instances
-    own = block.engine == "sglang"  # (the other engines' prefix caches live in their pools)
+    own = block.engine == "cpkv"  # (the other engines' prefix caches live in their pools)
     caches = [workload.new_cache() if own else None for _ in range(n)]
     if spec.shared_l2 and n > 1 and caches[0] is not None:
         l2 = caches[0].l2.capacity if caches[0].l2 is not None else None
@@ -127,7 +127,7 @@ def _instances(
         logs.append(log)
         if block.engine == "vllm":
             engines.append(VllmEngine(settings, sink=tally, samples=log))
-        elif block.engine == "sglang_loop":
+        elif block.engine == "sglang":
             engines.append(SglangEngine(settings, sink=tally, samples=log))
         else:
             engines.append(Engine(settings, caches[k], sink=tally, samples=log, trace=hooks))

@@ -48,22 +48,18 @@ from typing import Any
 
 from cpkv.core.errors import CpkvError
 from cpkv.serving.engine.handoff import BuiltRequests, Handoffs, HeldKv, receive
+from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.lifecycle import Lifecycle
 from cpkv.serving.engine.settings import EngineSettings
-from cpkv.serving.engine.stretch import decode_stretches, run_stretch
+from cpkv.serving.engine.stretch import DecodeLines, decode_stretches, run_stretch
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane
-from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, REJECTED, WAITING, Req
+from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
 from cpkv.serving.schedulers.plan import Plan
-
-COUNTERS = (
-    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
-)  # fmt: skip
-INF = float("inf")
 
 
 class SimulationStalled(CpkvError):
@@ -87,7 +83,7 @@ class EngineResult:
     samples: Any = None
 
 
-class Engine:
+class Engine(Instance):
     """One serving instance (see the module docstring); ``sink`` takes each ended request,
     ``samples`` each iteration; ``events`` records every growth and preemption event and a
     per-iteration log (every iteration then runs in full); ``trace`` takes each iteration
@@ -127,15 +123,13 @@ class Engine:
         self.hit = self.hits.hit
         self.load_threshold = max(1, s.adder.load_back_threshold)
         self.stop_counts: dict[str, int] = {}
-        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-        self.counters["preemptions"] = {}
-        self.counters["rejects"] = {}
+        self.counters = new_counters()
         self.prefill_tokens = self.prefill_context = self.prefill_attention_pairs = 0
         self.loaded = self.admitted = 0
         self.lifecycle = self.invariants = None
         self._policy_parts(s)
         self.fast = not events and trace is None and self.invariants is None
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+        self.decode_lines = DecodeLines(settings.cost)
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
         self.bare = (
             cache is None
@@ -179,10 +173,6 @@ class Engine:
     def _receive(self) -> None:
         receive(self)
 
-    def reject(self, r: Req, reason: str) -> None:
-        """``r`` ends, rejected for ``reason``."""
-        self._reject(r, reason)
-
     def _policy_parts(self, s: EngineSettings) -> None:
         opts = s.options
         if opts is None:
@@ -198,16 +188,6 @@ class Engine:
             self.invariants = Invariants(self, opts)
 
     # -- driving it ------------------------------------------------------------------------
-    def deliver(self, r: Req) -> None:
-        """``r`` arrived (at ``r.arrival_us``, not before the requests delivered so far); it
-        joins the queue at the first iteration that starts at or after its arrival."""
-        self.arrivals.deliver(r)
-
-    def run(self) -> EngineResult:
-        """The whole run (the arrivals given at construction), then :meth:`close`."""
-        self.advance(INF)
-        return self.close()
-
     def advance(self, until_us: float) -> None:
         """Run every iteration that starts before ``until_us`` (an idle instance whose next
         arrival is not before ``until_us`` stops at once)."""
@@ -265,18 +245,12 @@ class Engine:
         while arrivals.next_us <= now:
             r = arrivals.pop()
             if never(r):
-                self._reject(r, "exceeds_kv_capacity")
+                self.reject(r, "exceeds_kv_capacity")
                 continue
             r.state, r.fill_tokens = WAITING, r.prompt_tokens
             self.waiting.append(r)
             if self.lifecycle is not None:
                 self.lifecycle.arrived(r)
-
-    def _reject(self, r: Req, reason: str) -> None:
-        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
-        rejects = self.counters["rejects"]
-        rejects[reason] = rejects.get(reason, 0) + 1
-        self.ended(r)
 
     def ended(self, r: Req) -> None:
         """``r`` reached a terminal state: it is forgotten and goes to the sink."""
@@ -543,7 +517,7 @@ class Engine:
             key = f"kv_growth_{phase}"
             counts[key] = counts.get(key, 0) + 1
             if self.settings.on_preempt == "abort":
-                self._reject(r, "preempted")
+                self.reject(r, "preempted")
                 continue
             r.fill_tokens = r.prompt_tokens + r.generated
             r.filled_tokens = r.device_prefix = r.host_hit = r.kv_tokens = 0

@@ -1,4 +1,4 @@
-"""A serving instance under SGLang's scheduler loop (``admit.engine: sglang_loop``).
+"""A serving instance under SGLang's scheduler loop (``admit.engine: sglang``).
 
 The decisions are :mod:`cpkv.sglang`'s, the model of SGLang 0.5.23's scheduler loop that the
 differential suite checks iteration for iteration against the real one; this engine adds time
@@ -30,20 +30,15 @@ from functools import partial
 from typing import Any
 
 from cpkv.admission.budgets import cp_limit_broken
-from cpkv.core.errors import InputError
-from cpkv.serving.cost.stretch import line_steps_within, line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
-from cpkv.serving.engine.stretch import decode_line
+from cpkv.serving.engine.instance import Instance, new_counters
+from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.input.arrivals import Arrivals
-from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
+from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.sglang import Batch, Listener, Loop, LoopConfig
 from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
 
-INF = float("inf")
-COUNTERS = (
-    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
-)  # fmt: skip
 OWN_TOKENS = 1 << 32
 """Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt ``k``); its outputs
 are ``-(index + 1) * OWN_TOKENS - 1``."""
@@ -90,7 +85,7 @@ def prompt_tokens(r: Req, trace_block: int | None) -> Any:
     return tokens
 
 
-class SglangEngine(Listener):
+class SglangEngine(Instance, Listener):
     """One serving instance under SGLang's scheduler loop; the driver interface of
     :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
 
@@ -102,15 +97,13 @@ class SglangEngine(Listener):
         self.loop = Loop(settings.config, self)
         self.arrivals = Arrivals(arrivals)
         self.now, self.iterations, self.idle_passes = 0.0, 0, 0
-        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-        self.counters["preemptions"] = {}
-        self.counters["rejects"] = {}
+        self.counters = new_counters()
         c = settings.config
         page = c.page_size
         self.never_fits = c.max_total_num_tokens - page - 1  # a paged prompt above it
         self.stretches = stretches
         self.live: dict[int, LoopReq] = {}  # the requests in the loop, by index
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}
+        self.decode_lines = DecodeLines(settings.cost)
 
     # -- what a router reads ----------------------------------------------------------------
     @property
@@ -129,13 +122,6 @@ class SglangEngine(Listener):
         return req.output_len
 
     # -- driving it ------------------------------------------------------------------------
-    def deliver(self, r: Req) -> None:
-        self.arrivals.deliver(r)
-
-    def run(self) -> EngineResult:
-        self.advance(INF)
-        return self.close()
-
     def advance(self, until_us: float) -> None:
         loop, arrivals = self.loop, self.arrivals
         while self.now < until_us:
@@ -163,16 +149,12 @@ class SglangEngine(Listener):
             return 0
         reqs = loop.running.reqs
         running = len(reqs)
-        line = self.decode_lines.get(running)
-        if line is None:
-            line = self.decode_lines[running] = decode_line(self.settings.cost, running)
-            if line is None:
-                return 0
-        intercept, per_context = line
         context = sum(r.kv_committed for r in reqs) + running  # the first pass's
-        first, slope = intercept + per_context * context, per_context * running
-        steps = line_steps_within(first, slope, horizon - now, steps)
-        end = now + line_total(first, slope, steps)
+        stretch = self.decode_lines.steps_within(running, context, horizon - now, steps)
+        if stretch is None:
+            return 0
+        steps, total = stretch
+        end = now + total
         pool, tree = loop.pool, loop.tree
         held = pool.total_pages - pool.free_pages - tree.evictable_size // pool.page
         grow = loop.decode_pages(steps)
@@ -206,7 +188,7 @@ class SglangEngine(Listener):
         self.idle_passes += 1
         if self.idle_passes >= IDLE_PASSES:
             raise SimulationStalled(
-                f"admit.engine=sglang_loop: no batch ran for {self.idle_passes} passes at "
+                f"admit.engine=sglang: no batch ran for {self.idle_passes} passes at "
                 f"t={self.now / 1000:.3f} ms with {len(loop.waiting)} waiting and "
                 f"{len(loop.running.reqs)} running ({loop.pool.available()} free KV slots)"
             )
@@ -220,10 +202,10 @@ class SglangEngine(Listener):
             r = arrivals.pop()
             paged = -(-r.prompt_tokens // page) * page
             if paged > self.never_fits:
-                self._reject(r, "exceeds_kv_capacity")
+                self.reject(r, "exceeds_kv_capacity")
                 continue
             if r.prompt_tokens >= c.context_len:
-                self._reject(r, "exceeds_context_len")
+                self.reject(r, "exceeds_context_len")
                 continue
             r.state = WAITING
             prompt = prompt_tokens(r, trace_block)
@@ -235,12 +217,6 @@ class SglangEngine(Listener):
             req.tag = r
             self.live[r.index] = req
             self.loop.add_request(req)
-
-    def _reject(self, r: Req, reason: str) -> None:
-        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
-        rejects = self.counters["rejects"]
-        rejects[reason] = rejects.get(reason, 0) + 1
-        self.sink.done(r)
 
     # -- the loop's events (Listener) ------------------------------------------------------
     def launch(self, batch: Batch) -> None:
@@ -311,13 +287,16 @@ class SglangEngine(Listener):
 
 def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings:
     """The instance's server arguments from the ``admit`` block (``admit.sglang`` and the
-    ``PrefillAdder`` keys it shares with cpkv's loop; the pool from ``admit.kv`` unless
-    ``admit.sglang.max_total_num_tokens`` is given)."""
+    ``PrefillAdder`` keys it shares with cpkv's loop). The pool: ``admit.sglang.max_total_num_tokens``,
+    else ``admit.kv``'s tokens plus, when ``admit.workload.cache`` is given, its L1 tokens
+    (cpkv's loop keeps them as a partition beside the running requests; SGLang's radix cache
+    shares one pool with them); that cache's L2 is the host tier."""
     spec = block.sglang
     page = block.page_size
+    l1, l2 = given_cache_tokens(block)
     tokens = spec.max_total_num_tokens
     if tokens is None:
-        tokens = block.kv.capacity_blocks * block.kv.block_size
+        tokens = block.kv.capacity_blocks * block.kv.block_size + l1
     tokens = tokens // page * page
     context = tokens if spec.context_len is None else spec.context_len
     running = block.max_running_requests
@@ -333,7 +312,7 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
             max_extend_tokens=cp.max_total_extend_tokens,
             max_cached_tokens=cp.max_total_cached_tokens,
         )
-    host = None
+    host = l2 // page * page if l2 else None
     if spec.enable_hierarchical_cache:
         host = spec.hicache_size_tokens
         if host is None:
@@ -365,13 +344,12 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
     return SglangSettings(config, cost, workload.cache_block_size)
 
 
-def check_no_fixed_hits(workload: Any, source: str) -> None:
-    """SGLang's loop finds hits in its own radix cache: requests with fixed L1/L2 hits
-    (prefill-model JSONL lines, grid rows) cannot be served by it."""
-    for r in workload.requests:
-        if r.l1_cached_tokens or r.l2_cached_tokens:
-            raise InputError(
-                f"{source}: request {r.rid} has fixed cached tokens (l1 {r.l1_cached_tokens}, "
-                f"l2 {r.l2_cached_tokens}); SGLang's loop finds hits in its own radix cache: "
-                "give requests without cached tokens, or a trace with hash_ids"
-            )
+def given_cache_tokens(block: Any) -> tuple[int, int]:
+    """``admit.workload.cache``'s L1 and L2 tokens when the config gives the block (the
+    schema refused unlimited ones), else ``(0, 0)``: SGLang's defaults, one pool and no host
+    tier."""
+    cache = block.workload.cache
+    if cache == type(block.workload)().cache:
+        return 0, 0
+    l1, l2 = cache.capacities()
+    return l1 or 0, l2 or 0

@@ -55,16 +55,12 @@ def decode_stretches(engine: Any, horizon: float) -> int:
         limit = pool.fitting_steps(wanted)
         if limit <= 0:
             break
-        line = lines.get(running)
-        if line is None:
-            line = lines[running] = decode_line(cost, running)
-            if line is None:
-                break  # (a model whose decode-only durations are not one line)
-        intercept, per_context = line
         context = pool.context_base_sum + running * step
-        first, slope = intercept + per_context * context, per_context * running
-        k = line_steps_within(first, slope, horizon - now, limit)
-        end = now + line_total(first, slope, k)
+        stretch = lines.steps_within(running, context, horizon - now, limit)
+        if stretch is None:
+            break  # (a model whose decode-only durations are not one line)
+        k, total = stretch
+        end = now + total
         grow, need = pool.growth(k)
         engine.samples.stretch(
             now, k, end, running, 0, pool.used_blocks, pool.free_blocks, 0, context, 0, 0, 0,
@@ -101,6 +97,33 @@ def decode_line(cost: Any, running: int) -> tuple[float, float] | None:
         return None
     _, intercept, slope = durations.pieces[0]
     return intercept, slope / running
+
+
+class DecodeLines:
+    """The cost model's decode-only lines (:func:`decode_line`) by the number of running
+    requests, each computed once, and the closed-form stretches along them."""
+
+    def __init__(self, cost: Any) -> None:
+        self.cost = cost
+        self.by_running: dict[int, tuple[float, float] | None] = {}
+
+    def steps_within(
+        self, running: int, context: int, budget_us: float, limit: int
+    ) -> tuple[int, float] | None:
+        """``running`` requests decode, reading ``context`` tokens at the first step and
+        ``running`` more at each next: how many of at most ``limit`` steps start within
+        ``budget_us``, and their summed duration; None when the model gives no line."""
+        by_running = self.by_running
+        if running in by_running:
+            line = by_running[running]
+        else:
+            line = by_running[running] = decode_line(self.cost, running)
+        if line is None:
+            return None
+        intercept, per_context = line
+        first, slope = intercept + per_context * context, per_context * running
+        steps = line_steps_within(first, slope, budget_us, limit)
+        return steps, line_total(first, slope, steps)
 
 
 def run_stretch(engine: Any, horizon: float) -> int:

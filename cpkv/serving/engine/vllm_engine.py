@@ -34,17 +34,14 @@ from typing import Any
 
 from cpkv.core.errors import ConfigError, InputError
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
+from cpkv.serving.engine.instance import Instance, new_counters
+from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
-from cpkv.serving.model.request import FINISHED, PREFILL, REJECTED, RUNNING, WAITING, Req
+from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import Request
 from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
-
-INF = float("inf")
-COUNTERS = (
-    "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ class BlockNames:
             keys.extend(range(self.own + i, self.own + num_full_blocks))
 
 
-class VllmEngine:
+class VllmEngine(Instance):
     """One serving instance under vLLM's scheduler; the driver interface of
     :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
 
@@ -135,12 +132,10 @@ class VllmEngine:
         self.reqs: dict[str, Req] = {}
         self.now, self.iterations = 0.0, 0
         self.stop_counts: dict[str, int] = {}
-        self.counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-        self.counters["preemptions"] = {}
-        self.counters["rejects"] = {}
+        self.counters = new_counters()
         self.fast = True  # decode-only steps in closed form (False: every step in full)
         self.blocked = False  # the last full step's admission stop holds until an event
-        self.decode_lines: dict[int, tuple[float, float] | None] = {}  # by running requests
+        self.decode_lines = DecodeLines(settings.cost)
 
     @property
     def waiting(self) -> Any:
@@ -148,13 +143,6 @@ class VllmEngine:
         return self.scheduler.waiting
 
     # -- driving it ------------------------------------------------------------------------
-    def deliver(self, r: Req) -> None:
-        self.arrivals.deliver(r)
-
-    def run(self) -> EngineResult:
-        self.advance(INF)
-        return self.close()
-
     def advance(self, until_us: float) -> None:
         arrivals, scheduler = self.arrivals, self.scheduler
         while self.now < until_us:
@@ -187,10 +175,7 @@ class VllmEngine:
         while arrivals.next_us <= now:
             r = arrivals.pop()
             if r.prompt_tokens >= max_model_len:
-                r.state, r.reject_reason, r.finished_us = REJECTED, "exceeds_max_model_len", now
-                rejects = self.counters["rejects"]
-                rejects["exceeds_max_model_len"] = rejects.get("exceeds_max_model_len", 0) + 1
-                self.sink.done(r)
+                self.reject(r, "exceeds_max_model_len")
                 continue
             r.state = WAITING
             request = Request.sized(

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.cost.stretch import line_steps_within, line_total
-from cpkv.serving.engine.stretch import decode_line
 from cpkv.serving.model.request import FINISHED
 from cpkv.vllm.decode import DecodeSteps
 
@@ -64,7 +62,7 @@ def decode_stop(engine: Any, running: int) -> str | None:
 def decode_stretches(engine: Any, horizon: float) -> int:
     """The instance's decode-only steps from ``engine.now`` up to the next event (module
     docstring), stretch after stretch; how many steps ran (0: a full step comes next)."""
-    scheduler, cost = engine.scheduler, engine.settings.cost
+    scheduler = engine.scheduler
     lines = engine.decode_lines
     capacity = engine.settings.capacity_blocks
     now, ran = engine.now, 0
@@ -77,16 +75,12 @@ def decode_stretches(engine: Any, horizon: float) -> int:
         limit = min(steps.to_finish, steps.fitting(free))
         if limit <= 0:
             break
-        line = lines.get(count)
-        if line is None:
-            line = lines[count] = decode_line(cost, count)
-            if line is None:
-                break  # (a model whose decode-only durations are not one line)
-        intercept, per_context = line
         context = steps.context
-        first, slope = intercept + per_context * context, per_context * count
-        k = line_steps_within(first, slope, horizon - now, limit)
-        end = now + line_total(first, slope, k)
+        stretch = lines.steps_within(count, context, horizon - now, limit)
+        if stretch is None:
+            break  # (a model whose decode-only durations are not one line)
+        k, total = stretch
+        end = now + total
         grow = steps.phases[:k]
         engine.samples.stretch(
             now, k, end, count, len(scheduler.waiting), capacity - free, free, 0, context, 0,

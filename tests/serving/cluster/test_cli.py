@@ -1,5 +1,6 @@
-"""``cpkv admit`` with ``admit.cluster``: one instance through the driver gives the plain run's
-rows and files byte for byte; several instances report per instance and in total."""
+"""``cpkv admit`` with ``admit.cluster`` in cpkv's loop: one instance through the driver gives
+the plain run's rows and files byte for byte; several instances report per instance and in
+total."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.helpers.paths import MOONCAKE_TRACE, REPO
 CONFIG = str(REPO / "configs/admit/serving_mooncake.yaml")
 SLICE = [
     CONFIG, f"admit.workload.path={MOONCAKE_TRACE}", "admit.workload.limit=300",
-    "admit.arrivals.speedup=2",
+    "admit.arrivals.speedup=2", "admit.engine=cpkv",
 ]  # fmt: skip
 
 needs_trace = pytest.mark.skipif(not MOONCAKE_TRACE.is_file(), reason="no Mooncake trace")
@@ -38,7 +39,7 @@ def _run(cli, *extra: str) -> Path:
     [
         ("round_robin", ()),
         ("prefix_aware", ()),
-        # issue 13's machinery: timeouts end requests in the queue, the policy columns
+        # the policy space's machinery: timeouts end requests in the queue, the policy columns
         (
             "round_robin",
             (

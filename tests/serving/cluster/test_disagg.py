@@ -238,7 +238,8 @@ def test_prefix_cache_and_cp_limits_on_the_prefill_pool(cli, tmp_path) -> None:
 BAD = [
     (["admit.cluster.prefill={instances: 1}"], "admit.cluster.decode"),
     ([*PD, "admit.cluster.instances=2"], "admit.cluster.instances"),
-    ([*PD, "admit.engine=vllm"], "engine sglang"),
+    ([*PD, "admit.engine=vllm"], "not engine vllm"),
+    ([*PD, "admit.engine=sglang"], "admit.engine cpkv: a prefill-only mode"),
     ([*PD, "admit.policy=conservative"], "policy prefill_adder"),
     ([*PD, "admit.cluster.link.kind=carrier_pigeon"], "admit.cluster.link.kind"),
     ([*PD, "admit.cluster.link.kind=instant", "admit.cluster.link.gb_per_s=5"], "gb_per_s"),

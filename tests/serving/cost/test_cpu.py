@@ -74,7 +74,7 @@ def test_cpu_engine_null_follows_admit_engine_and_vllm_pipelines_do_not_overlap(
     assert CostSpec().build().cpu == ENGINE_CPU["sglang"]
     assert CostSpec().build("vllm").cpu == ENGINE_CPU["vllm"]
     assert CostSpec(cpu=CpuSpec(engine="none")).build("vllm").cpu == ENGINE_CPU["none"]
-    assert CostSpec().build("sglang_loop").cpu == ENGINE_CPU["sglang"]  # SGLang's own loop
+    assert CostSpec().build("cpkv").cpu == ENGINE_CPU["sglang"]  # cpkv's loop models SGLang
     assert not CpuSpec().resolve("vllm", pipeline_stages=2).overlap
     assert CpuSpec().resolve("sglang", pipeline_stages=2).overlap
     mine = CpuSpec(engine="vllm", overlap=False, request_us=3.0).resolve()

@@ -1,4 +1,4 @@
-"""The serving engine under SGLang's loop (``admit.engine: sglang_loop``): times derived by
+"""The serving engine under SGLang's loop (``admit.engine: sglang``): times derived by
 hand, decisions and times equal to the loop model's own scenario runner (which the
 differential suite checks against the real loop), and the config refusals."""
 
@@ -128,7 +128,7 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("admit.policy=iteration", "admit.policy: 'iteration' is cpkv's loop's"),
+        ("admit.policy=iteration", "admit.policy: 'iteration' is a seed 004 policy"),
         ("admit.schedule_policy=dfs-weight", "admit.schedule_policy"),
         ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
         (
@@ -141,11 +141,25 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
             "admit.sglang.enable_hierarchical_cache=true admit.sglang.disable_radix_cache=true",
             "admit.sglang.enable_hierarchical_cache: the host tier keeps the radix cache's nodes",
         ),
+        ("admit.workload.cache.l1_tokens=null", "admit.workload.cache.l1_tokens: null"),
+        (
+            "admit.cluster.instances=2 admit.cluster.shared_l2=true",
+            "admit.cluster.shared_l2: one L2 shared by the instances is cpkv's loop's",
+        ),
+        (
+            "admit.workload.cache.l1_tokens=1000 admit.workload.cache.hicache_ratio=null",
+            "admit.workload.cache.l2_tokens: an unlimited L2",
+        ),
+        (
+            "admit.workload.cache.l1_tokens=1000 admit.workload.cache.l2_tokens=9000 "
+            "admit.sglang.enable_hierarchical_cache=true",
+            "admit.sglang.enable_hierarchical_cache: the host tier is given twice",
+        ),
     ],
 )
-def test_bad_sglang_loop_config_is_one_line(cli, override, message) -> None:
+def test_bad_sglang_config_is_one_line(cli, override, message) -> None:
     res = cli(
-        "admit", "admit.mode=serving", "admit.engine=sglang_loop",
+        "admit", "admit.mode=serving", "admit.engine=sglang",
         "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *override.split(),
     )  # fmt: skip
     assert res.exit_code == 2, res.output
@@ -162,6 +176,10 @@ def _run(reqs: list[Req], stretches: bool, trace_block: int | None, **knobs):
     return sink.in_input_order(), res, samples.kept
 
 
+NO_FIXED_HITS = (
+    "admit.workload.synthetic.l1_cached_tokens.choices=[0]",
+    "admit.workload.synthetic.l2_cached_tokens.choices=[0]",
+)
 ROOFLINE = None  # set below (the default cost model: decode iterations on a line in context)
 
 
@@ -272,3 +290,89 @@ def test_the_host_tier_loads_back_a_prefix_evicted_from_the_device():
         trace_block=64, **knobs,
     )  # fmt: skip
     assert (without.l1_hit, without.l2_hit, without.prefilled) == (0, 0, 300)
+
+
+def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> None:
+    # cpkv's loop keeps L1 as a partition beside the running requests' 4096 x 16 tokens;
+    # SGLang's loop has one pool: 65,536 + 10,000 tokens; the L2 of 50,000 is its host tier
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
+        "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
+        "admit.workload.cache.l1_tokens=10000", "admit.workload.cache.l2_tokens=50000",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    sglang = cli.results(run)["summary"]["sglang"]
+    assert (sglang["max_total_num_tokens"], sglang["hicache_tokens"]) == (75_536, 50_000)
+
+
+def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
+        "admit.enable_priority_scheduling=true",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    assert cli.results(run)["summary"]["engine"] == "sglang"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "engine", "why"),
+    [
+        ((*NO_FIXED_HITS,), "sglang", None),
+        ((*NO_FIXED_HITS, "admit.policy=iteration"), "cpkv", "admit.policy: 'iteration'"),
+        ((*NO_FIXED_HITS, "admit.serving.queue_timeout_ms=500"), "cpkv", "admit.serving:"),
+        ((*NO_FIXED_HITS, "admit.schedule_policy=random"), "cpkv", "admit.schedule_policy:"),
+        ((), "cpkv", "admit.workload.synthetic.l1_cached_tokens draws cached tokens"),
+    ],
+    ids=["sglang-loop", "seed-004-policy", "serving-option", "cpkv-order", "fixed-hits"],
+)
+def test_a_null_engine_is_sglangs_loop_unless_the_config_needs_cpkvs(
+    cli, overrides, engine, why
+) -> None:
+    res = cli(
+        "admit", "admit.mode=serving", "admit.workload.source=synthetic",
+        "admit.workload.synthetic.count=4", *overrides,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    results = cli.results(run)
+    assert results["summary"]["engine"] == engine
+    said = [n for n in results["notes"] if "cannot run this config" in n]
+    if why is None:
+        assert not said
+    else:
+        assert len(said) == 1 and why in said[0], said
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("admit.engine=sglang",),
+            "admit.workload: request",  # the grid's fixed hits (a prefill-model workload)
+        ),
+        (
+            ("admit.engine=vllm", "admit.workload.synthetic.count=4"),
+            "admit.workload: admit.workload.synthetic.l1_cached_tokens draws cached tokens",
+        ),
+        (
+            ("admit.sglang.enable_mixed_chunk=true", "admit.policy=iteration"),
+            "admit.sglang: SGLang's loop's server arguments, but SGLang's loop cannot run",
+        ),
+    ],
+    ids=["sglang-grid-hits", "vllm-synthetic-hits", "sglang-keys-in-cpkvs-loop"],
+)
+def test_what_only_cpkvs_loop_runs_is_refused_elsewhere_in_one_line(cli, overrides, message):
+    source = () if "admit.engine=sglang" in overrides else ("admit.workload.source=synthetic",)
+    res = cli("admit", "admit.mode=serving", *source, *overrides)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_cpkvs_loop_serves_only(cli) -> None:
+    res = cli("admit", "admit.engine=cpkv")
+    assert res.exit_code == 2
+    assert "admit.engine: cpkv's loop serves in admit.mode serving" in res.output

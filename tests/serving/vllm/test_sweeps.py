@@ -44,7 +44,7 @@ def test_a_capacity_search_under_vllm_finds_the_closed_form(tmp_path: Path) -> N
 
 def test_a_sweep_over_the_engine_gives_both_the_closed_form(tmp_path: Path) -> None:
     sweep = {
-        "zip": {"admit.engine": ["sglang", "vllm"], "admit.prefill_max_requests": [1, None]},
+        "zip": {"admit.engine": ["cpkv", "vllm"], "admit.prefill_max_requests": [1, None]},
         "admit.arrivals.speedup": [0.4, 0.8],
     }
     config = vllm_config(tmp_path / "case", sweep)
@@ -63,4 +63,4 @@ def test_a_sweep_over_the_engine_gives_both_the_closed_form(tmp_path: Path) -> N
         assert row["slo_attainment_pct"] == pytest.approx(cf.attainment_pct(speedup), abs=1e-9)
         slo[engine, speedup] = (row["slo_attainment_pct"], row["ttft_p99_ms"])
     for speedup in (0.4, 0.8):
-        assert slo["sglang", speedup] == pytest.approx(slo["vllm", speedup], rel=1e-12)
+        assert slo["cpkv", speedup] == pytest.approx(slo["vllm", speedup], rel=1e-12)

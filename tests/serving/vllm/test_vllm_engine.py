@@ -110,7 +110,9 @@ def test_a_prompt_reaching_max_model_len_is_rejected() -> None:
 def test_bad_vllm_config_is_one_line(cli, override, message) -> None:
     res = cli(
         "admit", "admit.mode=serving", "admit.engine=vllm",
-        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *override.split(),
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4",
+        "admit.workload.synthetic.l1_cached_tokens.choices=[0]",
+        "admit.workload.synthetic.l2_cached_tokens.choices=[0]", *override.split(),
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1
