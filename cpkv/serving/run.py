@@ -406,7 +406,7 @@ def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     if block.engine == "vllm":
         notes = _vllm_notes(s)
     elif block.engine == "sglang":
-        notes = _sglang_loop_notes(s)
+        notes = _sglang_notes(s)
     else:
         notes = _sglang_notes(block, s)
     coef = s.cost.describe()
@@ -474,7 +474,7 @@ def _vllm_notes(s: Any) -> list[str]:
     ]
 
 
-def _sglang_loop_notes(s: Any) -> list[str]:
+def _sglang_notes(s: Any) -> list[str]:
     from cpkv.sglang import SGLANG_VERSION
 
     c = s.config
