@@ -408,7 +408,7 @@ def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     elif block.engine == "sglang":
         notes = _sglang_notes(s)
     else:
-        notes = _sglang_notes(block, s)
+        notes = _cpkv_notes(block, s)
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
     if s.cost.kind == "roofline":
@@ -433,7 +433,7 @@ def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _sglang_notes(block: Any, s: EngineSettings) -> list[str]:
+def _cpkv_notes(block: Any, s: EngineSettings) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
