@@ -45,7 +45,8 @@ class Req:
     policy options).
 
     Reported: ``admitted_us`` / ``first_token_us`` / ``finished_us`` (first admission, first
-    token, end), ``generated``, ``prefilled`` (prompt tokens computed, recomputation
+    token, end), ``handoff_us`` (a disaggregated deployment: the prefill side's first token,
+    when the request left for a decode instance), ``generated``, ``prefilled`` (prompt tokens computed, recomputation
     included), ``preemptions``, ``recomputed`` (KV tokens preemptions discarded), ``l1_hit``
     / ``l2_hit`` (at its first admission), ``reject_reason``.
     """
@@ -57,7 +58,7 @@ class Req:
         "filled_tokens", "kv_tokens", "reserved_blocks", "stamp", "kv_base", "context_base",
         "finish_step", "advanced_step", "admitted_us", "first_token_us", "finished_us",
         "preemptions", "l1_hit", "l2_hit", "recomputed", "prefilled", "reject_reason", "policy",
-        "lane_base", "lane_token",
+        "lane_base", "lane_token", "handoff_us",
     )  # fmt: skip
 
     @classmethod
@@ -88,6 +89,7 @@ class Req:
         r.advanced_step = -1
         r.lane_base = r.lane_token = 0
         r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
+        r.handoff_us = None
         r.reject_reason = r.policy = None
         return r
 
