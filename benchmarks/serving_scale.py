@@ -29,6 +29,11 @@ The base's 1M runs are slow (the iteration policy ~150 s each): ``--skip-base-1m
 run the base at 1M (their targets are absolute), ``--base-time ROW=SECONDS`` fills in a time
 measured earlier instead (``ROW`` as in the table, e.g. ``W8/iteration/linear``; marked ``*``).
 
+Engines: every ``prefill_adder`` and ``iteration`` row runs cpkv's loop (``admit.engine=cpkv``
+in the current tree; the base has no other), and each ``prefill_adder`` row has a ``sglang``
+row beside it, SGLang's own loop (``admit.engine=sglang``, the default engine of such configs)
+in the current tree only: its targets are the absolute ones (w1m, azure), no ratio elsewhere.
+
 This script does not compare outputs (``benchmarks/golden.py`` does, with a tolerance).
 
     python benchmarks/serving_scale.py                        # everything (tens of minutes)
@@ -52,6 +57,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_REV = "e29b3d4"  # main before the serving refactor
@@ -187,13 +193,25 @@ def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int
     """The table's rows (nothing run yet); request counts divided by ``scale``."""
     rows = []
 
+    def pair(group: str, workload: str, n: int, policy: str, cost: str, a: Any) -> None:
+        """cpkv's loop in both trees (the base's only loop) and SGLang's loop, the default
+        engine of ``prefill_adder`` configs, in the current tree only."""
+        both = a if isinstance(a, dict) else {"base": a, "current": a}
+        cpkv = {**both, "current": [*both["current"], "admit.engine=cpkv"]}
+        rows.append(Row(group, workload, n, policy, cost, cpkv))
+        if policy == "prefill_adder":
+            sglang = Row(group, workload, n, "sglang", cost,
+                         {"current": [*both["current"], "admit.engine=sglang"]})  # fmt: skip
+            sglang.base.skipped = True
+            rows.append(sglang)
+
     def synthetic(group: str, rate: int, n: int) -> None:
         for policy in POLICIES:
             for cost in COSTS:
                 a = [str(config), f"admit.workload.synthetic.count={n}",
                      f"admit.arrivals.rate_rps={rate}", f"admit.policy={policy}",
                      f"admit.cost.kind={cost}"]  # fmt: skip
-                rows.append(Row(group, f"W{rate}", n, policy, cost, {"base": a, "current": a}))
+                pair(group, f"W{rate}", n, policy, cost, a)
 
     for group in groups:
         if group == "w1m":
@@ -207,8 +225,7 @@ def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int
                  f"admit.workload.path={AZURE}", f"admit.workload.repeat={copies}",
                  "admit.arrivals.process=trace", "admit.slo.ttft_ms=2000",
                  "admit.slo.tpot_ms=100", "admit.cost.kind=roofline"]  # fmt: skip
-            rows.append(Row(group, f"azure{copies}", copies * AZURE_REQUESTS,
-                            "prefill_adder", "roofline", {"base": a, "current": a}))  # fmt: skip
+            pair(group, f"azure{copies}", copies * AZURE_REQUESTS, "prefill_adder", "roofline", a)
         elif group == "azure":
             print(f"azure: {AZURE} not found, skipped")
         elif group == "configs":
@@ -219,7 +236,7 @@ def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int
                     continue
                 limit = [f"admit.workload.limit={n // scale}"] if scale > 1 else []
                 a = {s: [str(t / path), *limit] for s, t in trees.items()}
-                rows.append(Row(group, name, n // scale, "prefill_adder", "roofline", a))
+                pair(group, name, n // scale, "prefill_adder", "roofline", a)
     return rows
 
 
@@ -257,6 +274,8 @@ def verdicts(row: Row, quick: bool, noise: float) -> list[tuple[str, bool | None
     """(line, met) per target of the row; met None where not judged."""
     c, r = row.current, row.ratio
     out: list[tuple[str, bool | None]] = []
+    if row.base.skipped and row.group not in ("w1m", "azure"):
+        return [(f"{row.name}: SGLang's loop, not in the base (no ratio)", None)]
     if row.group in ("w1m", "azure"):
         checks = [("time", c.time, TIME_S, "s")]
         if row.group == "w1m":

@@ -105,6 +105,8 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "cluster.instances",
                 f"{self.cluster.instances} instances need admit.mode serving; allowed here: 1",
             )
+        if self.cluster.disaggregated:
+            self._validate_disaggregated()
         AdmitBudgets.validate(self)
         from cpkv.admit.policy_space import check_policy_space
 
@@ -280,6 +282,12 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.kv.victim!r} is cpkv's loop's (admit.engine cpkv); SGLang's loop "
                 "retracts by its own order (least_progress, or the default)",
             )
+        if self.cluster.disaggregated:
+            raise FieldError(
+                "cluster.prefill",
+                "a disaggregated deployment runs on cpkv's loop (admit.engine cpkv: a "
+                "prefill-only mode and a decode entry for requests whose KV arrives built)",
+            )
         if self.cluster.shared_l2:
             raise FieldError(
                 "cluster.shared_l2",
@@ -298,6 +306,26 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             raise FieldError(
                 "chunked_prefill_size", f"{chunk} is less than a page ({self.page_size} tokens)"
             )
+
+    def _validate_disaggregated(self) -> None:
+        """Prefill and decode pools run cpkv's loop with SGLang's PrefillAdder, in mode
+        serving, without the admission-policy options; each pool's cost is checked."""
+        from cpkv.serving.cluster.disagg.schema import pool_cost
+
+        why = None
+        if self.mode != "serving":
+            why = f"runs in admit.mode serving, not {self.mode}"
+        elif self.engine not in (None, "cpkv"):
+            why = (
+                f"runs on cpkv's loop (admit.engine cpkv: a prefill-only mode and a decode "
+                f"entry for requests whose KV arrives built), not engine {self.engine}"
+            )
+        elif self.policy != "prefill_adder":
+            why = f"runs SGLang's PrefillAdder (policy prefill_adder), not policy {self.policy}"
+        if why is not None:
+            raise FieldError("cluster.prefill", f"a disaggregated deployment {why}")
+        for pool in ("prefill", "decode"):
+            pool_cost(self.cost, getattr(self.cluster, pool), f"cluster.{pool}")
 
     def _validate_graph_buckets(self) -> None:
         """No CUDA-graph bucket larger than the most requests that can run at once: SGLang

@@ -36,6 +36,7 @@ LOAD_KEYS = {"poisson": "admit.arrivals.rate_rps", "trace": "admit.arrivals.spee
 """The load a search varies, by ``admit.arrivals.process``."""
 POINT_INDEX_WIDTH = 3
 MAX_POINTS_LIMIT = 200
+MAX_GPUS = 4096
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,11 @@ class CapacitySpec:
     * ``growth``: the factor between loads while bracketing;
     * ``start``: the first load (null: the config's own ``rate_rps`` or ``speedup``);
     * ``max_requests``: the most requests a point serves (null: the whole workload);
-    * ``max_points``: the most points per search (per value of the second axis).
+    * ``max_points``: the most points per search (per value of the second axis);
+    * ``gpus``: GPU counts whose prefill:decode splits (and, with ``colocated``, colocated
+      instances) the search tries, the second axis generated from them
+      (:mod:`cpkv.capacity.deployments`); ``target_load``: the load whose cheapest deployment
+      the result names (null: none).
     """
 
     attainment: float = 0.9
@@ -56,6 +61,9 @@ class CapacitySpec:
     start: float | None = None
     max_requests: int | None = None
     max_points: int = 30
+    gpus: tuple[int, ...] = ()
+    colocated: bool = True
+    target_load: float | None = None
 
     def validate(self) -> None:
         require(
@@ -78,6 +86,17 @@ class CapacitySpec:
             "max_points",
             f"must be in [1, {MAX_POINTS_LIMIT}], got {self.max_points}",
         )
+        require(
+            all(1 <= n <= MAX_GPUS for n in self.gpus)
+            and list(self.gpus) == sorted(set(self.gpus)),
+            "gpus",
+            f"must be GPU counts in [1, {MAX_GPUS}] in increasing order, got {list(self.gpus)}",
+        )
+        positive("target_load", self.target_load, allow_none=True)
+        if self.target_load is not None:
+            require(
+                self.target_load < 1e12, "target_load", f"must be < 1e12, got {self.target_load}"
+            )
 
 
 @dataclass(frozen=True)
@@ -178,10 +197,25 @@ def plan_search(
     spec = _spec(base, config_path, spec_items, flags or {})
     load_key = _check_serving(base.resolved, where)
     axis = _axis(base, config_path, cl_axes, plain, load_key)
+    if spec.gpus:
+        from cpkv.capacity.deployments import deployment_axis
+
+        if axis is not None:
+            raise ConfigError(
+                f"{where}: capacity.gpus generates the second axis (admit.cluster: each "
+                f"deployment of those GPUs); drop the other axis ({axis.keys[0]}) or capacity.gpus"
+            )
+        axis = deployment_axis(base.resolved, spec.gpus, spec.colocated, where)
     limit = _limit_override(base.resolved, spec.max_requests, where)
     values = []
     for text in axis.values if axis is not None else [(None,)]:
         values.append(_axis_value(config_path, plain, limit, axis, text[0], where, load_key))
+    if spec.gpus:  # each generated value by its deployment's name (3P1D, 4 colocated)
+        from dataclasses import replace
+
+        from cpkv.capacity.deployments import deployment_of
+
+        values = [replace(av, label=deployment_of(av.config)[0]) for av in values]
     start = spec.start if spec.start is not None else lookup(base.resolved, load_key)
     return SearchPlan(
         name=name or base.experiment.name,

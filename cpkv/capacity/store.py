@@ -181,6 +181,17 @@ class SearchResult:
 
 
 def result_doc(plan: SearchPlan, results: Sequence[SearchResult], status: str) -> dict[str, Any]:
+    from cpkv.capacity.deployments import deployment_of, frontier
+
+    doc = _result_doc(plan, results, status)
+    if plan.spec.gpus:  # a search of deployments: each one's name and GPUs, the frontier
+        for search, av in zip(doc["searches"], plan.values, strict=True):
+            search["deployment"], search["gpus"] = deployment_of(av.config)
+        doc["frontier"] = frontier(doc["searches"], plan.spec.target_load)
+    return doc
+
+
+def _result_doc(plan: SearchPlan, results: Sequence[SearchResult], status: str) -> dict[str, Any]:
     return {
         "capacity_version": CAPACITY_VERSION,
         "name": plan.name,
@@ -340,11 +351,40 @@ def result_text(doc: Mapping[str, Any], fmt: str = "text") -> str:
         f"to {100 * float(doc.get('tolerance') or 0):g}%"
     )
     parts.append(head + "\n" + table(rows, columns, fmt))
+    if doc.get("frontier"):
+        parts.append(_frontier_text(doc, load, fmt))
     errors = [f"{axis}={s.get('label')}: {s.get('error')}" if axis else str(s.get("error"))
               for s in doc.get("searches") or [] if s.get("error")]  # fmt: skip
     if errors:
         parts.append("\n".join(f"failed: {e}" for e in errors))
     return "\n\n".join(parts) + "\n"
+
+
+def _frontier_text(doc: Mapping[str, Any], load: str, fmt: str) -> str:
+    """The best deployment per GPU count, every deployment's capacity, the cheapest for the
+    target load."""
+    f = doc["frontier"]
+    rows = [{"gpus": s.get("gpus"), "deployment": s.get("deployment"),
+             f"capacity_{load}": _num(s.get("capacity_load")),
+             "offered_rps": s.get("capacity_offered_requests_per_s"),
+             "goodput_rps": s.get("capacity_goodput_requests_per_s")}
+            for s in sorted(doc.get("searches") or [], key=lambda s: (s.get("gpus") or 0,
+                                                                      s.get("deployment") or ""))]  # fmt: skip
+    best = {(x["gpus"], x["deployment"]) for x in f.get("best_per_gpus") or []}
+    for row in rows:
+        row["best"] = "*" if (row["gpus"], row["deployment"]) in best else ""
+    columns = ["gpus", "deployment", f"capacity_{load}", "offered_rps", "goodput_rps", "best"]
+    head = f"{'## ' if fmt == 'markdown' else ''}deployments by GPUs (*: the highest capacity for its GPUs)"
+    text = head + "\n" + table(rows, columns, fmt)
+    target = f.get("target_load")
+    if target is not None:
+        cheap = f.get("cheapest")
+        text += (
+            f"\ncheapest deployment for {load} {target:g}: "
+            + ("none reaches it" if cheap is None else
+               f"{cheap['deployment']} ({cheap['gpus']} GPUs, capacity {_num(cheap['capacity_load'])})")
+        )  # fmt: skip
+    return text
 
 
 def _meets(point: Mapping[str, Any]) -> str:

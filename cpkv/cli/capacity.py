@@ -209,8 +209,10 @@ def _run(
 
 def _plot(path: Path) -> None:
     from cpkv.capacity.store import read_result
-    from cpkv.plots.capacity import plot_capacity
+    from cpkv.plots.capacity import plot_capacity, plot_frontier
 
     doc = read_result(path)
     if doc is not None:
         plot_or_warn(path, lambda: plot_capacity(doc, path / "plots"))
+        if doc.get("frontier"):
+            plot_or_warn(path, lambda: plot_frontier(doc, path / "plots"))

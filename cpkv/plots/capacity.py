@@ -6,6 +6,12 @@ the SLO). The x axis is the offered load in requests per second when every point
 (from its arrival times), else the searched key itself; it turns logarithmic when the points
 span 16x or more. Each search's capacity is a dotted vertical line with a marker, labelled in
 the legend, which stands beside the panels.
+
+A search of deployments (``capacity.gpus``) adds ``frontier.png``: each deployment's capacity
+(offered requests/s when known) against its GPUs, disaggregated deployments and colocated
+ones marked apart and named, the best deployment per GPU count joined by a line (the
+frontier), and the target load as a dashed line with the cheapest deployment that reaches
+it ringed.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from cpkv.plots.common import axis_label, is_number
 from cpkv.plots.figures import figure, save, series_styles
 
 LOG_SPAN = 16.0
+FRONTIER_FILE = "frontier.png"
 
 
 def plot_capacity(doc: Mapping[str, Any], out: Path) -> Path | None:
@@ -97,3 +104,64 @@ def _finished(search: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         for p in search.get("points") or []
         if is_number(p.get("attainment_pct")) and is_number(p.get("load"))
     ]
+
+
+def plot_frontier(doc: Mapping[str, Any], out: Path) -> Path | None:
+    """Write ``out/frontier.png`` from a capacity.json document of a deployments search;
+    None when it has no frontier or no capacity was found."""
+    frontier = doc.get("frontier")
+    searches = [
+        s for s in doc.get("searches") or []
+        if is_number(s.get("capacity_load")) and is_number(s.get("gpus"))
+    ]  # fmt: skip
+    if not frontier or not searches:
+        return None
+    offered = all(is_number(s.get("capacity_offered_requests_per_s")) for s in searches)
+    key = "capacity_offered_requests_per_s" if offered else "capacity_load"
+    fig = figure(7.5, 4.6)
+    ax = fig.subplots(1, 1)
+    for colocated, style in ((False, {"marker": "o", "color": "#1f77b4"}),
+                             (True, {"marker": "s", "color": "#ff7f0e"})):  # fmt: skip
+        mine = [
+            s for s in searches if str(s.get("deployment", "")).endswith("colocated") == colocated
+        ]
+        if not mine:
+            continue
+        ax.plot([s["gpus"] for s in mine], [s[key] for s in mine], linestyle="none", ms=7,
+                label="colocated" if colocated else "disaggregated (xPyD)", **style)  # fmt: skip
+        for s in mine:  # (colocated names to the left, the splits' to the right)
+            ax.annotate(str(s.get("deployment")), (s["gpus"], s[key]), textcoords="offset points",
+                        xytext=(-7, 3) if colocated else (6, 3), fontsize=8,
+                        ha="right" if colocated else "left")  # fmt: skip
+    best = [(x["gpus"], x.get(key.removeprefix("capacity_")) if offered else x["capacity_load"])
+            for x in frontier.get("best_per_gpus") or []]  # fmt: skip
+    best = [(g, y) for g, y in best if is_number(y)]
+    if best:
+        ax.plot(*zip(*best, strict=True), color="0.3", linewidth=1.2, label="best per GPU count")
+    load_label = str(doc.get("load_key", "load")).split(".")[-1]
+    target, cheap = frontier.get("target_load"), frontier.get("cheapest")
+    if is_number(target) and not offered:
+        ax.axhline(target, color="0.4", linestyle="--", linewidth=1, label=f"target {target:g}")
+    if cheap is not None:
+        at = next((s for s in searches if s.get("deployment") == cheap["deployment"]
+                   and s.get("gpus") == cheap["gpus"]), None)  # fmt: skip
+        if at is not None:
+            ax.plot([at["gpus"]], [at[key]], marker="o", ms=16, markerfacecolor="none",
+                    markeredgecolor="#d62728", linestyle="none",
+                    label=f"cheapest for {load_label} {target:g}: {cheap['deployment']}")  # fmt: skip
+    gpus = sorted({s["gpus"] for s in searches})
+    ax.set_xticks(gpus)
+    pad = max(1.0, 0.15 * (gpus[-1] - gpus[0]))  # room for the names on either side
+    ax.set_xlim(gpus[0] - pad, gpus[-1] + pad)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("capacity: offered load (requests/s)" if offered else f"capacity ({load_label})")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    target_pct = doc.get("target_attainment_pct")
+    shown = f"{target_pct:g}%" if is_number(target_pct) else "the target"
+    fig.suptitle(
+        f"capacity {doc.get('name')}: the highest load with >= {shown} of requests within "
+        "the SLO, per deployment",
+        fontsize=10,
+    )
+    return save(fig, out / FRONTIER_FILE, legend=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpkv.capacity.store import load_result, resume_command
-from cpkv.plots.capacity import plot_capacity
+from cpkv.plots.capacity import plot_capacity, plot_frontier
 from cpkv.plots.common import require_matplotlib
 from cpkv.plots.records import plot_run
 from cpkv.plots.sweep import plot_sweep
@@ -35,6 +35,9 @@ def plot_target(
         drawn = plot_capacity(search, where)
         if drawn is not None:
             paths.insert(0, drawn)
+        frontier = plot_frontier(search, where) if search.get("frontier") else None
+        if frontier is not None:
+            paths.insert(1, frontier)
     if points:
         for point in target.plan.points:
             run_dir = target.point_dir(point.name)

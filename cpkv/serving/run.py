@@ -93,6 +93,11 @@ def _prepare(cfg: Any, block: Any, workload: Any) -> Callable[[RunContext], RunO
             return lambda ctx: _execute_cluster(ctx, block, loop, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, loop, workload, cfg.seed, fit)
     cancellations = any(r.cancel_ms is not None for r in workload.requests)
+    if block.cluster.disaggregated:
+        from cpkv.serving.cluster.disagg.serve import pool_settings
+
+        pools = pool_settings(block, cost, cfg.seed, cancellations)
+        return lambda ctx: _execute_disaggregated(ctx, block, pools, workload, cfg.seed, fit)
     settings = settings_from(block, cost, cfg.seed, cancellations)
 
     def execute(ctx: RunContext) -> RunOutput:
@@ -227,6 +232,45 @@ def _execute_cluster(
         _summary(block, settings, out, out.summary, fit, out.itl), out.counters, out.policy,
         files=files, cluster=out.cluster if n > 1 else None, more_notes=notes,
     )  # fmt: skip
+
+
+def _execute_disaggregated(
+    ctx: RunContext, block: Any, pools: Any, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """A prefill pool and a decode pool (:mod:`cpkv.serving.cluster.disagg.serve`)."""
+    from cpkv.serving.cluster.disagg.serve import disagg_note, serve_disaggregated
+    from cpkv.serving.cluster.serve import instances_lines
+
+    spec, count = block.cluster, workload.size
+    ctx.report(0, 1, f"serving {count} requests, {spec.prefill.instances}P{spec.decode.instances}D")
+    lines = ctx.stream("requests.jsonl")
+    events = None
+    if block.serving.trace_events:
+        from cpkv.serving.record.trace_file import least_bytes, mb, open_trace
+
+        events = open_trace(ctx.stream("trace.json").write, count, ctx.run_dir)
+        ctx.report(0, 1, f"serving {count} requests; trace.json: at least {mb(least_bytes(count))}")
+    out = serve_disaggregated(block, pools, workload, seed, lines, ctx.run_dir, events)
+    check_conserved(count, out.summary.requests)
+    ctx.report(1, 1, "done")
+    files = {"instances.jsonl": instances_lines(out.instance_rows)}
+    notes = [disagg_note(out.cluster)]
+    if events is not None:
+        events.close()
+        kept = ctx.streams["trace.json"].text()
+        if kept is not None:
+            files["trace.json"] = kept
+        notes.append(
+            f"trace.json: the run in the Chrome trace-event format (ui.perfetto.dev or "
+            f"chrome://tracing), {events.events:,} events, {mb(events.chars)}"
+        )
+    output = _output(
+        block, pools.prefill, fit, count, lines, out.row, out.timeline, out.time,
+        _summary(block, pools.prefill, out, out.summary, fit, out.itl), out.counters, None,
+        files=files, more_notes=notes,
+    )  # fmt: skip
+    output.summary["disaggregation"] = out.cluster
+    return output
 
 
 def _output(
@@ -369,9 +413,9 @@ def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     if block.engine == "vllm":
         notes = _vllm_notes(s)
     elif block.engine == "sglang":
-        notes = _sglang_loop_notes(s)
+        notes = _sglang_notes(s)
     else:
-        notes = _sglang_notes(block, s)
+        notes = _cpkv_notes(block, s)
     coef = s.cost.describe()
     shown = ", ".join(f"{k}={v}" for k, v in coef.items())
     if s.cost.kind == "roofline":
@@ -396,7 +440,7 @@ def _notes(block: Any, s: Any, fit: Any, time: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _sglang_notes(block: Any, s: EngineSettings) -> list[str]:
+def _cpkv_notes(block: Any, s: EngineSettings) -> list[str]:
     mapping = {
         "prefill_adder": "one SGLang PrefillAdder pass per iteration (mixed chunk: decode tokens first), adaptive new_token_ratio",
         "conservative": f"reserve ceil((prompt + max_new) / block) blocks ({s.scan}); prefill by admit.iteration's token budget",
@@ -437,7 +481,7 @@ def _vllm_notes(s: Any) -> list[str]:
     ]
 
 
-def _sglang_loop_notes(s: Any) -> list[str]:
+def _sglang_notes(s: Any) -> list[str]:
     from cpkv.sglang import SGLANG_VERSION
 
     c = s.config

@@ -7,7 +7,8 @@ once with times that never go backwards, a passes run admits or leaves waiting e
 The keys and their bounds come from the schema itself (:func:`cpkv.core.schema.keys.leaves`), so
 a new key is covered as soon as it exists. Each example sets one key on one of a few small
 base runs (the passes mode; the serving mode with the prefill adder, a block policy, Poisson
-arrivals, the linear cost model, two instances behind the prefix-aware router, a trace;
+arrivals, the linear cost model, two instances behind the prefix-aware router, a 2P1D
+deployment, a trace;
 the allocator benches; the trace commands). Keys whose valid values scale the work (a
 repeat count, a pool of pages) are tried only at values a quick run can take and past their
 bounds (:data:`SCALE`).
@@ -75,6 +76,8 @@ BASES = (
     Base("serving-linear", "admit", (*SERVING, "admit.cost.kind=linear")),
     Base("serving-cluster", "admit", (*SERVING, "admit.cluster.instances=2",
                                       "admit.cluster.router=prefix_aware")),
+    Base("serving-disagg", "admit", (*SERVING, "admit.cluster.prefill={instances: 2}",
+                                     "admit.cluster.decode={instances: 1}")),
     Base("serving-trace", "admit", (*SERVING, "admit.workload.source=trace",
                                     "admit.workload.path={trace}")),
     Base("alloc-host", "alloc_host", ("alloc", "host", "alloc_host.host_sizes_gb=[]",
@@ -193,9 +196,9 @@ def _check_serving(row: dict, lines: list[dict], timeline: list[dict]) -> None:
         assert all(t >= 0 for t in seen), line
         for key in ("queue_ms", "ttft_ms", "tpot_ms", "e2e_ms"):
             assert line[key] is None or line[key] >= 0, line
-    for instance in {p.get("instance") for p in timeline}:
-        starts = [p["t_s"] for p in timeline if p.get("instance") == instance]
-        assert starts == sorted(starts), instance
+    for series in {(p.get("pool"), p.get("instance")) for p in timeline}:
+        starts = [p["t_s"] for p in timeline if (p.get("pool"), p.get("instance")) == series]
+        assert starts == sorted(starts), series
 
 
 @settings(

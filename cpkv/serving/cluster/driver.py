@@ -86,6 +86,16 @@ class InstanceTally:
     routing_us: float = -INF  # the time of the arrival being routed
     on_done: Callable[[Req], Any] | None = None  # the trace's request slices
 
+    @staticmethod
+    def gone_us(r: Req) -> float:
+        """When ``r`` stopped being outstanding here: its end."""
+        return r.finished_us
+
+    @staticmethod
+    def taken(r: Req) -> bool:
+        """Whether the instance took ``r`` delivered to it into its queue."""
+        return r.state != PENDING
+
     def done(self, r: Req) -> None:
         _, number = self.live.pop(r.index)
         self.total.done(r)
@@ -138,7 +148,13 @@ class Cluster:
 
     def route(self, r: Req) -> int:
         """Advance every instance to ``r``'s arrival, route it, deliver it; its instance."""
-        t = r.arrival_us
+        chosen = self.place(r, r.arrival_us)
+        self.sims[chosen].deliver(r)
+        return chosen
+
+    def place(self, r: Req, t: float) -> int:
+        """Advance every instance to ``t``, route ``r`` from the loads then and count it on
+        its instance (delivered later, by the caller); its instance."""
         if t > self.now_us:
             for sim in self.sims:
                 sim.advance(t)
@@ -161,7 +177,6 @@ class Cluster:
         if index >= len(self.instance_of):
             self.instance_of.extend([-1] * (index + 1 - len(self.instance_of)))
         self.instance_of[index] = chosen
-        self.sims[chosen].deliver(r)
         return chosen
 
     def _request(self, r: Req) -> RoutedRequest:
@@ -181,8 +196,9 @@ class Cluster:
         for tally, pending in zip(self.tallies, self.pending, strict=True):
             late = tally.late
             if late:
-                late[:] = [r for r in late if r.finished_us > t]
-            while pending and pending[0].state != PENDING:
+                gone = tally.gone_us
+                late[:] = [r for r in late if gone(r) > t]
+            while pending and tally.taken(pending[0]):
                 pending.popleft()
 
     def loads(self, t: float) -> list[InstanceLoad]:
@@ -192,7 +208,8 @@ class Cluster:
         for sim, tally, pending in zip(self.sims, self.tallies, self.pending, strict=True):
             late = tally.late
             outstanding = tally.routed - tally.ended + len(late)
-            queued = min(outstanding, len(pending) + len(sim.waiting))
+            built = sim.built.queue if getattr(sim, "built", None) is not None else ()
+            queued = min(outstanding, len(pending) + len(sim.waiting) + len(built))
             if not self.needs_tokens:
                 out.append(InstanceLoad(queued, outstanding - queued))
                 continue

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
-from cpkv.core.schema import Range, choices, require
+from cpkv.core.schema import FieldError, Range, choices, require
 from cpkv.core.schema.keys import belongs_to
 from cpkv.core.schema.limits import CLOCK_LIMIT_S, CLOCK_WHY, MAX_TOKENS, TOKENS_WHY, Tokens
+from cpkv.serving.cluster.disagg.schema import DecodePool, LinkSpec, PrefillPool
 
 if TYPE_CHECKING:
     from cpkv.serving.cluster.routers import RouterSettings
@@ -38,7 +39,12 @@ class ClusterSpec:
     * ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``,
       ``eviction_interval_s``, ``max_tree_blocks``: the ``prefix_aware`` router's settings
       (:mod:`cpkv.serving.cluster.routers`); with another router, one set to other than its
-      default is refused (nothing would read it).
+      default is refused (nothing would read it);
+    * ``prefill``, ``decode``, ``link``: a disaggregated deployment (both pools given): a
+      prefill pool and a decode pool, each behind its own router, and the link the KV moves
+      over (:mod:`cpkv.serving.cluster.disagg.schema`); ``instances`` and ``router`` are then
+      per pool, ``shared_l2`` and the ``prefix_aware`` settings apply to the pools whose
+      router reads them.
     """
 
     instances: int = 1
@@ -61,10 +67,40 @@ class ClusterSpec:
     max_tree_blocks: Annotated[int, Range(0, MAX_TOKENS, low_open=True, why=TOKENS_WHY)] | None = (
         None
     )
+    prefill: PrefillPool | None = None
+    decode: DecodePool | None = None
+    link: LinkSpec = LinkSpec()
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode run in separate pools."""
+        return self.prefill is not None
+
+    def routers(self) -> tuple[str, ...]:
+        """The routers the run uses: one, or the prefill pool's and the decode pool's."""
+        if self.prefill is not None and self.decode is not None:
+            return (self.prefill.router, self.decode.router)
+        return (self.router,)
 
     def validate(self) -> None:
         from cpkv.serving.cluster.routers import ROUTERS
 
+        if (self.prefill is None) != (self.decode is None):
+            have, lack = ("prefill", "decode") if self.decode is None else ("decode", "prefill")
+            raise FieldError(
+                lack,
+                f"a disaggregated deployment needs both pools: admit.cluster.{have} is given, "
+                f"give admit.cluster.{lack} too (e.g. {lack}: {{instances: 1}})",
+            )
+        if self.prefill is not None:
+            self._validate_pools()
+            return
+        if self.link != LinkSpec():
+            raise FieldError(
+                "link",
+                "the link between a prefill and a decode pool; give admit.cluster.prefill and "
+                "admit.cluster.decode, or leave admit.cluster.link out",
+            )
         require(
             1 <= self.instances <= MAX_INSTANCES,
             "instances",
@@ -80,6 +116,26 @@ class ClusterSpec:
             belongs_to(
                 self, PREFIX_AWARE_KEYS, owner="admit.cluster.router", needed=PREFIX_AWARE,
                 chosen=self.router, reads=(),
+            )  # fmt: skip
+
+    def _validate_pools(self) -> None:
+        default = ClusterSpec()
+        for key, per_pool in (("instances", "prefill.instances and decode.instances"),
+                              ("router", "prefill.router and decode.router")):  # fmt: skip
+            if getattr(self, key) != getattr(default, key):
+                raise FieldError(
+                    key,
+                    f"with prefill and decode pools, {key} is per pool: admit.cluster.{per_pool}",
+                )
+        require(
+            0 <= self.cache_threshold <= 1,
+            "cache_threshold",
+            f"must be a share of the prompt in [0, 1], got {self.cache_threshold}",
+        )
+        if PREFIX_AWARE not in self.routers():
+            belongs_to(
+                self, PREFIX_AWARE_KEYS, owner="admit.cluster.prefill.router", needed=PREFIX_AWARE,
+                chosen=self.prefill.router, reads=(),
             )  # fmt: skip
 
     def router_settings(self) -> RouterSettings:

@@ -73,6 +73,27 @@ def allreduce_us(
     return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
 
 
+def allgather_us(
+    size_bytes: float, workers: int, link_gb_per_s: float, regimes: AllReduceRegimes
+) -> float:
+    """The time of one all-gather that leaves ``size_bytes`` (every worker's share together)
+    on each of ``workers`` GPUs: the same latency and bandwidth regimes as the all-reduce,
+    with the ring all-gather's ``(n−1)/n`` bytes sent per byte gathered (an all-reduce is a
+    reduce-scatter and an all-gather: half its ring factor)::
+
+        time_us = latency_us + (n-1)/n · (min(B, switch_bytes) / (small_bw_eff·L)
+                                          + max(B - switch_bytes, 0) / (bw_eff·L))
+
+    0 on one worker, or for nothing to gather."""
+    if workers <= 1 or size_bytes <= 0:
+        return 0.0
+    link_us = link_gb_per_s * 1e3
+    small = size_bytes if size_bytes < regimes.switch_bytes else regimes.switch_bytes
+    large = size_bytes - small
+    sent = (workers - 1) / workers / link_us
+    return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
+
+
 CUSTOM_MAX_BYTES = 1 << 20
 """The largest message the custom kernels' fits were measured at (sglang#2904's table)."""
 CUSTOM_ALLREDUCE = {

@@ -145,5 +145,18 @@ def cost_note(model: Any) -> str:
         "attention and load-back modelled; the engine's CPU work "
         f"{cpu.iteration_us:g} us + {cpu.request_us:g} us a sequence + {cpu.token_us:g} us a "
         f"token, {'overlapped' if cpu.overlap else 'not overlapped'}; all-reduce "
-        f"{model.allreduce}; calibration: {shown}"
+        f"{model.allreduce}; calibration: {shown}{_cp_note(model)}"
+    )
+
+
+def _cp_note(model: Any) -> str:
+    """The CP prefill's part of :func:`cost_note` ('' without CP)."""
+    work = getattr(model, "cp_work", None)
+    if work is None:
+        return ""
+    return (
+        f"; CP prefill on {work.size} ranks ({work.size * model.tp} GPUs), KV {work.exchange}, "
+        f"the cached prefix gathered from {work.page_size}-token pages owned round-robin, "
+        f"descriptors {work.descriptor_page_us:g} us a page + {work.descriptor_fixed_us:g} us, "
+        f"load-back {work.load_back_page_us:g} us a page"
     )

@@ -494,8 +494,9 @@ class RooflineCost:
         }
 
 
-def build_roofline(spec: CostSpec) -> RooflineCost:
-    """The roofline model of an ``admit.cost`` block (``kind: roofline``)."""
+def build_roofline(spec: CostSpec) -> Any:
+    """The roofline model of an ``admit.cost`` block (``kind: roofline``); with ``cp.size`` >
+    1 wrapped in the CP prefill's (:class:`~cpkv.serving.cost.cp.cost.CpRooflineCost`)."""
     from cpkv.serving.cost.gpus import resolve_gpu
 
     gpu = resolve_gpu(spec.gpu, spec.gpu_spec)
@@ -504,10 +505,15 @@ def build_roofline(spec: CostSpec) -> RooflineCost:
     engine = spec.cpu.engine or "sglang"  # (CostSpec.build fills it from admit.engine)
     cpu = spec.cpu.resolve(engine, spec.pp)
     allreduce = spec.allreduce or ("nccl" if engine == "none" else engine)
-    return RooflineCost(
+    model = RooflineCost(
         spec.shape(), gpu, spec.tp, calibration, (spec.model, spec.gpu), gemm_tflops, cpu,
         pp=spec.pp, ep=spec.ep, allreduce=allreduce,
     )  # fmt: skip
+    if spec.cp.size > 1:
+        from cpkv.serving.cost.cp.cost import build_cp
+
+        return build_cp(model, spec)
+    return model
 
 
 def mfu_pct(flops: float, seconds: float, peak_flops_per_us: float | None) -> float | None:

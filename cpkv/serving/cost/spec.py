@@ -39,6 +39,7 @@ from cpkv.core.schema.limits import Microseconds
 from cpkv.serving.cost.allreduce import ALLREDUCE_KINDS
 from cpkv.serving.cost.base import COST_KINDS, IterationCost
 from cpkv.serving.cost.calibration import CalibrationSpec
+from cpkv.serving.cost.cp.spec import CpSpec
 from cpkv.serving.cost.cpu import CpuSpec, engine_family
 from cpkv.serving.cost.gpus import BANDWIDTH_GB_PER_S, GpuOverrides, fp8_gpus, resolve_gpu
 from cpkv.serving.cost.shapes import (
@@ -51,7 +52,7 @@ from cpkv.serving.cost.shapes import (
 
 ROOFLINE_KEYS = (
     "model", "model_shape", "gpu", "gpu_spec", "tp", "calibration", "quantization",
-    "kv_cache_dtype", "cpu", "pp", "ep", "allreduce",
+    "kv_cache_dtype", "cpu", "pp", "ep", "allreduce", "cp",
 )  # fmt: skip
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -80,6 +81,7 @@ class CostSpec:
     kv_cache_dtype: str = "auto"
     cpu: CpuSpec = CpuSpec()
     allreduce: str | None = None
+    cp: CpSpec = CpSpec()
     fixed_us: Microseconds = 5000.0
     prefill_token_us: Microseconds = 30.0
     decode_request_us: Microseconds = 30.0
@@ -124,9 +126,18 @@ class CostSpec:
             self._check_parallelism(shape)
 
     def _check_parallelism(self, shape: ModelShape) -> None:
-        """``pp`` at most the layers; ``ep`` 1, or the ``tp`` GPUs of a model with experts
-        that divide among them."""
+        """``cp`` valid and on one stage; ``pp`` at most the layers; ``ep`` 1, or the ``tp``
+        GPUs of a model with experts that divide among them."""
         name = self.model or "given by model_shape"
+        try:
+            self.cp.validate()
+        except FieldError as err:
+            raise FieldError(f"cp.{err.key}", err.detail) from None
+        if self.cp.size > 1 and self.pp > 1:
+            raise FieldError(
+                "cp.size", f"a CP rank holds the whole model, and pp is {self.pp}; allowed: "
+                "cp.size 1 with pp > 1, or pp 1",
+            )  # fmt: skip
         if self.pp > shape.layers:
             raise FieldError(
                 "pp", f"must be at most the model's {shape.layers} layers (each stage holds one "

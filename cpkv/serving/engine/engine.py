@@ -33,6 +33,11 @@ router) can advance in time order: :meth:`Engine.deliver` hands it a request tha
 arrived, :meth:`Engine.advance` runs every iteration that starts before a given time,
 :meth:`Engine.close` ends the run. A request delivered at ``t`` joins the queue at the first
 iteration that starts at or after ``t``, exactly as in a run that reads its own arrivals.
+
+In a disaggregated deployment an instance is one side (:mod:`cpkv.serving.engine.handoff`):
+:meth:`Engine.prefill_only` makes it hand each request off after its first token,
+:meth:`Engine.decode_side` makes it take requests whose KV arrives built
+(:meth:`Engine.deliver_built`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpkv.core.errors import CpkvError
+from cpkv.serving.engine.handoff import BuiltRequests, Handoffs, HeldKv, receive
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.lifecycle import Lifecycle
 from cpkv.serving.engine.settings import EngineSettings
@@ -50,7 +56,7 @@ from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane
-from cpkv.serving.model.request import FINISHED, PREFILL, WAITING, Req
+from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
@@ -134,6 +140,43 @@ class Engine(Instance):
             and self.invariants is None
             and type(self.scheduler).done is Scheduler.done
         )
+        self.handoff: Any = None  # prefill only: where a request goes after its first token
+        self.held: HeldKv | None = None
+        self.handed: list[Req] = []  # this iteration's handoffs
+        self.built: BuiltRequests | None = None  # decode side: the receive queue
+
+    def prefill_only(self, handoff: Any) -> None:
+        """Hand each request off after its first token: ``handoff(r, now)`` (``now``: the
+        end of its iteration) returns when its KV has been sent; its blocks are held until
+        then (:mod:`cpkv.serving.engine.handoff`)."""
+        self.handoff, self.held = handoff, HeldKv()
+
+    def decode_side(self, built: BuiltRequests) -> None:
+        """Take requests whose KV arrives built (:meth:`deliver_built`), admitted from
+        ``built``'s queue by SGLang's decode-side rule."""
+        self.built = built
+        self.arrivals = Handoffs()
+        self._arrive = self._receive  # type: ignore[method-assign]
+
+    def deliver_built(self, r: Req, landed_us: float) -> None:
+        """``r``'s KV (its prompt) and first token land at ``landed_us``."""
+        self.arrivals.deliver(r, landed_us)
+
+    def admit_built(self, r: Req, kv: int) -> None:
+        """``r`` (its prompt's KV built elsewhere) takes blocks for ``kv`` tokens and decodes
+        from now on; its first token reaches the client now."""
+        r.device_prefix = r.host_hit = 0
+        r.generated = 1
+        r.fill_tokens = r.filled_tokens = r.prompt_tokens
+        self.stamp = r.stamp = self.stamp + 1
+        self.pool.take(r, kv, None)
+        r.first_token_us = r.token_us = self.now
+        # (its run of consecutive tokens begins with that token, as if the last iteration made it)
+        r.token_iteration, r.run_tokens, r.gap_history = self.iterations - 1, 1, None
+        self.pool.join(r, kv)
+
+    def _receive(self) -> None:
+        receive(self)
 
     def _policy_parts(self, s: EngineSettings) -> None:
         opts = s.options
@@ -154,9 +197,14 @@ class Engine(Instance):
         """Run every iteration that starts before ``until_us`` (an idle instance whose next
         arrival is not before ``until_us`` stops at once)."""
         pool, arrivals, lifecycle = self.pool, self.arrivals, self.lifecycle
+        held, built = self.held, self.built
         while self.now < until_us:
             if arrivals.next_us <= self.now:
                 self._arrive()
+            if held is not None and held.next_us <= self.now:
+                held.release_due(pool, self.now)
+            if built is not None and built.queue:
+                built.admit(self)
             if lifecycle is not None:
                 lifecycle.before_iteration()
             busy = pool.n_running or self.prefilling
@@ -169,6 +217,8 @@ class Engine(Instance):
                 continue
             if busy and self.fast:
                 horizon = min(arrivals.next_us, until_us)
+                if held is not None:
+                    horizon = min(horizon, held.next_us)
                 if lifecycle is not None:
                     horizon = min(horizon, lifecycle.horizon())
                 if self.waiting or self.prefilling:
@@ -181,6 +231,8 @@ class Engine(Instance):
     def close(self) -> EngineResult:
         """End the run: its counters, its integrals (and what :func:`simulate` keeps)."""
         pool, counters = self.pool, self.counters
+        if self.held is not None:
+            self.held.release_all(pool)
         counters["admission_stops"] = dict(sorted(self.stop_counts.items()))
         counters["final_used_blocks"] = pool.used_blocks
         counters["final_free_blocks"] = pool.free_blocks
@@ -259,6 +311,10 @@ class Engine(Instance):
         if decoded or pool.preempted:
             self._update_ratio()
         completed = self._apply(self._plan(decoded))
+        if idle and self.held is not None and self.held.heap and not self.admitted:
+            # nothing fits beside the KV still being sent: wait for its release (or an arrival)
+            self.now = max(self.now, min(self.held.next_us, self.arrivals.next_us))
+            return
         firsts = self._first_tokens(completed, finishing)
         if self.lifecycle is not None:
             self.lifecycle.before_duration()
@@ -414,6 +470,10 @@ class Engine(Instance):
                 r.state = FINISHED  # its blocks are freed at the iteration's end (_end)
                 finishing.append(r)
                 continue
+            if self.handoff is not None and r.max_new_tokens > 1:  # decoded elsewhere
+                firsts.append(r)
+                self.handed.append(r)
+                continue
             if pool.grow_first_token(r, completed[k + 1 :] if pool.free_blocks < 1 else ()):
                 firsts.append(r)
                 pool.join(r, r.kv_tokens)
@@ -451,9 +511,26 @@ class Engine(Instance):
             else:  # max_new_tokens 0: finished without a token, never running
                 pool.release_prefill(r)
             self.finish(r, now)
+        if self.handed:
+            self._hand_off(now)
         if pool.preempted:
             self._requeue(pool.preempted)
             pool.preempted = []
+
+    def _hand_off(self, now: float) -> None:
+        """This iteration's completed prompts leave for a decode instance: their prompt
+        enters this instance's prefix cache, their blocks stay held until the send ends."""
+        held, hits = self.held, self.hits
+        for r in self.handed:
+            kv, reserved = r.kv_tokens, r.reserved_blocks
+            r.state = PENDING  # (on its way: queued, as the decode side's router sees it)
+            r.handoff_us = now
+            r.first_token_us = None  # (the client's comes with the decode instance's admission)
+            held.hold(self.handoff(r, now), kv, reserved)
+            hits.insert(r)
+            hits.forget(r)
+            self.scheduler.done(r)
+        self.handed = []
 
     def _requeue(self, preempted: list[tuple[Req, str]]) -> None:
         """Growth victims go back to the queue (or are aborted)."""

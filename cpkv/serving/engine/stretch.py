@@ -42,7 +42,8 @@ def decode_stretches(engine: Any, horizon: float) -> int:
     """With nothing waiting and nothing prefilling (no scheduler has anything to plan), the
     running requests' decode-only iterations up to ``horizon``, stretch after stretch, each
     ending with the iteration in which a request generates its last token (it finishes,
-    the next stretch goes on without it); stops before a step whose growth does not fit.
+    the next stretch goes on without it, unless a decode side's received requests wait for
+    room: the engine then checks its rule); stops before a step whose growth does not fit.
     How many iterations ran."""
     pool, cost, ran = engine.pool, engine.settings.cost, 0
     lines = engine.decode_lines
@@ -80,6 +81,8 @@ def decode_stretches(engine: Any, horizon: float) -> int:
         for r in pool.finishing():
             pool.leave(r)
             engine.finish(r, end)
+        if engine.built is not None and engine.built.queue:
+            break  # (a decode side's waiting KV may fit now: the engine checks its rule)
     if ran:
         engine.stalled = 0
     return ran

@@ -85,6 +85,13 @@ class KvPool:
         self.used_blocks -= blocks
         r.reserved_blocks = 0
 
+    def release_kv(self, kv: int, reserved_blocks: int) -> None:
+        """Free the blocks of ``kv`` tokens (and a reservation) that a request which left the
+        instance held."""
+        blocks = -(-kv // self.block_size)
+        self.free_blocks += blocks if blocks >= reserved_blocks else reserved_blocks
+        self.used_blocks -= blocks
+
     def release_prefill(self, r: Req) -> int:
         """Free the blocks of a request that is not running; returns its KV tokens."""
         kv = r.kv_tokens

@@ -50,7 +50,8 @@ class Req:
     iterations, which leave the pooled gaps if it does not finish; None: none).
 
     Reported: ``admitted_us`` / ``first_token_us`` / ``finished_us`` (first admission, first
-    token, end), ``generated``, ``prefilled`` (prompt tokens computed, recomputation
+    token, end), ``handoff_us`` (a disaggregated deployment: the prefill side's first token,
+    when the request left for a decode instance), ``generated``, ``prefilled`` (prompt tokens computed, recomputation
     included), ``preemptions``, ``recomputed`` (KV tokens preemptions discarded), ``l1_hit``
     / ``l2_hit`` (at its first admission), ``reject_reason``.
     """
@@ -63,6 +64,7 @@ class Req:
         "finish_step", "advanced_step", "admitted_us", "first_token_us", "finished_us",
         "preemptions", "l1_hit", "l2_hit", "recomputed", "prefilled", "reject_reason", "policy",
         "lane_base", "lane_token", "token_us", "token_iteration", "run_tokens", "gap_history",
+        "handoff_us",
     )  # fmt: skip
 
     @classmethod
@@ -93,7 +95,7 @@ class Req:
         r.advanced_step = r.run_tokens = -1
         r.lane_base = r.lane_token = r.token_iteration = 0
         r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
-        r.reject_reason = r.policy = r.token_us = r.gap_history = None
+        r.reject_reason = r.policy = r.token_us = r.gap_history = r.handoff_us = None
         return r
 
     @classmethod

@@ -30,7 +30,10 @@ def output_need(block: Any) -> tuple[float, list[str]]:
     the keys that decide them (nothing outside mode serving)."""
     if block.mode != "serving":
         return 0.0, []
-    instances, points = block.cluster.instances, block.serving.timeline_points
+    cluster, points = block.cluster, block.serving.timeline_points
+    instances = cluster.instances
+    if cluster.prefill is not None and cluster.decode is not None:  # both pools' instances
+        instances = cluster.prefill.instances + cluster.decode.instances
     size = float(instances) * points * BYTES_PER_TIMELINE_POINT
     each = f" x {instances} instances" if instances > 1 else ""
     what = [f"admit.serving.timeline_points: {points:,} buckets{each}"]

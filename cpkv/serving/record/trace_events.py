@@ -113,11 +113,13 @@ class TraceEvents:
         self._put(TAIL)
         self.closed = True
 
-    def instance(self, pid: int) -> InstanceTrace:
-        """The hooks of instance ``pid`` (names its process and its iteration thread)."""
+    def instance(self, pid: int, name: str | None = None) -> InstanceTrace:
+        """The hooks of instance ``pid`` (names its process, ``instance <pid>`` unless
+        ``name`` is given, and its iteration thread)."""
         add = self.add
+        label = f"instance {pid}" if name is None else name
         add(_dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                    "args": {"name": f"instance {pid}"}}))  # fmt: skip
+                    "args": {"name": label}}))  # fmt: skip
         add(_dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                     "args": {"sort_index": pid}}))  # fmt: skip
         add(_dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0,

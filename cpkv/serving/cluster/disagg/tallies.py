@@ -1,0 +1,177 @@
+"""What each side of a disaggregated deployment counts of its requests.
+
+* :class:`PrefillTally`: one prefill instance's requests as its router sees them: routed
+  there, outstanding until they leave (handed off after their first token, or ended there:
+  rejected, or finished after at most one token); their prefix hits; the handoffs. The
+  requests that end there go to the run's request records;
+* :class:`HandoffRecord`: every request's handoff (its prefill and decode instances, when
+  it left the prefill instance, when its KV landed, its bytes) by its number in the run,
+  the TTFT split of the requests a decode instance took in (queue, prefill, transfer,
+  decode wait), and the ``requests.jsonl`` fields it adds (:class:`HandoffLines`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cpkv.serving.model.request import FINISHED, PENDING, Req
+
+INF = float("inf")
+NAN = float("nan")
+SPLIT = ("queue", "prefill", "transfer", "decode_wait")
+"""The parts of a TTFT: arrival to the prefill side's admission, to its first token (the
+handoff), to the KV's landing on the decode instance, to the decode instance taking it in."""
+
+
+@dataclass
+class PrefillTally:
+    """One prefill instance's requests (the module docstring); ``sink`` takes the requests
+    that end on it."""
+
+    instance: int
+    sink: Any
+    routed: int = 0
+    ended: int = 0  # left: handed off or ended here
+    handed: int = 0
+    prompt_tokens: int = 0  # of the requests admitted (their first admission's hits below)
+    l1_hit_tokens: int = 0
+    l2_hit_tokens: int = 0
+    live: dict[int, tuple[Req, int]] = field(default_factory=dict)
+    late: list[Req] = field(default_factory=list)  # left after the routing time
+    routing_us: float = -INF
+    on_done: Callable[[Req], Any] | None = None
+
+    @staticmethod
+    def gone_us(r: Req) -> float:
+        """When ``r`` left: its handoff, or its end."""
+        return r.handoff_us if r.handoff_us is not None else r.finished_us
+
+    @staticmethod
+    def taken(r: Req) -> bool:
+        """Whether the instance took ``r`` into its queue (a request handed off is pending
+        again, for the decode side)."""
+        return r.state != PENDING or r.handoff_us is not None
+
+    def _leave(self, r: Req, at: float) -> None:
+        self.live.pop(r.index)
+        self.ended += 1
+        if at > self.routing_us:
+            self.late.append(r)
+        if r.l1_hit is not None:
+            self.prompt_tokens += r.prompt_tokens
+            self.l1_hit_tokens += r.l1_hit
+            self.l2_hit_tokens += r.l2_hit
+
+    def left(self, r: Req) -> None:
+        """``r`` was handed off (at ``r.handoff_us``)."""
+        self.handed += 1
+        self._leave(r, r.handoff_us)
+
+    def done(self, r: Req) -> None:
+        """``r`` ended on this instance."""
+        self._leave(r, r.finished_us)
+        self.sink.done(r)
+        if self.on_done is not None:
+            self.on_done(r)
+
+
+class HandoffRecord:
+    """Every request's handoff by its number (module docstring)."""
+
+    def __init__(self) -> None:
+        self.handoff_us = array("d")
+        self.landed_us = array("d")
+        self.kv_bytes = array("q")
+        self.split: dict[str, array] = {name: array("d") for name in SPLIT}
+
+    def _grow(self, index: int) -> None:
+        missing = index + 1 - len(self.handoff_us)
+        if missing > 0:
+            self.handoff_us.extend([NAN] * missing)
+            self.landed_us.extend([NAN] * missing)
+            self.kv_bytes.extend([-1] * missing)
+
+    def handed(self, r: Req, landed_us: float, size_bytes: int) -> None:
+        """``r`` left its prefill instance at ``r.handoff_us``; its KV lands at ``landed_us``."""
+        index = r.index
+        self._grow(index)
+        self.handoff_us[index] = r.handoff_us
+        self.landed_us[index] = landed_us
+        self.kv_bytes[index] = size_bytes
+
+    def taken_in(self, r: Req) -> None:
+        """``r`` ended on the decode side: its TTFT split, if a decode instance took it in."""
+        if r.state != FINISHED or r.handoff_us is None or r.first_token_us is None:
+            return
+        landed = self.landed_us[r.index]
+        split = self.split
+        split["queue"].append((r.admitted_us - r.arrival_us) / 1000.0)
+        split["prefill"].append((r.handoff_us - r.admitted_us) / 1000.0)
+        split["transfer"].append((landed - r.handoff_us) / 1000.0)
+        split["decode_wait"].append((r.first_token_us - landed) / 1000.0)
+
+    def split_summary(self) -> dict[str, dict[str, float | None]]:
+        """Mean, p50 and p99 (ms) of each part of the TTFT split."""
+        out = {}
+        for name in SPLIT:
+            values = np.frombuffer(self.split[name], dtype=np.float64)
+            if not len(values):
+                out[name] = {"mean_ms": None, "p50_ms": None, "p99_ms": None}
+                continue
+            out[name] = {
+                "mean_ms": round(float(values.mean()), 6),
+                "p50_ms": round(float(np.percentile(values, 50)), 6),
+                "p99_ms": round(float(np.percentile(values, 99)), 6),
+            }
+        return out
+
+
+class HandoffLines:
+    """A ``write`` for the run's request records that adds each line's handoff:
+    ``prefill_instance``, ``decode_instance`` (null: it ended on its prefill instance),
+    ``handoff_ms``, ``kv_landed_ms`` (null: no handoff), ``kv_bytes``."""
+
+    def __init__(
+        self, write: Callable[[str], Any], prefill_of: list[int], decode_of: list[int],
+        record: HandoffRecord,
+    ) -> None:  # fmt: skip
+        self.write, self.prefill_of, self.decode_of, self.record = (
+            write,
+            prefill_of,
+            decode_of,
+            record,
+        )
+        self.next = 0
+
+    def __call__(self, text: str) -> None:
+        lines = text.split("\n")
+        out = []
+        k = self.next
+        record, decode_of = self.record, self.decode_of
+        handed = len(record.handoff_us)
+        for line in lines[:-1]:
+            d = decode_of[k] if k < len(decode_of) else -1
+            if k < handed and record.kv_bytes[k] >= 0:
+                tail = (
+                    f',"handoff_ms":{_ms(record.handoff_us[k])},'
+                    f'"kv_landed_ms":{_ms(record.landed_us[k])},"kv_bytes":{record.kv_bytes[k]}'
+                )
+            else:
+                tail = ',"handoff_ms":null,"kv_landed_ms":null,"kv_bytes":0'
+            decode = "null" if d < 0 else str(d)
+            out.append(
+                f'{line[:-1]},"prefill_instance":{self.prefill_of[k]},'
+                f'"decode_instance":{decode}{tail}}}'
+            )
+            k += 1
+        self.next = k
+        self.write("\n".join(out) + "\n" if out else "")
+
+
+def _ms(us: float) -> str:
+    return repr(round(us / 1000.0, 6))
