@@ -53,7 +53,7 @@ class _RunChoices:
     policy: str = "prefill_adder"
     mode: str = "passes"
     workload: WorkloadSpec = WorkloadSpec()
-    engine: str | None = None  # null: cpkv.serving.engine.choice.chosen_engine
+    engine: str | None = None  # null: cpkv.serving.engine_choice.chosen_engine
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from cpkv.core.schema import to_dict
 from cpkv.runs.results import RunOutput
 from cpkv.serving.cost.fitting.linear import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
-from cpkv.serving.engine.choice import chosen_engine
 from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.settings import EngineSettings, settings_from
+from cpkv.serving.engine_choice import chosen_engine
 from cpkv.serving.input.workload import load_serving_workload
 from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.serving.record.itl import ItlStats, itl_stats

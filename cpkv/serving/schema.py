@@ -148,7 +148,7 @@ top as cpkv's extension), ``vllm`` (vLLM's V1 scheduler, step for step) or ``cpk
 own serving loop around SGLang's ``PrefillAdder`` and seed 004's policies, with the policy
 options of the admission-policy space). Null (the default): SGLang's loop when it models
 everything the config asks for, else cpkv's loop
-(:func:`~cpkv.serving.engine.choice.chosen_engine`)."""
+(:func:`~cpkv.serving.engine_choice.chosen_engine`)."""
 
 
 VllmTokens = Annotated[int, Range(1, MAX_TOKENS, why=TOKENS_WHY)]

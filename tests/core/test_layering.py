@@ -106,7 +106,8 @@ SERVING_MAY_IMPORT: dict[str, set[str]] = {
     "input": {"model", "schema"},
     "engine": {"model", "schedulers", "cost", "record", "input"},
     "cluster": {"engine", "model", "record", "input", "cost", "schema"},
-    "run": {"engine", "model", "record", "input", "cost", "schema", "cluster"},
+    "engine_choice": set(),
+    "run": {"engine", "model", "record", "input", "cost", "schema", "cluster", "engine_choice"},
 }  # fmt: skip
 """Inside ``cpkv/serving``: which of its parts each part may import (the state, then the
 schedulers and the records of it, then the engine that drives them)."""
