@@ -346,10 +346,7 @@ def test_bounded_waiting_tree_decides_deferral_like_the_whole_tree():
 
 @pytest.mark.parametrize(
     "page, heading",
-    [
-        ("README.md", "## A policy in code"),
-        ("docs/admission.md", "## SGLang's waiting-queue policies"),
-    ],
+    [("docs/admission.md", "## SGLang's waiting-queue policies")],
 )
 def test_docs_example_prints_what_it_says(capsys, page, heading):
     from tests.helpers.paths import REPO
