@@ -53,10 +53,12 @@ class PrefillAdder:
         self.rem_chunk = (
             None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
         )
-        self.total_offset: float = mixed_decode_tokens
-        self.current_offset = mixed_decode_tokens
+        total: float = mixed_decode_tokens
+        reservation = self._reservation
         for r in running.reqs:
-            self.total_offset += self._reservation(r)
+            total += reservation(r)
+        self.total_offset = total
+        self.current_offset = mixed_decode_tokens
         self.can_run: list[Req] = []
         self.new_chunked: Req | None = None
         self.req_states: list[tuple[float, int]] | None = None

@@ -71,15 +71,20 @@ class Batch:
         self.late: list[float] | None = None
 
     def copy(self) -> Batch:
-        other = Batch(list(self.reqs), self.batch_is_full)
+        other = Batch.__new__(Batch)
+        other.reqs, other.batch_is_full = list(self.reqs), self.batch_is_full
         other.mode, other.rows, other.decoding = self.mode, self.rows, self.decoding
         other.chunked, other.end_us = self.chunked, self.end_us
         other.ct, other.start_us = self.ct, self.start_us
+        other.gaps, other.late = 0, None
         return other
 
     def filter(self, exclude: Any = ()) -> None:
         """Drop finished requests and ``exclude``."""
-        self.reqs = [r for r in self.reqs if not r.finished and r not in exclude]
+        if exclude:
+            self.reqs = [r for r in self.reqs if not r.finished and r not in exclude]
+        else:
+            self.reqs = [r for r in self.reqs if not r.finished]
 
     @property
     def is_extend(self) -> bool:
@@ -221,9 +226,10 @@ class Loop:
         if page == 1:
             fitting = room // bs
             return steps if steps < fitting else fitting
+        grow = self.decode_pages(steps)
         fitting = 0
         while fitting < steps and room >= bs:
-            room -= sum(1 for r in reqs if (r.kv_committed + fitting) % page == 0)
+            room -= grow[fitting % page]
             fitting += 1
         return fitting
 
@@ -231,10 +237,12 @@ class Loop:
         """The pages each of the next ``min(steps, page)`` decode passes of the running batch
         takes (the counts repeat with the page size)."""
         page, reqs = self.pool.page, self.running.reqs
-        return [
-            sum(1 for r in reqs if (r.kv_committed + j) % page == 0)
-            for j in range(min(steps, page))
-        ]
+        if page == 1:  # every request takes a page each pass
+            return [len(reqs)] if steps > 0 else []
+        by_offset = [0] * page  # the requests by their committed length's offset in its page
+        for r in reqs:
+            by_offset[r.kv_committed % page] += 1
+        return [by_offset[-j % page] for j in range(min(steps, page))]
 
     def skip_decode_passes(self, steps: int, end_us: float, last_start_us: float) -> None:
         """Take ``steps`` quiet decode passes at once (:meth:`quiet_decode_passes`), the
@@ -257,9 +265,10 @@ class Loop:
                 pool.take_pages(n * bs)
                 left -= n
         else:
+            grow = self.decode_pages(steps)
             for j in range(steps):
                 pool.make_room(bs * page)
-                pool.take_pages(sum(1 for r in reqs if (r.kv_committed + j) % page == 0))
+                pool.take_pages(grow[j % page])
         passes = self.forward_ct
         queue = self.result_queue
         if queue:  # (overlap) the last decode's results, then those of all but the last pass
@@ -521,7 +530,8 @@ class Loop:
     def _update_running_batch(self, batch: Batch) -> Batch | None:
         initial = len(batch.reqs)
         finishing = self._finishing_inflight(batch)
-        batch.filter(finishing)
+        if finishing:  # (the finished ones left the batch before the prefill attempt)
+            batch.filter(finishing)
         if not batch.reqs:
             batch.batch_is_full = False
             return batch
@@ -547,8 +557,8 @@ class Loop:
         """Overlap loop: the requests whose queued result gives them their last token."""
         if not self.config.overlap or not self.result_queue:
             return []
-        queued = set(self.result_queue[0].reqs)
-        return [r for r in batch.reqs if r in queued and r.next_output_finishes()]
+        queued = self.result_queue[0].reqs
+        return [r for r in batch.reqs if r.next_output_finishes() and r in queued]
 
     def _decode_need(self, reqs: list[Req]) -> int:
         page = self.pool.page
@@ -661,34 +671,42 @@ class Loop:
         if batch.gaps or batch.late:
             self.listener.emitted(batch)
 
-    def _emit(self, req: Req, batch: Batch) -> bool:
-        """``req`` takes its output token; whether that finished it."""
-        req.output_len += 1
-        before = req.last_token_us  # its gap: counted, or the time of the token before kept
-        if before is not None and req.last_token_ct == batch.ct - 1:
-            batch.gaps += 1
-        elif before is not None:
-            if batch.late is None:
-                batch.late = [before]
-            else:
-                batch.late.append(before)
-        req.last_token_us, req.last_token_ct = batch.end_us, batch.ct
-        if req.output_len == 1:
-            self.listener.first_token(req, batch)
-        if req.output_len >= req.max_new_tokens:
-            req.finished = True
-            return True
-        return False
+    def _emit(self, reqs: list[Req], batch: Batch) -> list[Req]:
+        """Each of ``reqs`` takes its output token from ``batch``; those it finished, in
+        order."""
+        finished = []
+        previous, end_us, ct = batch.ct - 1, batch.end_us, batch.ct
+        for req in reqs:
+            req.output_len += 1
+            before = req.last_token_us  # its gap: counted, or the time of the token before kept
+            if before is not None and req.last_token_ct == previous:
+                batch.gaps += 1
+            elif before is not None:
+                if batch.late is None:
+                    batch.late = [before]
+                else:
+                    batch.late.append(before)
+            req.last_token_us, req.last_token_ct = end_us, ct
+            if req.output_len == 1:
+                self.listener.first_token(req, batch)
+            if req.output_len >= req.max_new_tokens:
+                req.finished = True
+                finished.append(req)
+        return finished
 
     def _process_extend(self, batch: Batch) -> None:
-        decoding = batch.decoding or ()
+        taking = []  # the requests that take a token (a middle chunk's does not)
         for req in batch.reqs:
             if (req.finished and req.inflight_middle_chunks <= 0) or req.is_retracted:
                 continue
             if req.inflight_middle_chunks > 0:
                 req.inflight_middle_chunks -= 1
                 continue
-            if self._emit(req, batch):
+            taking.append(req)
+        self._emit(taking, batch)
+        decoding = batch.decoding or ()
+        for req in taking:
+            if req.finished:
                 self._release(req, checkpoint=True)
                 self.listener.finished(req, batch)
             elif req not in decoding:
@@ -696,10 +714,9 @@ class Loop:
                 req.prefix_len = req.extend_end
 
     def _process_decode(self, batch: Batch) -> None:
-        overlap = self.config.overlap
-        for req in batch.reqs:
-            if overlap and (req.finished or req.is_retracted):
-                continue
-            if self._emit(req, batch):
-                self._release(req, checkpoint=True)
-                self.listener.finished(req, batch)
+        reqs = batch.reqs
+        if self.config.overlap:
+            reqs = [r for r in reqs if not (r.finished or r.is_retracted)]
+        for req in self._emit(reqs, batch):
+            self._release(req, checkpoint=True)
+            self.listener.finished(req, batch)

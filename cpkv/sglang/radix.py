@@ -279,10 +279,11 @@ class RadixTree:
         copies: list[Node] = []
         node, at, duplicates = self.root, 0, 0
         while at < length:
-            child = node.children.get(self._child_key(tokens, at))
+            first = self._child_key(tokens, at)
+            child = node.children.get(first)
             if child is None:
                 leaf = self._new_node(tokens[at:length], node)
-                node.children[self._child_key(tokens, at)] = leaf
+                node.children[first] = leaf
                 self.evictable_size += length - at
                 self._refresh_leaf(leaf)
                 self._refresh_leaf(node)

@@ -87,9 +87,10 @@ class SglangTokens:
         original = loop_module.Loop._emit
         stamps = self.stamps
 
-        def emit(loop: Any, req: Any, batch: Any) -> bool:
-            stamps.setdefault(req.rid, []).append(batch.end_us)
-            return original(loop, req, batch)
+        def emit(loop: Any, reqs: Any, batch: Any) -> list[Any]:
+            for req in reqs:
+                stamps.setdefault(req.rid, []).append(batch.end_us)
+            return original(loop, reqs, batch)
 
         monkeypatch.setattr(loop_module.Loop, "_emit", emit)
 
