@@ -6,6 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 
+def side_by_side(
+    scenarios: list[dict], run_model: Callable[[dict], dict], run_real: Callable[[list], list]
+) -> list[tuple[dict, dict, dict]]:
+    """(scenario, model run, real run) for every scenario: the real engine runs them all in
+    one process (its import is the slow part), the model one by one."""
+    real = run_real(scenarios)
+    assert len(real) == len(scenarios)
+    return [(s, run_model(s), r) for s, r in zip(scenarios, real, strict=True)]
+
+
 def differing(
     runs: Sequence[tuple[dict, dict, dict]], compare: Callable[[dict, dict], list]
 ) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from cpkv.vllm import run_scenario
-from tests.differential import below_floors, differing
+from tests.differential import below_floors, differing, side_by_side
 from tests.vllm import oracle
 from tests.vllm.scenarios import make_scenarios
 
@@ -28,10 +28,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def runs() -> list[tuple[dict, dict, dict]]:
-    scenarios = make_scenarios(NUM_SCENARIOS, SEED)
-    real = oracle.run_real(scenarios)
-    assert len(real) == len(scenarios)
-    return [(s, run_scenario(s), r) for s, r in zip(scenarios, real, strict=True)]
+    return side_by_side(make_scenarios(NUM_SCENARIOS, SEED), run_scenario, oracle.run_real)
 
 
 def test_every_step_matches_the_real_scheduler(runs):
