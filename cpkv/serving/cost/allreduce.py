@@ -66,11 +66,7 @@ def allreduce_us(
     docstring); ``minimum`` is ``min`` for a number, ``numpy.minimum`` for an array."""
     if workers <= 1:
         return 0.0 * size_bytes
-    link_us = link_gb_per_s * 1e3  # bytes per microsecond
-    small = minimum(size_bytes, regimes.switch_bytes)
-    large = size_bytes - small
-    sent = ring_factor(workers) / link_us
-    return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
+    return _regimes_us(size_bytes, ring_factor(workers), link_gb_per_s, regimes, minimum)
 
 
 def allgather_us(
@@ -87,10 +83,20 @@ def allgather_us(
     0 on one worker, or for nothing to gather."""
     if workers <= 1 or size_bytes <= 0:
         return 0.0
-    link_us = link_gb_per_s * 1e3
-    small = size_bytes if size_bytes < regimes.switch_bytes else regimes.switch_bytes
+    return _regimes_us(size_bytes, (workers - 1) / workers, link_gb_per_s, regimes, min)
+
+
+def _regimes_us(
+    size_bytes: Any, sent_per_byte: float, link_gb_per_s: float, regimes: AllReduceRegimes,
+    minimum: Any,
+) -> Any:  # fmt: skip
+    """The latency plus ``sent_per_byte`` bytes a GPU sends per byte of the message over the
+    link, the bytes up to ``switch_bytes`` at the low-latency regime's efficiency and the rest
+    at the bandwidth regime's."""
+    link_us = link_gb_per_s * 1e3  # bytes per microsecond
+    small = minimum(size_bytes, regimes.switch_bytes)
     large = size_bytes - small
-    sent = (workers - 1) / workers / link_us
+    sent = sent_per_byte / link_us
     return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
 
 

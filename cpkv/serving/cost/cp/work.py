@@ -77,6 +77,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpkv.serving.cost.allreduce import AllReduceRegimes, allgather_us
+from cpkv.serving.cost.cp.layout import fullest_lane_pages
 
 SCORE_BYTES = 4
 """Bytes of one index score: the DSA indexers' fp32 logits."""
@@ -133,8 +134,7 @@ def topk_us(work: CpWork, rank_tokens: int, batch_tokens: int, rank_pairs: int) 
 
 def load_back_pages(work: CpWork, loaded_tokens: int) -> int:
     """The pages of ``loaded_tokens`` the fullest owner lane holds (:mod:`.layout`)."""
-    pages = -(-loaded_tokens // work.page_size)
-    return -(-pages // work.size)
+    return fullest_lane_pages(loaded_tokens, work.page_size, work.size)
 
 
 def load_back_us(work: CpWork, loaded_tokens: int) -> float:
