@@ -132,7 +132,7 @@ def test_a_log_of_many_batches_is_read_from_its_file(tmp_path):
         value = rng.uniform(100.0, 200.0)
         log.gaps.point(i, value, 2)
         values += [value, value]
-    assert log.gaps.file is not None and len(log.gaps.index) > 1
+    assert log.gaps.spilled.file is not None and len(log.gaps.spilled.index) > 1
     check([log], values)
 
 

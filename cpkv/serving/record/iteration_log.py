@@ -36,9 +36,7 @@ The engines log the other gaps into ``gaps`` themselves.
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from cpkv.serving.cost.report import TimeTotals, breakdown_columns
+from cpkv.serving.record.spill import Spill
 from cpkv.serving.record.timeline import TimelineSums
 from cpkv.serving.record.token_gaps import GapLog, Gaps
 
@@ -110,10 +109,8 @@ class IterationLog:
         self.records = bytearray()
         self.counts = array("q")
         self.segments = 0
-        self.keep, self.spill_dir = keep, spill_dir
-        self.batches: list[tuple[bytes, bytes]] = []  # kept in memory
-        self.file: Any = None  # else spilled: (offset, record bytes, count bytes) each
-        self.index: list[tuple[int, int, int]] = []
+        self.keep = keep
+        self.spilled = Spill(keep, spill_dir, "cpkv-iterations-")  # (segments, counts) each
         self.kept: tuple[list, ...] | None = None
         self.gaps = GapLog(keep, spill_dir)
         self.gaps_settled = False  # the segments' gaps are in ``gaps``
@@ -163,47 +160,30 @@ class IterationLog:
         """Write the segments logged so far out (or keep them)."""
         if not self.segments:
             return
-        batch = (bytes(self.records), self.counts.tobytes())
+        self.spilled.append(bytes(self.records), self.counts.tobytes())
         self.records.clear()
         del self.counts[:]
         self.segments = 0
-        if self.keep:
-            self.batches.append(batch)
-            return
-        if self.file is None:
-            self.file = tempfile.TemporaryFile(dir=self.spill_dir, prefix="cpkv-iterations-")
-        offset = self.file.seek(0, os.SEEK_END)
-        self.file.write(batch[0])
-        self.file.write(batch[1])
-        self.index.append((offset, len(batch[0]), len(batch[1])))
 
     def close(self, now: float) -> None:
         """The run ended at ``now``: the last segments go out; a run that keeps its samples
         expands them (``kept``: starts, durations, used, held, running, waiting)."""
         self.flush()
         if self.keep:
-            parts = [self.expand(*batch) for batch in self.batches]
+            parts = [self.expand(*batch) for batch in self.spilled.batches]
             self.kept = tuple(
                 np.concatenate([p[k] for p in parts]).tolist() if parts else [] for k in range(6)
             )
 
     def discard(self) -> None:
         """Close the temporary files (they were unlinked when created)."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        self.spilled.discard()
         self.gaps.discard()
 
     # -- reading back ----------------------------------------------------------------------
     def read(self):
         """The batches in order, as ``(segment bytes, count bytes)``."""
-        yield from self.batches
-        if self.file is None:
-            return
-        for offset, size, counts in self.index:
-            self.file.seek(offset)
-            data = self.file.read(size + counts)
-            yield data[:size], data[size:]
+        yield from self.spilled
 
     def summary(self, end_us: float, points: int) -> LogSummary:
         """Everything the run reports of its iterations, over a makespan of ``end_us`` and a

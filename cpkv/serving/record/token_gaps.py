@@ -24,14 +24,14 @@ withdraw`, applied when the records are read), its longer ones by a record of we
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cpkv.serving.record.spill import Spill
 
 RECORD = struct.Struct("<qddqd")
 """One record as logged: iteration, a, b, n, weight (see the module docstring)."""
@@ -84,13 +84,10 @@ class GapLog:
     """The token gaps of one instance (module docstring)."""
 
     def __init__(self, keep: bool = False, spill_dir: Any = None) -> None:
-        self.keep, self.spill_dir = keep, spill_dir
         self.buffer = bytearray()
         self.pending = 0
         self.pack = RECORD.pack
-        self.batches: list[bytes] = []  # kept in memory
-        self.file: Any = None  # else spilled: (offset, bytes) each
-        self.index: list[tuple[int, int]] = []
+        self.spilled = Spill(keep, spill_dir, "cpkv-gaps-")
         self.withdrawn: list[tuple[int, int]] = []
         self.low, self.high = np.inf, -np.inf  # the least and the greatest value logged
 
@@ -155,33 +152,18 @@ class GapLog:
         low, high = gaps.ends()
         self.low = min(self.low, float(low.min()))
         self.high = max(self.high, float(high.max()))
-        data = gaps.to_bytes()
-        if self.keep:
-            self.batches.append(data)
-            return
-        if self.file is None:
-            self.file = tempfile.TemporaryFile(dir=self.spill_dir, prefix="cpkv-gaps-")
-        offset = self.file.seek(0, os.SEEK_END)
-        self.file.write(data)
-        self.index.append((offset, len(data)))
+        self.spilled.append(gaps.to_bytes())
 
     def discard(self) -> None:
         """Close the temporary file (it was unlinked when created)."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        self.spilled.discard()
 
     # -- reading back ----------------------------------------------------------------------
     def records(self) -> Iterator[Gaps]:
         """The records in batches, every record logged so far included."""
         self.flush()
-        for data in self.batches:
+        for (data,) in self.spilled:
             yield Gaps.of(data)
-        if self.file is None:
-            return
-        for offset, size in self.index:
-            self.file.seek(offset)
-            yield Gaps.of(self.file.read(size))
 
     def withdrawals(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The withdrawn iteration ranges as two sorted arrays: their firsts, and their lasts
