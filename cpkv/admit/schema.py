@@ -145,10 +145,33 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 "all_or_error is the passes mode's one-shot check; mode serving allows first_fit, fcfs_stop or null (first_fit)",
             )
         positive("kv.capacity_blocks", self.kv.capacity_blocks)
+        if self.cost.cp.l1_pages_per_rank is not None:
+            self._validate_lane_pool()
         if self.policy != "prefill_adder":
             positive("iteration.budget_tokens", self.iteration.budget_tokens)
             positive("iteration.chunk_tokens", self.iteration.chunk_tokens)
         self._validate_graph_buckets()
+
+    def _validate_lane_pool(self) -> None:
+        """``cost.cp.l1_pages_per_rank`` sizes cpkv's loop's pool in place of ``admit.kv``."""
+        default = KvBlocks()
+        for key in ("block_size", "capacity_blocks"):
+            if getattr(self.kv, key) != getattr(default, key):
+                raise FieldError(
+                    f"kv.{key}",
+                    "cost.cp.l1_pages_per_rank sizes the KV pool (stripes of cp.size x "
+                    "cp.page_size tokens, one per page of an owner lane); leave admit.kv."
+                    f"{key} out, or cost.cp.l1_pages_per_rank",
+                )
+
+    def _refuse_lane_pool(self) -> None:
+        """SGLang's and vLLM's pools page by their own page size, not by the CP owner lanes."""
+        if self.cost.cp.l1_pages_per_rank is not None:
+            raise FieldError(
+                "cost.cp.l1_pages_per_rank",
+                f"the CP owner lanes size cpkv's loop's pool (admit.engine cpkv, or leave "
+                f"admit.engine out); engine {self.engine} pages by its own page size",
+            )
 
     def _validate_vllm(self) -> None:
         """The vLLM engine runs its own scheduler: keys it would not read (SGLang's, the block
@@ -157,6 +180,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
             raise FieldError(
                 "backend", f"{self.backend!r} runs SGLang's scheduler; with engine vllm: model"
             )
+        self._refuse_lane_pool()
         default = type(self)()
         for key, why in (
             ("policy", "the vLLM engine's policy is admit.vllm.policy (fcfs or priority)"),
@@ -217,6 +241,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         cpkv's loop that it would not read are refused, not ignored, each naming
         ``admit.engine: cpkv`` (cpkv's loop, which reads them)."""
         default = type(self)()
+        self._refuse_lane_pool()
         if self.policy != default.policy:
             raise FieldError(
                 "policy",

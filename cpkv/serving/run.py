@@ -24,7 +24,7 @@ from cpkv.serving.cost.fitting.linear import fit_cost, read_points
 from cpkv.serving.cost.report import cost_note, time_note
 from cpkv.serving.engine.clock import check_arrivals, check_conserved, check_end
 from cpkv.serving.engine.engine import Engine
-from cpkv.serving.engine.settings import EngineSettings, settings_from
+from cpkv.serving.engine.settings import EngineSettings, settings_from, with_lane_pool
 from cpkv.serving.engine_choice import chosen_engine
 from cpkv.serving.input.workload import load_serving_workload
 from cpkv.serving.record.iteration_log import IterationLog
@@ -55,7 +55,7 @@ def few_collections() -> Iterator[None]:
 def prepare_serving(cfg: Any) -> Callable[[RunContext], RunOutput]:
     """Read the workload and the cost points (user errors surface here), then simulate."""
     workload = load_serving_workload(cfg.admit.workload, cfg.admit.max_new_tokens, cfg.seed)
-    block, why = chosen_engine(cfg.admit, workload)
+    block, why = chosen_engine(with_lane_pool(cfg.admit), workload)
     check_arrivals(workload, block.arrivals)
     execute = _prepare(cfg, block, workload)
     if why is None:
@@ -448,10 +448,18 @@ def _cpkv_notes(block: Any, s: EngineSettings) -> list[str]:
         "iteration": "admit FCFS when admit.iteration's token budget can start the prompt; preempt on growth",
         "profiled": "admit when prompt + a quantile of the finished output lengths fits beside the outstanding reservations (admit.profiled); prefill by admit.iteration's token budget",
     }
+    cp = block.cost.cp
+    pool = (
+        "admit.kv"
+        if cp.l1_pages_per_rank is None
+        else f"admit.cost.cp: the shared paged L1 pool's {cp.size} owner lanes of "
+        f"{cp.l1_pages_per_rank} pages of {cp.page_size} tokens, round-robin owners, the "
+        "fullest lane's pages"
+    )
     notes = [
         f"serving simulation, engine cpkv (cpkv's loop), policy {block.policy}: "
         f"{mapping[block.policy]}",
-        f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens (admit.kv); the L1 prefix cache is a separate partition; "
+        f"KV pool {s.capacity_blocks} blocks x {s.block_size} tokens ({pool}); the L1 prefix cache is a separate partition; "
         f"growth preempts by victim order {s.victim}, victims "
         + {
             "requeue": "re-queue (recompute)",

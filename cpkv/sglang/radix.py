@@ -37,6 +37,8 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from cpkv.sglang.tokens import TokenRuns, shared_prefix
+
 
 class Node:
     """A tree node: its key (tokens), children by first page, parent, lock count, last use,
@@ -156,6 +158,8 @@ class RadixTree:
     def _common(self, key: Sequence[int], tokens: Sequence[int], at: int, end: int) -> int:
         """Tokens ``key`` shares with ``tokens[at:end]``, in whole pages."""
         n = min(len(key), end - at)
+        if type(key) is TokenRuns or type(tokens) is TokenRuns:
+            return shared_prefix(key, tokens, at, n) // self.page * self.page
         if key[:n] == tokens[at : at + n]:
             same = n
         else:

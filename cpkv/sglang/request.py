@@ -3,8 +3,9 @@
 ``fill`` is SGLang's ``full_untruncated_fill_ids``: the prompt's token ids, then the output
 tokens generated up to its last refresh (:meth:`Req.refresh_fill`). The ids are any sequence
 that slices to its own kind and compares by value (``array``, ``list``; a ``range`` for a
-request that shares no token with another: its outputs continue the range); every output token
-of a request is ``output_token`` (its range's continuation when None). ``prefix_len`` is what the KV cache holds of it (a radix-cache hit,
+request that shares no token with another: its outputs continue the range; a
+:class:`~cpkv.sglang.tokens.TokenRuns`: its outputs count up from ``output_token``); with a
+list every output token of a request is ``output_token``. ``prefix_len`` is what the KV cache holds of it (a radix-cache hit,
 or what earlier chunks computed), ``extend_end`` where this round's extend stops.
 ``kv_allocated`` / ``kv_committed`` count the KV slots of the row (prefix included);
 ``protected_len`` the leading ones the radix tree owns (the request's own lock keeps them), the
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from cpkv.sglang.tokens import TokenRuns
 
 
 class Req:
@@ -36,7 +39,7 @@ class Req:
     ) -> None:  # fmt: skip
         self.rid, self.index = rid, index
         self.prompt_len = len(prompt)
-        self.fill: Sequence[int] = prompt if isinstance(prompt, range) else prompt[:]
+        self.fill: Sequence[int] = prompt if isinstance(prompt, (range, TokenRuns)) else prompt[:]
         self.output_token = output_token
         self.last_token_us: float | None = None  # the end of the batch of its last token
         self.last_token_ct = 0  # that batch's pass (the loop's forward_ct)
@@ -85,6 +88,9 @@ class Req:
             return
         if self.output_token is None:
             self.fill = range(fill.start, fill.start + len(fill) + missing)  # type: ignore[attr-defined]
+        elif isinstance(fill, TokenRuns):
+            first = self.output_token + len(fill) - self.prompt_len
+            self.fill = fill.then(first, missing)
         else:
             self.fill.extend([self.output_token] * missing)  # type: ignore[attr-defined]
         if mark:

@@ -4,11 +4,12 @@ key is a default, so that such a run has none of their machinery)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cpkv.admission.schedule_policy.config import SchedulePolicyConfig
 from cpkv.admission.token_ratio import NewTokenRatio
+from cpkv.serving.cost.cp.layout import lane_pool
 from cpkv.serving.cost.graph_padding import PaddedDecodeCost
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.schedulers.adder_pass import AdderBudgets
@@ -66,6 +67,17 @@ def options_from(block: Any, seed: int, cancellations: bool = False) -> PolicyOp
         cancellations=cancellations,
     )
     return None if opts == PolicyOptions(seed=seed) else opts
+
+
+def with_lane_pool(block: Any) -> Any:
+    """``block`` with ``admit.kv`` sized by the CP owner lanes when
+    ``admit.cost.cp.l1_pages_per_rank`` is given (:func:`~cpkv.serving.cost.cp.layout.lane_pool`),
+    else ``block`` itself."""
+    cp = block.cost.cp
+    if cp.l1_pages_per_rank is None:
+        return block
+    block_tokens, blocks = lane_pool(cp.l1_pages_per_rank, cp.page_size, cp.size)
+    return replace(block, kv=replace(block.kv, block_size=block_tokens, capacity_blocks=blocks))
 
 
 def settings_from(

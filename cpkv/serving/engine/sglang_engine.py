@@ -43,10 +43,10 @@ from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.sglang import Batch, Listener, Loop, LoopConfig
 from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
+from cpkv.sglang.tokens import TokenRuns
 
 OWN_TOKENS = 1 << 32
-"""Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt ``k``); its outputs
-are ``-(index + 1) * OWN_TOKENS - 1``."""
+"""Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt or output token ``k``)."""
 STRETCH_LIMIT = 1 << 20
 """The most decode passes one closed-form stretch takes."""
 IDLE_PASSES = 8
@@ -71,23 +71,29 @@ class SglangSettings:
         return self.config.max_total_num_tokens // self.config.page_size
 
 
-def prompt_tokens(r: Req, trace_block: int | None) -> Any:
+def own_id(r: Req, k: int) -> int:
+    """The id of ``r``'s own token ``k`` (of its prompt, then its outputs)."""
+    return -(r.index + 1) * OWN_TOKENS + k
+
+
+def prompt_tokens(r: Req, trace_block: int | None) -> range | TokenRuns:
     """``r``'s prompt as token ids: a trace request's hashed blocks ``h * block + offset``,
-    its own tokens (past its blocks, or all of them) unique to it; a request that shares
+    then its own tokens (past its blocks, or all of them), as runs; a request that shares
     nothing is a ``range`` (its outputs continue it)."""
-    own = -(r.index + 1) * OWN_TOKENS
+    own = own_id(r, 0)
     hashes = r.hash_ids
     if not hashes or trace_block is None:
         return range(own, own + r.prompt_tokens)
-    tokens: list[int] = []
+    runs: list[tuple[int, int]] = []
+    covered = 0
     for h in hashes:
-        start = h * trace_block
-        tokens.extend(range(start, start + trace_block))
-        if len(tokens) >= r.prompt_tokens:
+        if covered >= r.prompt_tokens:
             break
-    del tokens[r.prompt_tokens :]
-    tokens.extend(range(own + len(tokens), own + r.prompt_tokens))
-    return tokens
+        length = min(trace_block, r.prompt_tokens - covered)
+        runs.append((h * trace_block, length))
+        covered += length
+    runs.append((own + covered, r.prompt_tokens - covered))
+    return TokenRuns.of(runs)
 
 
 class SglangEngine(Instance, Listener):
@@ -222,7 +228,7 @@ class SglangEngine(Instance, Listener):
             req = LoopReq(
                 r.rid, r.index, prompt, r.max_new_tokens, arrival_us=r.arrival_us,
                 priority=r.priority,
-                output_token=None if isinstance(prompt, range) else -(r.index + 1) * OWN_TOKENS - 1,
+                output_token=None if isinstance(prompt, range) else own_id(r, r.prompt_tokens),
             )  # fmt: skip
             req.tag = r
             self.live[r.index] = req

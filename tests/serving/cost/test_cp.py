@@ -214,3 +214,70 @@ def test_the_all_gather_by_hand() -> None:
     assert allgather_us(3000, 4, 1.0, regimes) == pytest.approx(8.0, rel=1e-12)
     assert allgather_us(3000, 1, 1.0, regimes) == 0.0
     assert allgather_us(0, 4, 1.0, regimes) == 0.0
+
+
+@pytest.mark.parametrize("cp_size", [2, 3, 4, 8])
+def test_round_robin_owners_fill_lane_0_first_one_page_per_stripe(cp_size) -> None:
+    # seed 003's round_robin owner pattern: a request's page i on lane i mod cp_size; deal
+    # requests that grow page by page and count each lane; lane 0 is always the fullest and
+    # holds, of every request, one page per started stripe of cp_size pages
+    rng = np.random.default_rng(cp_size)
+    lanes = [0] * cp_size
+    stripes = 0
+    page_tokens = 64
+    for _ in range(50):
+        tokens = int(rng.integers(1, 5000))
+        pages = -(-tokens // page_tokens)
+        for i in range(pages):
+            lanes[i % cp_size] += 1
+        block_tokens, _ = layout.lane_pool(100, page_tokens, cp_size)
+        stripes += -(-tokens // block_tokens)
+        assert max(lanes) == lanes[0] == stripes
+        assert -(-tokens // block_tokens) == layout.fullest_lane_pages(tokens, page_tokens, cp_size)
+    assert layout.lane_pool(100, page_tokens, cp_size) == (page_tokens * cp_size, 100)
+
+
+LANES = (
+    "configs/admit/serving_mooncake.yaml", "admit.workload.limit=60", "admit.engine=cpkv",
+    "admit.cost.cp.size=4", "admit.cost.cp.page_size=64",
+)  # fmt: skip
+
+
+def test_the_owner_lanes_size_the_serving_pool(cli) -> None:
+    # 80 pages a lane on 4 lanes of 64-token pages: the pool of 80 stripes of 256 tokens,
+    # decision for decision (small enough that requests are preempted and rejected)
+    lanes = cli("admit", *LANES, "admit.cost.cp.l1_pages_per_rank=80",
+                "admit.kv.block_size=4", "admit.kv.capacity_blocks=4")  # fmt: skip
+    assert lanes.exit_code == 0, lanes.output
+    assert (
+        "KV pool 80 blocks x 256 tokens (admit.cost.cp: the shared paged L1 pool's 4 owner lanes"
+        in lanes.output
+    )
+    stripes = cli("admit", *LANES, "admit.kv.block_size=256", "admit.kv.capacity_blocks=80")
+    assert stripes.exit_code == 0, stripes.output
+    a, b = cli.run_dirs()
+    assert (a / "requests.jsonl").read_text() == (b / "requests.jsonl").read_text()
+    summary = cli.results(a)["summary"]
+    assert summary["preemptions_by_reason"] and summary["rejected_by_reason"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (
+            ("admit.kv.capacity_blocks=300",),
+            "admit.kv.capacity_blocks: cost.cp.l1_pages_per_rank sizes",
+        ),
+        (
+            ("admit.engine=sglang",),
+            "admit.cost.cp.l1_pages_per_rank: the CP owner lanes size cpkv's loop",
+        ),
+        (("admit.cost.cp.size=1",), "admit.cost.cp.l1_pages_per_rank: applies only"),
+    ],
+)
+def test_owner_lanes_beside_another_pool_are_refused_in_one_line(cli, overrides, says) -> None:
+    res = cli("admit", "configs/admit/serving_mooncake.yaml", "admit.cost.cp.size=4",
+              "admit.cost.cp.l1_pages_per_rank=300", "admit.kv.block_size=4", *overrides)  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert says in res.output
+    assert len(res.output.strip().splitlines()) == 1

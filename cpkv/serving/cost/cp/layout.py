@@ -17,7 +17,11 @@ and stores logical page ``p`` (from 1) on rank ``(p − 1) mod cp_size``: each r
 ``physical_pages`` of them, its owner lane. A request's pages dealt round-robin (seed 003's
 ``round_robin`` owner pattern) put ``⌈pages/cp⌉`` on the fullest lane
 (:func:`round_robin_pages`); the pool's L1 capacity is ``cp_size`` lanes of each rank's pages
-(:func:`l1_capacity_tokens`), and a request fits while its fullest lane does.
+(:func:`l1_capacity_tokens`), and a request fits while its fullest lane does. That lane is
+lane 0, which holds pages ``0, cp, 2·cp, …`` of every request: ``⌈pages/cp⌉`` of a request
+of ``pages`` pages, one more each time the request crosses a multiple of ``cp`` pages. So the
+pool admits and grows requests exactly as a pool of ``physical_pages`` stripes of ``cp``
+pages each (:func:`lane_pool`).
 """
 
 from __future__ import annotations
@@ -63,3 +67,10 @@ def fullest_lane_pages(tokens: int, page_size: int, cp_size: int) -> int:
 def l1_capacity_tokens(rank_pages: int, page_size: int, cp_size: int) -> int:
     """The L1 tokens of a pool of ``cp_size`` owner lanes of ``rank_pages`` pages each."""
     return rank_pages * page_size * cp_size
+
+
+def lane_pool(rank_pages: int, page_size: int, cp_size: int) -> tuple[int, int]:
+    """The serving pool that a shared paged L1 pool of ``cp_size`` owner lanes of
+    ``rank_pages`` pages behaves as under round-robin owners: ``(block tokens, blocks)``,
+    stripes of ``cp_size`` pages, as many as lane 0 holds."""
+    return page_size * cp_size, rank_pages

@@ -16,7 +16,13 @@ comes from).
   prefill batch's page descriptors, per page of the batch's tokens and per batch;
 * ``load_back_page_us``: the time per page each rank spends issuing its L2 -> L1 load-back
   copies, beside their bytes;
-* ``topk_passes``: how many times the sparse-attention top-k reads each query's index scores.
+* ``topk_passes``: how many times the sparse-attention top-k reads each query's index scores;
+* ``l1_pages_per_rank``: the pages of each rank's owner lane in the shared paged L1 pool
+  (null, the default: the pool is ``admit.kv`` as given). Given, it sizes the serving pool
+  (cpkv's loop): ``l1_pages_per_rank`` stripes of ``size × page_size`` tokens, because
+  round-robin owners put a request's pages ``0, size, 2·size, …`` on lane 0, the fullest
+  (:func:`.layout.lane_pool`); ``admit.kv.block_size`` and ``capacity_blocks`` are then left
+  out.
 
 Every key but ``size`` applies only with ``size`` > 1; set with ``size`` 1 it is refused (it
 would be ignored). ``size`` > 1 needs ``pp`` 1 (a CP rank is a whole model).
@@ -36,6 +42,7 @@ PageSize = Annotated[
 ]
 CpSize = Annotated[int, Range(1, 1024, why="1024 ranks: 8x the largest published CP group")]
 Passes = Annotated[int, Range(0, 64, why="a radix select reads its input a few times")]
+LanePages = Annotated[int, Range(1, 1 << 40, why="2^40 pages: beyond any device's memory")]
 PageUs = Annotated[float, Range(0, 1e6, why="1 s a page")]
 
 
@@ -50,6 +57,7 @@ class CpSpec:
     descriptor_fixed_us: CpuUs = 50.0
     load_back_page_us: PageUs = 1.0
     topk_passes: Passes = 2
+    l1_pages_per_rank: LanePages | None = None
 
     def validate(self) -> None:
         choices("kv_exchange", (self.kv_exchange,), KV_EXCHANGES)
