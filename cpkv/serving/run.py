@@ -14,7 +14,7 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from cpkv.core.files.jsonl import json_lines
 from cpkv.core.kinds import RunContext
@@ -108,23 +108,33 @@ def _prepare(cfg: Any, block: Any, workload: Any) -> Callable[[RunContext], RunO
     return execute
 
 
-def _execute_one(
-    ctx: RunContext, block: Any, settings: EngineSettings, workload: Any, seed: int, fit: Any
-) -> RunOutput:
-    """One instance: the engine, its requests' lines as they end, its iterations summed at
-    the end."""
-    count = workload.size
-    ctx.report(0, 1, f"serving {count} requests, policy {block.policy}")
+class Served(NamedTuple):
+    """One instance's run and what its records say."""
+
+    engine: Any
+    result: Any
+    summary: Any
+    row: dict[str, Any]
+    lines: Any
+    timeline: Any
+    time: Any
+    itl: Any
+
+
+def _serve(
+    ctx: RunContext, block: Any, settings: Any, count: int, what: str,
+    make_engine: Callable[[RequestStats, IterationLog], Any],
+) -> Served:  # fmt: skip
+    """Run one instance (``make_engine(sink, samples)``): its requests' lines written as they
+    end, its iterations summed at the end, the requests counted in and out."""
+    ctx.report(0, 1, f"serving {count} requests, {what}")
     cap, points = settings.capacity_blocks, block.serving.timeline_points
     lines = ctx.stream("requests.jsonl")  # written as requests end
     stats = RequestStats(block.slo, lines.write)
     samples = IterationLog(
         cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
     )
-    engine = Engine(
-        settings, workload.new_cache(), sink=stats, samples=samples,
-        arrivals=workload.arriving(block.arrivals, seed),
-    )  # fmt: skip
+    engine = make_engine(stats, samples)
     try:
         with few_collections():
             res = engine.run()
@@ -138,18 +148,30 @@ def _execute_one(
     summary = stats.summary()
     check_conserved(count, summary.requests)
     row = row_of(summary, integrals, res.end_us, cap, itl)
-    policy = None
+    return Served(engine, res, summary, row, lines, timeline, time, itl)
+
+
+def _execute_one(
+    ctx: RunContext, block: Any, settings: EngineSettings, workload: Any, seed: int, fit: Any
+) -> RunOutput:
+    """One instance under cpkv's loop, with the admission-policy space's counts."""
+    served = _serve(
+        ctx, block, settings, workload.size, f"policy {block.policy}",
+        lambda sink, samples: Engine(
+            settings, workload.new_cache(), sink=sink, samples=samples,
+            arrivals=workload.arriving(block.arrivals, seed),
+        ),
+    )  # fmt: skip
+    row, policy = served.row, None
     if settings.options is not None or block.serving.policy_metrics:
         from cpkv.serving.record.policy_metrics import policy_counts, policy_row, policy_summary
 
+        engine, res = served.engine, served.result
         quantiles = [engine.scheduler.estimator.value()] if block.policy == "profiled" else None
         counts = policy_counts(engine)
-        policy = policy_summary(block, settings, counts, res.counters, summary, quantiles)
+        policy = policy_summary(block, settings, counts, res.counters, served.summary, quantiles)
         row = policy_row(row, policy)
-    return _output(
-        block, settings, fit, count, lines, row, timeline, time,
-        _summary(block, settings, res, summary, fit, itl), res.counters, policy,
-    )  # fmt: skip
+    return _served_output(block, settings, fit, workload.size, served, row, policy)
 
 
 def _execute_instance(
@@ -158,7 +180,6 @@ def _execute_instance(
     """One instance under a real engine's scheduler: vLLM's
     (:mod:`cpkv.serving.engine.vllm_engine`) or SGLang's loop
     (:mod:`cpkv.serving.engine.sglang_engine`)."""
-    count = workload.size
     if block.engine == "vllm":
         from cpkv.serving.engine.vllm_engine import VllmEngine as Instance
 
@@ -167,32 +188,24 @@ def _execute_instance(
         from cpkv.serving.engine.sglang_engine import SglangEngine as Instance
 
         what = f"engine {block.engine}"
-    ctx.report(0, 1, f"serving {count} requests, {what}")
-    cap, points = settings.capacity_blocks, block.serving.timeline_points
-    lines = ctx.stream("requests.jsonl")
-    stats = RequestStats(block.slo, lines.write)
-    samples = IterationLog(
-        cap, settings.block_size, keep=False, spill_dir=ctx.run_dir, cost=settings.cost
-    )
-    engine = Instance(
-        settings, sink=stats, samples=samples, arrivals=workload.arriving(block.arrivals, seed)
-    )
-    try:
-        with few_collections():
-            res = engine.run()
-        check_end(res.end_us, count)
-        stats.close()
-        integrals, timeline, time = log_report(samples, res.end_us, cap, points)
-        itl = itl_stats([samples])
-    finally:
-        samples.discard()
-    ctx.report(1, 1, "done")
-    summary = stats.summary()
-    check_conserved(count, summary.requests)
-    row = row_of(summary, integrals, res.end_us, cap, itl)
+    served = _serve(
+        ctx, block, settings, workload.size, what,
+        lambda sink, samples: Instance(
+            settings, sink=sink, samples=samples,
+            arrivals=workload.arriving(block.arrivals, seed),
+        ),
+    )  # fmt: skip
+    return _served_output(block, settings, fit, workload.size, served, served.row, None)
+
+
+def _served_output(
+    block: Any, settings: Any, fit: Any, count: int, served: Served, row: dict[str, Any],
+    policy: Any,
+) -> RunOutput:  # fmt: skip
+    res, itl = served.result, served.itl
     return _output(
-        block, settings, fit, count, lines, row, timeline, time,
-        _summary(block, settings, res, summary, fit, itl), res.counters, None,
+        block, settings, fit, count, served.lines, row, served.timeline, served.time,
+        _summary(block, settings, res, served.summary, fit, itl), res.counters, policy,
     )  # fmt: skip
 
 
