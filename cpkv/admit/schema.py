@@ -153,16 +153,22 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         self._validate_graph_buckets()
 
     def _validate_lane_pool(self) -> None:
-        """``cost.cp.l1_pages_per_rank`` sizes cpkv's loop's pool in place of ``admit.kv``."""
-        default = KvBlocks()
-        for key in ("block_size", "capacity_blocks"):
-            if getattr(self.kv, key) != getattr(default, key):
-                raise FieldError(
-                    f"kv.{key}",
-                    "cost.cp.l1_pages_per_rank sizes the KV pool (stripes of cp.size x "
-                    "cp.page_size tokens, one per page of an owner lane); leave admit.kv."
-                    f"{key} out, or cost.cp.l1_pages_per_rank",
-                )
+        """``cost.cp.l1_pages_per_rank`` sizes cpkv's loop's pool in place of ``admit.kv``:
+        an ``admit.kv`` pool beside it must be the default or the same pool."""
+        from cpkv.serving.cost.cp.layout import lane_pool
+
+        cp, kv, default = self.cost.cp, self.kv, KvBlocks()
+        block_tokens, blocks = lane_pool(cp.l1_pages_per_rank, cp.page_size, cp.size)
+        given = (kv.block_size, kv.capacity_blocks)
+        if given not in ((default.block_size, default.capacity_blocks), (block_tokens, blocks)):
+            raise FieldError(
+                "kv.capacity_blocks",
+                f"{kv.capacity_blocks} blocks x {kv.block_size} tokens, but "
+                f"cost.cp.l1_pages_per_rank sizes the pool as {blocks} blocks x {block_tokens} "
+                f"tokens (stripes of cp.size x cp.page_size, one per page of an owner lane); "
+                f"leave admit.kv's pool out, or set admit.kv.block_size={block_tokens} "
+                f"admit.kv.capacity_blocks={blocks}",
+            )
 
     def _refuse_lane_pool(self) -> None:
         """SGLang's and vLLM's pools page by their own page size, not by the CP owner lanes."""

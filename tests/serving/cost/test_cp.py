@@ -246,6 +246,7 @@ LANES = (
 def test_the_owner_lanes_size_the_serving_pool(cli) -> None:
     # 80 pages a lane on 4 lanes of 64-token pages: the pool of 80 stripes of 256 tokens,
     # decision for decision (small enough that requests are preempted and rejected)
+    # (the config's own admit.kv set back to the defaults: the lanes alone size the pool)
     lanes = cli("admit", *LANES, "admit.cost.cp.l1_pages_per_rank=80",
                 "admit.kv.block_size=4", "admit.kv.capacity_blocks=4")  # fmt: skip
     assert lanes.exit_code == 0, lanes.output
@@ -259,6 +260,9 @@ def test_the_owner_lanes_size_the_serving_pool(cli) -> None:
     assert (a / "requests.jsonl").read_text() == (b / "requests.jsonl").read_text()
     summary = cli.results(a)["summary"]
     assert summary["preemptions_by_reason"] and summary["rejected_by_reason"]
+    both = cli("admit", *LANES, "admit.cost.cp.l1_pages_per_rank=80",
+               "admit.kv.block_size=256", "admit.kv.capacity_blocks=80")  # fmt: skip
+    assert both.exit_code == 0, both.output  # the same pool given twice is accepted
 
 
 @pytest.mark.parametrize(
@@ -266,8 +270,10 @@ def test_the_owner_lanes_size_the_serving_pool(cli) -> None:
     [
         (
             ("admit.kv.capacity_blocks=300",),
-            "admit.kv.capacity_blocks: cost.cp.l1_pages_per_rank sizes",
+            "admit.kv.capacity_blocks: 300 blocks x 4 tokens, but cost.cp.l1_pages_per_rank "
+            "sizes the pool as 300 blocks x 256 tokens",
         ),
+        ((), "set admit.kv.block_size=256 admit.kv.capacity_blocks=300"),
         (
             ("admit.engine=sglang",),
             "admit.cost.cp.l1_pages_per_rank: the CP owner lanes size cpkv's loop",

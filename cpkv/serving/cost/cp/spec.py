@@ -21,8 +21,8 @@ comes from).
   (null, the default: the pool is ``admit.kv`` as given). Given, it sizes the serving pool
   (cpkv's loop): ``l1_pages_per_rank`` stripes of ``size × page_size`` tokens, because
   round-robin owners put a request's pages ``0, size, 2·size, …`` on lane 0, the fullest
-  (:func:`.layout.lane_pool`); ``admit.kv.block_size`` and ``capacity_blocks`` are then left
-  out.
+  (:func:`.layout.lane_pool`); ``admit.kv``'s pool is then left out (or given as the same
+  pool).
 
 Every key but ``size`` applies only with ``size`` > 1; set with ``size`` 1 it is refused (it
 would be ignored). ``size`` > 1 needs ``pp`` 1 (a CP rank is a whole model).
