@@ -260,33 +260,7 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
                 "SGLang's loop here: fcfs, lof or lpm",
             )
-        cache = self.workload.cache
-        if cache != default.workload.cache:
-            l1, l2 = cache.capacities()
-            if l1 is None:
-                raise FieldError(
-                    "workload.cache.l1_tokens",
-                    "null (unlimited) has no place in SGLang's one KV pool, which the L1 tokens "
-                    "join: give a number of tokens",
-                )
-            if l2 is None:
-                raise FieldError(
-                    "workload.cache.l2_tokens",
-                    "an unlimited L2 is not a host tier SGLang can hold: give l2_tokens (0: no "
-                    "host tier) or hicache_ratio",
-                )
-            if l2 and self.sglang.enable_hierarchical_cache:
-                raise FieldError(
-                    "sglang.enable_hierarchical_cache",
-                    "the host tier is given twice (admit.workload.cache's L2 and admit.sglang's "
-                    "HiCache): keep one",
-                )
-            if l2 and self.sglang.disable_radix_cache:
-                raise FieldError(
-                    "workload.cache.l2_tokens",
-                    "the host tier keeps the radix cache's nodes: 0 with "
-                    "admit.sglang.disable_radix_cache",
-                )
+        self._validate_sglang_cache()
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(
                 "cp",
@@ -336,6 +310,38 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
         if chunk is not None and chunk < self.page_size:
             raise FieldError(
                 "chunked_prefill_size", f"{chunk} is less than a page ({self.page_size} tokens)"
+            )
+
+    def _validate_sglang_cache(self) -> None:
+        """``admit.workload.cache`` under SGLang's loop: its L1 joins the one KV pool and its
+        L2 is the host tier, so both are finite, and the host tier is given once."""
+        cache = self.workload.cache
+        if cache == type(self)().workload.cache:
+            return
+        l1, l2 = cache.capacities()
+        if l1 is None:
+            raise FieldError(
+                "workload.cache.l1_tokens",
+                "null (unlimited) has no place in SGLang's one KV pool, which the L1 tokens "
+                "join: give a number of tokens",
+            )
+        if l2 is None:
+            raise FieldError(
+                "workload.cache.l2_tokens",
+                "an unlimited L2 is not a host tier SGLang can hold: give l2_tokens (0: no "
+                "host tier) or hicache_ratio",
+            )
+        if l2 and self.sglang.enable_hierarchical_cache:
+            raise FieldError(
+                "sglang.enable_hierarchical_cache",
+                "the host tier is given twice (admit.workload.cache's L2 and admit.sglang's "
+                "HiCache): keep one",
+            )
+        if l2 and self.sglang.disable_radix_cache:
+            raise FieldError(
+                "workload.cache.l2_tokens",
+                "the host tier keeps the radix cache's nodes: 0 with "
+                "admit.sglang.disable_radix_cache",
             )
 
     def _validate_disaggregated(self) -> None:
