@@ -28,6 +28,7 @@ from cpkv.serving.schema import (
     SloSpec,
     VllmSpec,
 )
+from cpkv.sglang.config import SCHEDULE_POLICIES as LOOP_POLICIES
 from cpkv.workload.sources import WorkloadSpec
 
 VLLM_UNREAD_BUDGETS = (
@@ -254,11 +255,11 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.policy!r} is a seed 004 policy, run by cpkv's loop: admit.engine cpkv "
                 "(or leave admit.engine out); SGLang's loop runs its PrefillAdder",
             )
-        if self.schedule_policy not in ("fcfs", "lof", "lpm"):
+        if self.schedule_policy not in LOOP_POLICIES:
             raise FieldError(
                 "schedule_policy",
                 f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
-                "SGLang's loop here: fcfs, lof or lpm",
+                f"SGLang's loop here: {', '.join(LOOP_POLICIES)}",
             )
         self._validate_sglang_cache()
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:

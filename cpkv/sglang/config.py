@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-SCHEDULE_POLICIES = ("fcfs", "lof", "lpm")
+SCHEDULE_POLICIES = ("fcfs", "lof", "lpm", "hrrn")
 RETRACTION_POLICIES = ("length", "priority")
 CLIP_MAX_NEW_TOKENS = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation's cap on tokens left to decode."""

@@ -43,6 +43,8 @@ WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 IN_BATCH_PREFIX_CHECK = 32
 IN_BATCH_PREFIX_DEPRIORITIZE = 32
 INF = float("inf")
+CACHE_AWARE = ("lpm", "hrrn")
+"""The waiting-queue orders that match the queue in the radix cache (with it disabled: fcfs)."""
 
 
 class Batch:
@@ -52,11 +54,14 @@ class Batch:
     Once launched: its pass (``ct``, the loop's ``forward_ct``), its start and end (set by
     the listener); once processed: ``gaps``, the requests that got a token from it whose
     token before came from the pass just before, and ``late``, the times of the tokens
-    before of the others that had one (None: none)."""
+    before of the others that had one (None: none). ``extend_num_tokens`` is SGLang's: the
+    extend tokens when it was prepared to extend (plus a token a decoding request mixed in),
+    kept by a decode of the same batch object; a launch adds it to the loop's
+    ``processed_tokens`` (the counter ``hrrn`` ages the queue by)."""
 
     __slots__ = (
         "reqs", "batch_is_full", "mode", "rows", "decoding", "chunked", "end_us", "ct",
-        "start_us", "gaps", "late",
+        "start_us", "gaps", "late", "extend_num_tokens",
     )  # fmt: skip
 
     def __init__(self, reqs: list[Req], batch_is_full: bool = False) -> None:
@@ -69,6 +74,7 @@ class Batch:
         self.end_us = self.start_us = 0.0
         self.ct = self.gaps = 0
         self.late: list[float] | None = None
+        self.extend_num_tokens = 0  # set when it extends; a decode keeps what it had
 
     def copy(self) -> Batch:
         other = Batch.__new__(Batch)
@@ -77,6 +83,7 @@ class Batch:
         other.chunked, other.end_us = self.chunked, self.end_us
         other.ct, other.start_us = self.ct, self.start_us
         other.gaps, other.late = 0, None
+        other.extend_num_tokens = self.extend_num_tokens
         return other
 
     def filter(self, exclude: Any = ()) -> None:
@@ -140,6 +147,7 @@ class Loop:
         self.prefix_touches = 0
         self.stops: dict[str, int] = {}  # what ended each admission attempt, by name
         self.entries = 0  # requests that joined the queue so far
+        self.processed_tokens = 0  # SGLang's processed_tokens_counter (hrrn)
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -158,6 +166,7 @@ class Loop:
             req.priority = sys.maxsize if c.schedule_low_priority_values_first else -sys.maxsize - 1
         self.entries += 1
         req.queue_entry = self.entries
+        req.arrival_processed_tokens = self.processed_tokens
         self.waiting.append(req)
 
     def is_fully_idle(self) -> bool:
@@ -193,6 +202,7 @@ class Loop:
 
     def _launch(self, batch: Batch) -> None:
         self.forward_ct += 1
+        self.processed_tokens += batch.extend_num_tokens
         batch.ct, batch.gaps, batch.late = self.forward_ct, 0, None  # (a running batch again)
         batch.chunked = self.chunked_req
         self.listener.launch(batch)
@@ -404,6 +414,7 @@ class Loop:
                     r.extend_end = r.kv_committed
                 batch.mode = MIXED
                 batch.decoding = running.reqs
+                batch.extend_num_tokens += len(running.reqs)
                 batch.reqs = batch.reqs + running.reqs
                 running = Batch([], running.batch_is_full)
         return batch, running
@@ -454,18 +465,23 @@ class Loop:
             self.stops[why] = self.stops.get(why, 0) + 1
 
     def _order_queue(self) -> None:
-        """``calc_priority``: the queue's order; ``lpm`` (the radix cache on, at most 128
-        waiting: else ``fcfs``) by the longest prefix in the tree, requests sharing a long
-        prefix with one checked before them last; with a cache-agnostic order, every 32nd
-        call the prefixes of the first 128 waiting requests are touched in the tree, the head
-        last, so that LRU eviction takes them in reverse queue order."""
+        """``calc_priority``: the queue's order. A cache-aware policy (``lpm``, ``hrrn``; with
+        the radix cache on, else ``fcfs``; ``fcfs`` too above 128 waiting) matches every
+        waiting request in the tree (:meth:`_match_waiting`) and sorts: ``lpm`` by the longest
+        match, ``hrrn`` by the response ratio ``waited / uncached`` (tokens prefilled since
+        the request joined the queue, over its prompt tokens not matched; none uncached
+        first; ties by ``rid``), requests deferred by the in-batch prefix check last. With a
+        cache-agnostic order, every 32nd call the prefixes of the first 128 waiting requests
+        are touched in the tree, the head last, so that LRU eviction takes them in reverse
+        queue order."""
         waiting, c, tree = self.waiting, self.config, self.tree
         sign = c.priority_sign
-        if c.schedule_policy == "lpm" and not tree.disabled:
+        policy = "fcfs" if c.schedule_policy in CACHE_AWARE and tree.disabled else c.schedule_policy
+        if policy in ("lpm", "hrrn"):
             if len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
-                self._longest_prefix_first(waiting)
+                self._sort_cache_aware(policy, waiting)
                 return
-        elif c.schedule_policy == "lof":
+        elif policy == "lof":
             if c.enable_priority_scheduling:
                 waiting.sort(key=lambda r: (r.priority * sign, -r.max_new_tokens))
             else:
@@ -482,15 +498,36 @@ class Loop:
             r.refresh_fill(mark=False)
             tree.match(r.fill, len(r.fill))
 
-    def _longest_prefix_first(self, waiting: list[Req]) -> None:
-        """``lpm``: each request matched in the tree in queue order (whole prompt + outputs;
-        it takes the match as its prefix); one whose prefix is at most 32 tokens is matched
-        among the waiting requests checked before it (a tree of their tokens), and goes last
-        when it shares at least 32 with one, else joins that tree; then a stable sort by the
-        longest match (at most all tokens but one)."""
+    def _sort_cache_aware(self, policy: str, waiting: list[Req]) -> None:
+        """``lpm`` or ``hrrn`` (:meth:`_order_queue`), in place, stably."""
+        matched, deferred = self._match_waiting(waiting)
+        keys: list[Any]
+        if policy == "lpm":
+            keys = [INF if late else -m for m, late in zip(matched, deferred, strict=True)]
+        else:
+            processed, keys = self.processed_tokens, []
+            for r, m, late in zip(waiting, matched, deferred, strict=True):
+                uncached = r.prompt_len - m
+                if late:
+                    keys.append((INF, r.rid))
+                elif uncached <= 0:
+                    keys.append((-INF, r.rid))
+                else:
+                    waited = processed - r.arrival_processed_tokens
+                    keys.append((-((waited if waited > 0 else 0) / uncached), r.rid))
+        order = sorted(range(len(waiting)), key=keys.__getitem__)
+        waiting[:] = [waiting[i] for i in order]
+
+    def _match_waiting(self, waiting: list[Req]) -> tuple[list[int], list[bool]]:
+        """``_compute_prefix_matches``: each request matched in the tree in queue order
+        (whole prompt + outputs; it takes the match as its prefix): its matched tokens (at
+        most all but one); one whose prefix is at most 32 tokens is matched among the waiting
+        requests checked before it (a tree of their tokens) and deferred when it shares at
+        least 32 with one, else joins that tree."""
         tree = self.tree
         checked = RadixTree(1, False, lambda tokens: None)
-        matched: dict[Req, float] = {}
+        matched: list[int] = []
+        deferred: list[bool] = []
         for r in waiting:
             r.refresh_fill(mark=False)
             tokens = r.fill
@@ -498,14 +535,16 @@ class Loop:
             r.prefix_len, r.last_node = found.device, found.device_node
             r.host_hit, r.best_node = found.host, found.node
             r.protected_len = r.prefix_len
-            matched[r] = -min(found.device + found.host, len(tokens) - 1)
+            matched.append(min(found.device + found.host, len(tokens) - 1))
+            late = False
             if r.prefix_len <= IN_BATCH_PREFIX_CHECK:
                 shared, _ = checked.match(tokens, len(tokens))
                 if shared >= IN_BATCH_PREFIX_DEPRIORITIZE:
-                    matched[r] = INF
+                    late = True
                 else:
                     checked.insert(tokens, 0)
-        waiting.sort(key=matched.__getitem__)
+            deferred.append(late)
+        return matched, deferred
 
     def _prepare_extend(self, batch: Batch) -> None:
         """Rows and KV slots for the batch's extends (``prepare_for_extend``)."""
@@ -520,6 +559,7 @@ class Loop:
             if not r.holds_row:
                 r.holds_row = True
                 pool.free_rows -= 1
+        batch.extend_num_tokens = tokens
         pool.make_room(tokens if page == 1 else tokens + len(batch.reqs) * page)
         pool.take_pages(pages)
         for r in batch.reqs:

@@ -152,6 +152,15 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
             for a, b in zip(trace, trace[1:], strict=False)
         )
 
+    def out_of_arrival_order(scenario: dict, trace: list[dict]) -> bool:
+        arrival = {
+            q["rid"]: (q.get("arrival_ms", 0), i) for i, q in enumerate(scenario["requests"])
+        }
+        firsts: list[str] = []
+        for t in trace:
+            firsts += [rid for rid, _, _ in t["extend"] if rid not in firsts]
+        return any(arrival[a] > arrival[b] for a, b in zip(firsts, firsts[1:], strict=False))
+
     def idle(trace: list[dict]) -> bool:
         return any(b["t_ms"] - a["t_ms"] > 50 for a, b in zip(trace, trace[1:], strict=False))
 
@@ -174,4 +183,12 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
         "radix_off": sum(1 for s in scenarios if s.get("disable_radix_cache")),
         "ignore_eos": sum(1 for s in scenarios if any(q.get("ignore_eos") for q in s["requests"])),
         "idle_gap": count(idle),
+        "hrrn_reorders": sum(
+            1
+            for s, r in zip(scenarios, results, strict=True)
+            if s.get("schedule_policy") == "hrrn"
+            and not s.get("disable_radix_cache")
+            and "trace" in r
+            and out_of_arrival_order(s, r["trace"])
+        ),
     }

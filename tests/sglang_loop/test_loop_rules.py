@@ -221,3 +221,24 @@ def test_a_device_node_whose_children_went_to_the_host_stays_evictable_after_a_m
     assert (found.device, found.host) == (10, 10)
     assert tree.evict(lambda: False) == 10  # a, then nothing on the device
     assert tree.evictable_size == 0 and freed == [10, 10]
+
+
+def first_prefills(result: dict) -> list[str]:
+    order: list[str] = []
+    for t in result["trace"]:
+        order += [r for r, _, _ in t["extend"] if r not in order]
+    return order
+
+
+@pytest.mark.parametrize("policy, order", [("fcfs", ["z", "y", "x"]), ("hrrn", ["x", "y", "z"])])
+def test_hrrn_ages_the_queue_by_prefilled_tokens_over_the_uncached_ones(policy, order):
+    # one request runs at a time; z (300 tokens), y (200), x (100) arrive together. hrrn's
+    # first pass: nothing prefilled yet, every ratio 0, ties by rid: x first. Then y and z
+    # have waited the same tokens since they joined the queue: the ratio waited / uncached is
+    # larger for the shorter, y. fcfs keeps the arrival order
+    res = run(
+        kv_size=16384, max_running_requests=1, schedule_policy=policy,
+        requests=[{"rid": rid, "len": n, "max_new_tokens": 3}
+                  for rid, n in (("z", 300), ("y", 200), ("x", 100))],
+    )  # fmt: skip
+    assert first_prefills(res) == order
