@@ -261,6 +261,12 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
                 f"SGLang's loop here: {', '.join(LOOP_POLICIES)}",
             )
+        if self.schedule_policy == "shortest-prefill-first" and self.sglang.disable_radix_cache:
+            raise FieldError(
+                "schedule_policy",
+                "shortest-prefill-first needs the radix cache (SGLang refuses it with "
+                "admit.sglang.disable_radix_cache)",
+            )
         self._validate_sglang_cache()
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(

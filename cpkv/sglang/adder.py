@@ -70,6 +70,10 @@ class PrefillAdder:
         self.cp_limit: Any = None
         self.cp_extend = self.cp_cached = 0
         self.load_back_threshold = 10  # the host tier's smallest hit loaded back
+        # shortest-prefill-first: a cap on the chunked request's next chunk (None: none), and
+        # whether a chunked request continues, so that no second one is started
+        self.chunked_req_limit: int | None = None
+        self.one_chunked = False
 
     def _reservation(self, r: Req) -> float:
         """What a running request reserves: ``min(max_new - output, 4096) x ratio`` (ratio 1
@@ -124,6 +128,8 @@ class PrefillAdder:
         limit = min(rem, int(self.remaining_total()))
         if limit <= 0:
             limit = rem
+        if self.chunked_req_limit is not None and self.chunked_req_limit < limit:
+            limit = self.chunked_req_limit
         left = len(req.fill) - req.prefix_len
         truncated = left > limit
         tokens = limit if truncated else left
@@ -215,6 +221,9 @@ class PrefillAdder:
         max_new = max_new if max_new < CLIP else CLIP
         limit = self.rem_chunk
         if limit is not None and paged > limit:
+            if self.one_chunked:  # shortest-prefill-first tracks one chunked request
+                self.stop = "one_chunked_request"
+                return OTHER
             extend = limit // self.page * self.page
             extend = (prefix + extend) // self.page * self.page - prefix
             if extend <= 0:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-SCHEDULE_POLICIES = ("fcfs", "lof", "lpm", "hrrn")
+SCHEDULE_POLICIES = ("fcfs", "lof", "lpm", "hrrn", "shortest-prefill-first")
 RETRACTION_POLICIES = ("length", "priority")
 CLIP_MAX_NEW_TOKENS = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation's cap on tokens left to decode."""
@@ -70,6 +70,11 @@ class LoopConfig:
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
+            )
+        if self.schedule_policy == "shortest-prefill-first" and self.disable_radix_cache:
+            raise ValueError(
+                "schedule_policy shortest-prefill-first needs the radix cache (SGLang refuses "
+                "it with disable_radix_cache)"
             )
 
     @property

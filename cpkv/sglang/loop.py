@@ -43,7 +43,8 @@ WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 IN_BATCH_PREFIX_CHECK = 32
 IN_BATCH_PREFIX_DEPRIORITIZE = 32
 INF = float("inf")
-CACHE_AWARE = ("lpm", "hrrn")
+SHORTEST_PREFILL = "shortest-prefill-first"
+CACHE_AWARE = ("lpm", "hrrn", "shortest-prefill-first")
 """The waiting-queue orders that match the queue in the radix cache (with it disabled: fcfs)."""
 
 
@@ -96,6 +97,13 @@ class Batch:
     @property
     def is_extend(self) -> bool:
         return self.mode == PREFILL or self.mode == MIXED
+
+
+def prefill_work(r: Req) -> int:
+    """``_shortest_prefill_work``: the tokens of ``r`` (prompt and outputs) its last queue
+    match did not find, at least 1."""
+    work = r.prompt_len + r.output_len - r.matched_len
+    return work if work > 1 else 1
 
 
 class Listener:
@@ -387,7 +395,12 @@ class Loop:
         adder.load_back_threshold = c.load_back_threshold
         if chunked is not None:
             chunked.refresh_fill()
+            if c.schedule_policy == SHORTEST_PREFILL:
+                adder.chunked_req_limit = self._shortest_prefill_chunk_limit(
+                    chunked, adder.rem_chunk or 0
+                )
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
+        adder.one_chunked = c.schedule_policy == SHORTEST_PREFILL and chunked is not None
         self._scan(adder, running)
         can_run = adder.can_run
         if not can_run:
@@ -470,15 +483,17 @@ class Loop:
         waiting request in the tree (:meth:`_match_waiting`) and sorts: ``lpm`` by the longest
         match, ``hrrn`` by the response ratio ``waited / uncached`` (tokens prefilled since
         the request joined the queue, over its prompt tokens not matched; none uncached
-        first; ties by ``rid``), requests deferred by the in-batch prefix check last. With a
+        first; ties by ``rid``), ``shortest-prefill-first`` (never ``fcfs``) by the tokens left
+        to prefill (prompt and outputs not matched, at least 1), then by when the request
+        joined the queue; requests deferred by the in-batch prefix check last. With a
         cache-agnostic order, every 32nd call the prefixes of the first 128 waiting requests
         are touched in the tree, the head last, so that LRU eviction takes them in reverse
         queue order."""
         waiting, c, tree = self.waiting, self.config, self.tree
         sign = c.priority_sign
         policy = "fcfs" if c.schedule_policy in CACHE_AWARE and tree.disabled else c.schedule_policy
-        if policy in ("lpm", "hrrn"):
-            if len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
+        if policy in CACHE_AWARE:
+            if policy == SHORTEST_PREFILL or len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
                 self._sort_cache_aware(policy, waiting)
                 return
         elif policy == "lof":
@@ -504,6 +519,11 @@ class Loop:
         keys: list[Any]
         if policy == "lpm":
             keys = [INF if late else -m for m, late in zip(matched, deferred, strict=True)]
+        elif policy == SHORTEST_PREFILL:
+            keys = []
+            for r, m, late in zip(waiting, matched, deferred, strict=True):
+                r.matched_len = m
+                keys.append((late, prefill_work(r), r.queue_entry))
         else:
             processed, keys = self.processed_tokens, []
             for r, m, late in zip(waiting, matched, deferred, strict=True):
@@ -517,6 +537,25 @@ class Loop:
                     keys.append((-((waited if waited > 0 else 0) / uncached), r.rid))
         order = sorted(range(len(waiting)), key=keys.__getitem__)
         waiting[:] = [waiting[i] for i in order]
+
+    def _shortest_prefill_chunk_limit(self, chunked: Req, budget: int) -> int | None:
+        """``shortest_prefill_chunk_limit``: the chunked request's next chunk leaves room for
+        the queue's head requests (sorted) whose prefill is shorter than what it has left,
+        whole pages each, while they fit in ``budget`` less a page (None: no cap)."""
+        page = self.pool.page
+        if budget < 2 * page:
+            return None
+        remaining = len(chunked.fill) - chunked.prefix_len
+        reserved = 0
+        for r in self.waiting:
+            work = prefill_work(r)
+            charge = -(-work // page) * page
+            if work >= remaining or reserved + charge > budget - page:
+                break
+            reserved += charge
+        if not reserved:
+            return None
+        return (budget - reserved) // page * page
 
     def _match_waiting(self, waiting: list[Req]) -> tuple[list[int], list[bool]]:
         """``_compute_prefix_matches``: each request matched in the tree in queue order

@@ -29,7 +29,7 @@ class Req:
         "kv_committed", "holds_row", "is_retracted", "retracted_stain", "inflight_middle_chunks",
         "finished", "retractions", "arrival_us", "priority", "tag", "output_token", "last_token_us",
         "queue_entry", "refreshed_len", "host_hit", "best_node", "inserted_len", "host_loaded",
-        "last_token_ct", "arrival_processed_tokens",
+        "last_token_ct", "arrival_processed_tokens", "matched_len",
     )  # fmt: skip
 
     def __init__(
@@ -45,6 +45,7 @@ class Req:
         self.last_token_ct = 0  # that batch's pass (the loop's forward_ct)
         self.queue_entry = 0  # when it last joined the queue (an order, not a time)
         self.arrival_processed_tokens = 0  # the loop's prefill-token counter then (hrrn)
+        self.matched_len = 0  # what its last queue match found (shortest-prefill-first)
         self.refreshed_len = 0  # SGLang's len(full_untruncated_fill_ids): 0 until a refresh
         # the host tier: the last match's hit past the device prefix and its deepest node,
         # what the request inserted into the tree so far, what its admission loaded back

@@ -161,6 +161,16 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
             firsts += [rid for rid, _, _ in t["extend"] if rid not in firsts]
         return any(arrival[a] > arrival[b] for a, b in zip(firsts, firsts[1:], strict=False))
 
+    def reordered(policy: str) -> int:
+        return sum(
+            1
+            for s, r in zip(scenarios, results, strict=True)
+            if s.get("schedule_policy") == policy
+            and not s.get("disable_radix_cache")
+            and "trace" in r
+            and out_of_arrival_order(s, r["trace"])
+        )
+
     def idle(trace: list[dict]) -> bool:
         return any(b["t_ms"] - a["t_ms"] > 50 for a, b in zip(trace, trace[1:], strict=False))
 
@@ -183,12 +193,6 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
         "radix_off": sum(1 for s in scenarios if s.get("disable_radix_cache")),
         "ignore_eos": sum(1 for s in scenarios if any(q.get("ignore_eos") for q in s["requests"])),
         "idle_gap": count(idle),
-        "hrrn_reorders": sum(
-            1
-            for s, r in zip(scenarios, results, strict=True)
-            if s.get("schedule_policy") == "hrrn"
-            and not s.get("disable_radix_cache")
-            and "trace" in r
-            and out_of_arrival_order(s, r["trace"])
-        ),
+        "hrrn_reorders": reordered("hrrn"),
+        "shortest_prefill_first_reorders": reordered("shortest-prefill-first"),
     }

@@ -242,3 +242,44 @@ def test_hrrn_ages_the_queue_by_prefilled_tokens_over_the_uncached_ones(policy, 
                   for rid, n in (("z", 300), ("y", 200), ("x", 100))],
     )  # fmt: skip
     assert first_prefills(res) == order
+
+
+@pytest.mark.parametrize(
+    "policy, order",
+    [
+        ("fcfs", ["a", "b", "c"]),
+        ("hrrn", ["a", "c", "b"]),
+        ("shortest-prefill-first", ["c", "b", "a"]),
+    ],
+)
+def test_the_cache_aware_orders_differ_on_one_queue(policy, order):
+    # a (300 tokens), b (200), c (100) arrive together, one runs at a time: fcfs keeps the
+    # arrival order; hrrn's first pass has every ratio 0 and goes by rid (a), then the shorter
+    # of the two that waited alike (c); shortest-prefill-first takes the least work first
+    # (the real loop orders them so)
+    res = run(
+        kv_size=16384, max_running_requests=1, schedule_policy=policy,
+        requests=[{"rid": rid, "len": n, "max_new_tokens": 3}
+                  for rid, n in (("a", 300), ("b", 200), ("c", 100))],
+    )  # fmt: skip
+    assert first_prefills(res) == order
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "shortest-prefill-first"])
+def test_shortest_prefill_first_cuts_the_chunk_to_let_a_short_prompt_in(policy):
+    # chunks of 256: a 1000-token prompt starts; a 50-token one arrives during its first
+    # chunk. fcfs gives the long prompt its whole chunk again and the short one waits;
+    # shortest-prefill-first reserves the short one's 50 tokens of the next chunk (256 - 50;
+    # the real loop does the same)
+    res = run(
+        kv_size=16384, chunked_prefill_size=256, overlap=False, schedule_policy=policy,
+        requests=[
+            {"rid": "long", "len": 1000, "max_new_tokens": 2},
+            {"rid": "short", "len": 50, "arrival_ms": 1, "max_new_tokens": 2},
+        ],
+    )  # fmt: skip
+    second = [tuple(row) for row in res["trace"][1]["extend"]]
+    if policy == "fcfs":
+        assert second == [("long", 256, 256)]
+    else:
+        assert second == [("long", 256, 206), ("short", 0, 50)]
