@@ -88,7 +88,7 @@ def _prepare(cfg: Any, block: Any, workload: Any) -> Callable[[RunContext], RunO
     if block.engine == "sglang":
         from cpkv.serving.engine.sglang_engine import sglang_settings_from
 
-        loop = sglang_settings_from(block, cost, workload)
+        loop = sglang_settings_from(block, cost, workload, cfg.seed)
         if block.cluster.instances > 1:
             return lambda ctx: _execute_cluster(ctx, block, loop, workload, cfg.seed, fit)
         return lambda ctx: _execute_instance(ctx, block, loop, workload, cfg.seed, fit)

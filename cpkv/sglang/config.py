@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-SCHEDULE_POLICIES = ("fcfs", "lof", "lpm", "hrrn", "shortest-prefill-first")
+SCHEDULE_POLICIES = (
+    "fcfs", "lof", "random", "lpm", "hrrn", "shortest-prefill-first", "dfs-weight",
+)  # fmt: skip
 RETRACTION_POLICIES = ("length", "priority")
 CLIP_MAX_NEW_TOKENS = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation's cap on tokens left to decode."""
@@ -50,6 +52,8 @@ class LoopConfig:
     """The host tier's tokens (SGLang's HiCache, write-through; None: off)."""
     load_back_threshold: int = 10
     """The smallest host hit loaded back (SGLang's ``load_back_threshold``)."""
+    seed: int = 0
+    """The ``random`` order's generator (SGLang shuffles with the process-wide one)."""
     cp_limit: Callable[[int, int, int], str | None] | None = None
     """cpkv's CP shared-KV limits on each prefill batch (not SGLang's): ``(requests, extend
     sum, cached sum)`` with the candidate in it, page-aligned, to the limit it breaks or

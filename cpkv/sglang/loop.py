@@ -27,6 +27,7 @@ A pass that runs nothing resets the ratio (``on_idle``).
 
 from __future__ import annotations
 
+import random
 import sys
 from collections import deque
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 from cpkv.sglang.adder import CONTINUE, NO_TOKEN, OTHER, PrefillAdder
 from cpkv.sglang.config import LoopConfig
 from cpkv.sglang.memory import KvPool
-from cpkv.sglang.radix import RadixTree
+from cpkv.sglang.radix import RadixTree, dfs_weight_order
 from cpkv.sglang.request import Req
 
 PREFILL, MIXED, DECODE = "prefill", "mixed", "decode"
@@ -44,7 +45,9 @@ IN_BATCH_PREFIX_CHECK = 32
 IN_BATCH_PREFIX_DEPRIORITIZE = 32
 INF = float("inf")
 SHORTEST_PREFILL = "shortest-prefill-first"
-CACHE_AWARE = ("lpm", "hrrn", "shortest-prefill-first")
+FCFS_WHEN_LONG = ("lpm", "hrrn")
+"""The cache-aware orders that run as ``fcfs`` above 128 waiting requests."""
+CACHE_AWARE = ("lpm", "hrrn", "shortest-prefill-first", "dfs-weight")
 """The waiting-queue orders that match the queue in the radix cache (with it disabled: fcfs)."""
 
 
@@ -156,6 +159,7 @@ class Loop:
         self.stops: dict[str, int] = {}  # what ended each admission attempt, by name
         self.entries = 0  # requests that joined the queue so far
         self.processed_tokens = 0  # SGLang's processed_tokens_counter (hrrn)
+        self.rng = random.Random(c.seed)  # the random order's shuffles
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -485,7 +489,10 @@ class Loop:
         the request joined the queue, over its prompt tokens not matched; none uncached
         first; ties by ``rid``), ``shortest-prefill-first`` (never ``fcfs``) by the tokens left
         to prefill (prompt and outputs not matched, at least 1), then by when the request
-        joined the queue; requests deferred by the in-batch prefix check last. With a
+        joined the queue; requests deferred by the in-batch prefix check last; ``dfs-weight``
+        (never ``fcfs``) by a walk of the tree, heavier subtrees first
+        (:func:`~cpkv.sglang.radix.dfs_weight_order`). ``random`` shuffles the queue with the
+        loop's own seeded generator. With a
         cache-agnostic order, every 32nd call the prefixes of the first 128 waiting requests
         are touched in the tree, the head last, so that LRU eviction takes them in reverse
         queue order."""
@@ -493,9 +500,11 @@ class Loop:
         sign = c.priority_sign
         policy = "fcfs" if c.schedule_policy in CACHE_AWARE and tree.disabled else c.schedule_policy
         if policy in CACHE_AWARE:
-            if policy == SHORTEST_PREFILL or len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
+            if policy not in FCFS_WHEN_LONG or len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
                 self._sort_cache_aware(policy, waiting)
                 return
+        elif policy == "random":
+            self.rng.shuffle(waiting)
         elif policy == "lof":
             if c.enable_priority_scheduling:
                 waiting.sort(key=lambda r: (r.priority * sign, -r.max_new_tokens))
@@ -517,6 +526,10 @@ class Loop:
         """``lpm`` or ``hrrn`` (:meth:`_order_queue`), in place, stably."""
         matched, deferred = self._match_waiting(waiting)
         keys: list[Any]
+        if policy == "dfs-weight":
+            order = dfs_weight_order(self.tree.root, [r.last_node for r in waiting])
+            waiting[:] = [waiting[i] for i in order]
+            return
         if policy == "lpm":
             keys = [INF if late else -m for m, late in zip(matched, deferred, strict=True)]
         elif policy == SHORTEST_PREFILL:

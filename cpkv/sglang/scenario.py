@@ -47,6 +47,7 @@ def scenario_config(sc: dict) -> LoopConfig:
         overlap=bool(sc.get("overlap", False)),
         disable_radix_cache=bool(sc.get("disable_radix_cache", False)),
         schedule_policy=sc.get("schedule_policy", "fcfs"),
+        seed=sc.get("seed", 0),
         schedule_conservativeness=sc.get("schedule_conservativeness", 1.0),
         enable_priority_scheduling=bool(sc.get("enable_priority_scheduling", False)),
         schedule_low_priority_values_first=bool(

@@ -195,4 +195,5 @@ def coverage(scenarios: list[dict], results: list[dict]) -> dict[str, int]:
         "idle_gap": count(idle),
         "hrrn_reorders": reordered("hrrn"),
         "shortest_prefill_first_reorders": reordered("shortest-prefill-first"),
+        "dfs_weight_reorders": reordered("dfs-weight"),
     }

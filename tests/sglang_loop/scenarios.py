@@ -3,7 +3,7 @@
 Each scenario draws the server (page size 1 to 16, pools from a few hundred tokens, where
 decode must retract, to roomy ones; chunked prefill on or off; mixed chunk; the normal or the
 overlap loop; the radix cache on or off; conservativeness; ``fcfs``, ``lof``, ``lpm``,
-``hrrn`` or ``shortest-prefill-first``) and a workload
+``hrrn``, ``shortest-prefill-first`` or ``dfs-weight``) and a workload
 from one of the families below, with bursts (several requests at once) and gaps (the server
 idles):
 
@@ -124,10 +124,11 @@ def scenario(rng: random.Random, name: str) -> dict:
             if rng.random() < 0.85:
                 req["priority"] = rng.choice((0, 5, 20, 40))
     # (drawn apart: the other draws stay as they were)
-    if sc["schedule_policy"] == "lpm" and random.Random(name).random() < 0.5:
-        sc["schedule_policy"] = "hrrn"
+    apart = random.Random(name).random()
+    if sc["schedule_policy"] == "lpm" and apart < 0.75:
+        sc["schedule_policy"] = "hrrn" if apart < 0.5 else "dfs-weight"
     spf = sc["schedule_policy"] == "lof" and not sc.get("enable_priority_scheduling")
-    if spf and not sc["disable_radix_cache"] and random.Random(name).random() < 0.5:
+    if spf and not sc["disable_radix_cache"] and apart < 0.5:
         sc["schedule_policy"] = "shortest-prefill-first"
     sc["requests"] = requests
     sc["name"] = f"{name}-{family}"

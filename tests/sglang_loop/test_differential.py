@@ -4,7 +4,8 @@ iteration.
 Seeded random scenarios (``scenarios.py``: queues larger than one batch, shared prefixes between
 waiting and running requests, long chunked prompts beside decodes, pools so small that decode
 retracts, bursts and gaps, ``ignore_eos``; the normal and the overlap loop, mixed chunk on and
-off, the radix cache on and off, page sizes 1 to 16, ``fcfs``, ``lof``, ``lpm``, ``hrrn`` and ``shortest-prefill-first``, priority
+off, the radix cache on and off, page sizes 1 to 16, ``fcfs``, ``lof``, ``lpm``, ``hrrn``, ``shortest-prefill-first`` and
+``dfs-weight``, priority
 scheduling and
 preemption) run through the real
 loop (``oracle.py``: the shared driver, one subprocess) and through the model; every field of
@@ -61,6 +62,7 @@ def test_the_scenarios_exercise_the_rules(runs):
         "ignore_eos": 40,
         "hrrn_reorders": 20,
         "shortest_prefill_first_reorders": 10,
+        "dfs_weight_reorders": 10,
         "idle_gap": 100,
     }
     report = below_floors(cov, floors)

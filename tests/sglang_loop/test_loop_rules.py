@@ -283,3 +283,21 @@ def test_shortest_prefill_first_cuts_the_chunk_to_let_a_short_prompt_in(policy):
         assert second == [("long", 256, 256)]
     else:
         assert second == [("long", 256, 206), ("short", 0, 50)]
+
+
+def test_the_random_order_is_the_seeds():
+    # SGLang shuffles with the process-wide generator; the model with its own, seeded: one
+    # seed gives one order every time, and the seeds give different orders (one at a time,
+    # eight requests arriving together: their first prefills are the order)
+    def order(seed: int) -> list[str]:
+        res = run(
+            kv_size=16384, max_running_requests=1, schedule_policy="random", seed=seed,
+            requests=[{"rid": f"q{i}", "len": 50, "max_new_tokens": 2} for i in range(8)],
+        )  # fmt: skip
+        assert all(st["output_len"] == 2 for st in res["requests"].values())
+        return first_prefills(res)
+
+    assert order(3) == order(3)
+    orders = {tuple(order(seed)) for seed in range(6)}
+    assert len(orders) > 1
+    assert all(sorted(o) == [f"q{i}" for i in range(8)] for o in orders)

@@ -314,12 +314,13 @@ class SglangEngine(Instance, Listener):
         counts["retract_decode"] = counts.get("retract_decode", 0) + 1
 
 
-def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings:
+def sglang_settings_from(block: Any, cost: Any, workload: Any, seed: int = 0) -> SglangSettings:
     """The instance's server arguments from the ``admit`` block (``admit.sglang`` and the
     ``PrefillAdder`` keys it shares with cpkv's loop). The pool: ``admit.sglang.max_total_num_tokens``,
     else ``admit.kv``'s tokens plus, when ``admit.workload.cache`` is given, its L1 tokens
     (cpkv's loop keeps them as a partition beside the running requests; SGLang's radix cache
-    shares one pool with them); that cache's L2 is the host tier."""
+    shares one pool with them); that cache's L2 is the host tier. ``seed`` seeds the ``random``
+    order."""
     spec = block.sglang
     page = block.page_size
     l1, l2 = given_cache_tokens(block)
@@ -361,6 +362,7 @@ def sglang_settings_from(block: Any, cost: Any, workload: Any) -> SglangSettings
         overlap=not spec.disable_overlap_schedule,
         disable_radix_cache=spec.disable_radix_cache,
         schedule_policy=block.schedule_policy,
+        seed=seed,
         schedule_conservativeness=spec.schedule_conservativeness,
         enable_priority_scheduling=block.enable_priority_scheduling,
         schedule_low_priority_values_first=block.schedule_low_priority_values_first,

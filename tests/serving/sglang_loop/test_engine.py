@@ -129,7 +129,7 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
     ("override", "message"),
     [
         ("admit.policy=iteration", "admit.policy: 'iteration' is a seed 004 policy"),
-        ("admit.schedule_policy=dfs-weight", "admit.schedule_policy"),
+        ("admit.schedule_policy=deadline", "admit.schedule_policy"),
         ("admit.serving.on_preempt=swap", "admit.serving: admit.serving's options are cpkv's"),
         (
             "admit.cp.max_batch_requests=4",
@@ -324,7 +324,7 @@ def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
         ((*NO_FIXED_HITS,), "sglang", None),
         ((*NO_FIXED_HITS, "admit.policy=iteration"), "cpkv", "admit.policy: 'iteration'"),
         ((*NO_FIXED_HITS, "admit.serving.queue_timeout_ms=500"), "cpkv", "admit.serving:"),
-        ((*NO_FIXED_HITS, "admit.schedule_policy=random"), "cpkv", "admit.schedule_policy:"),
+        ((*NO_FIXED_HITS, "admit.schedule_policy=deadline"), "cpkv", "admit.schedule_policy:"),
         ((), "cpkv", "admit.workload.synthetic.l1_cached_tokens draws cached tokens"),
     ],
     ids=["sglang-loop", "seed-004-policy", "serving-option", "cpkv-order", "fixed-hits"],
