@@ -443,27 +443,25 @@ def dfs_weight_order(root: Node, nodes: Sequence[Node]) -> list[int]:
     """SGLang's ``dfs_weight_order``: the indices of ``nodes`` (each request's last matched
     node) in a depth-first walk of the tree from ``root`` that visits heavier subtrees first
     (a subtree's weight: the requests whose node lies in it; ties keep the children's order)
-    and lists a node's requests after its subtree's."""
+    and lists a node's requests after its subtree's. Subtrees without a request add nothing
+    to the order, so the walk keeps to the paths from the root to the requests' nodes."""
     at: dict[Node, list[int]] = {}
+    weight: dict[Node, int] = {}
     for i, node in enumerate(nodes):
         at.setdefault(node, []).append(i)
-    weight: dict[Node, int] = {}
-    pending: list[tuple[Node, bool]] = [(root, False)]
-    while pending:  # post-order: a node's weight after its children's
-        node, children_done = pending.pop()
-        if children_done:
-            weight[node] = len(at.get(node, ())) + sum(weight[c] for c in node.children.values())
-        else:
-            pending.append((node, True))
-            pending.extend((c, False) for c in node.children.values())
+        walk: Node | None = node
+        while walk is not None:  # the node and its ancestors hold one more request
+            weight[walk] = weight.get(walk, 0) + 1
+            walk = walk.parent
     order: list[int] = []
-    pending = [(root, False)]
+    pending: list[tuple[Node, bool]] = [(root, False)]
     while pending:
         node, children_done = pending.pop()
         if children_done:
             order.extend(at.get(node, ()))
             continue
         pending.append((node, True))
-        heaviest_first = sorted(node.children.values(), key=lambda c: -weight[c])
-        pending.extend((c, False) for c in reversed(heaviest_first))
+        held = [c for c in node.children.values() if c in weight]
+        held.sort(key=lambda c: -weight[c])
+        pending.extend((c, False) for c in reversed(held))
     return order
