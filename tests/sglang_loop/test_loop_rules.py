@@ -230,20 +230,6 @@ def first_prefills(result: dict) -> list[str]:
     return order
 
 
-@pytest.mark.parametrize("policy, order", [("fcfs", ["z", "y", "x"]), ("hrrn", ["x", "y", "z"])])
-def test_hrrn_ages_the_queue_by_prefilled_tokens_over_the_uncached_ones(policy, order):
-    # one request runs at a time; z (300 tokens), y (200), x (100) arrive together. hrrn's
-    # first pass: nothing prefilled yet, every ratio 0, ties by rid: x first. Then y and z
-    # have waited the same tokens since they joined the queue: the ratio waited / uncached is
-    # larger for the shorter, y. fcfs keeps the arrival order
-    res = run(
-        kv_size=16384, max_running_requests=1, schedule_policy=policy,
-        requests=[{"rid": rid, "len": n, "max_new_tokens": 3}
-                  for rid, n in (("z", 300), ("y", 200), ("x", 100))],
-    )  # fmt: skip
-    assert first_prefills(res) == order
-
-
 @pytest.mark.parametrize(
     "policy, order",
     [
