@@ -19,6 +19,7 @@ from cpkv.policies.deadline import DeadlineSpec
 from cpkv.policies.iteration import IterationBudget
 from cpkv.policies.profiled import ProfiledSpec
 from cpkv.serving.cluster.schema import ClusterSpec
+from cpkv.serving.cost.cp.layout import lane_pool
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.schema import (
     ENGINES,
@@ -156,8 +157,6 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
     def _validate_lane_pool(self) -> None:
         """``cost.cp.l1_pages_per_rank`` sizes cpkv's loop's pool in place of ``admit.kv``:
         an ``admit.kv`` pool beside it must be the default or the same pool."""
-        from cpkv.serving.cost.cp.layout import lane_pool
-
         cp, kv, default = self.cost.cp, self.kv, KvBlocks()
         block_tokens, blocks = lane_pool(cp.l1_pages_per_rank, cp.page_size, cp.size)
         given = (kv.block_size, kv.capacity_blocks)

@@ -160,6 +160,10 @@ class Loop:
         self.entries = 0  # requests that joined the queue so far
         self.processed_tokens = 0  # SGLang's processed_tokens_counter (hrrn)
         self.rng = random.Random(c.seed)  # the random order's shuffles
+        # the queue's order (``_validate_and_adjust_policy``: without the radix cache a
+        # cache-aware order is fcfs)
+        aware = c.schedule_policy in CACHE_AWARE
+        self.order = "fcfs" if aware and c.disable_radix_cache else c.schedule_policy
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -399,12 +403,12 @@ class Loop:
         adder.load_back_threshold = c.load_back_threshold
         if chunked is not None:
             chunked.refresh_fill()
-            if c.schedule_policy == SHORTEST_PREFILL:
+            if self.order == SHORTEST_PREFILL:
                 adder.chunked_req_limit = self._shortest_prefill_chunk_limit(
                     chunked, adder.rem_chunk or 0
                 )
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
-        adder.one_chunked = c.schedule_policy == SHORTEST_PREFILL and chunked is not None
+        adder.one_chunked = self.order == SHORTEST_PREFILL and chunked is not None
         self._scan(adder, running)
         can_run = adder.can_run
         if not can_run:
@@ -498,7 +502,7 @@ class Loop:
         queue order."""
         waiting, c, tree = self.waiting, self.config, self.tree
         sign = c.priority_sign
-        policy = "fcfs" if c.schedule_policy in CACHE_AWARE and tree.disabled else c.schedule_policy
+        policy = self.order
         if policy in CACHE_AWARE:
             if policy not in FCFS_WHEN_LONG or len(waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX:
                 self._sort_cache_aware(policy, waiting)
@@ -523,8 +527,8 @@ class Loop:
             tree.match(r.fill, len(r.fill))
 
     def _sort_cache_aware(self, policy: str, waiting: list[Req]) -> None:
-        """``lpm`` or ``hrrn`` (:meth:`_order_queue`), in place, stably."""
-        matched, deferred = self._match_waiting(waiting)
+        """A cache-aware order (:meth:`_order_queue`), in place; the sorts are stable."""
+        matched, deferred = self._match_waiting(waiting, in_batch=policy != "dfs-weight")
         keys: list[Any]
         if policy == "dfs-weight":
             order = dfs_weight_order(self.tree.root, [r.last_node for r in waiting])
@@ -570,12 +574,15 @@ class Loop:
             return None
         return (budget - reserved) // page * page
 
-    def _match_waiting(self, waiting: list[Req]) -> tuple[list[int], list[bool]]:
+    def _match_waiting(
+        self, waiting: list[Req], in_batch: bool = True
+    ) -> tuple[list[int], list[bool]]:
         """``_compute_prefix_matches``: each request matched in the tree in queue order
         (whole prompt + outputs; it takes the match as its prefix): its matched tokens (at
         most all but one); one whose prefix is at most 32 tokens is matched among the waiting
         requests checked before it (a tree of their tokens) and deferred when it shares at
-        least 32 with one, else joins that tree."""
+        least 32 with one, else joins that tree (``in_batch`` False skips that check, which
+        ``dfs-weight`` never reads)."""
         tree = self.tree
         checked = RadixTree(1, False, lambda tokens: None)
         matched: list[int] = []
@@ -589,7 +596,7 @@ class Loop:
             r.protected_len = r.prefix_len
             matched.append(min(found.device + found.host, len(tokens) - 1))
             late = False
-            if r.prefix_len <= IN_BATCH_PREFIX_CHECK:
+            if in_batch and r.prefix_len <= IN_BATCH_PREFIX_CHECK:
                 shared, _ = checked.match(tokens, len(tokens))
                 if shared >= IN_BATCH_PREFIX_DEPRIORITIZE:
                     late = True
