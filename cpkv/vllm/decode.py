@@ -138,9 +138,6 @@ class DecodeSteps:
                     need = (steps - 1 - first) // bs + 1
                     request.blocks.extend(fresh[start : start + need * count : count])
             num_tokens = request.num_tokens
-            if request.content is None:  # (the tokens fed back, before their blocks' keys)
-                base = request.token_offset + num_tokens
-                request.tokens.extend(range(base, base + steps))
             end = num_tokens + steps - 1  # computed tokens after the last step
             if caching:
                 cached = request.num_cached_blocks

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from cpkv.vllm.block_pool import BlockKeys, BlockPool
 from cpkv.vllm.config import SchedulerConfig
-from cpkv.vllm.request import PREEMPTED, WAITING, Request
+from cpkv.vllm.request import PREEMPTED, WAITING, Request, own_keys
 
 NO_BLOCKS: list[int] = []
 
@@ -45,10 +45,17 @@ class KVCacheManager:
         """The request's block-key chain, extended to at least ``num_full_blocks`` blocks."""
         keys = request.block_keys
         if len(keys) < num_full_blocks:
-            if request.content is None:
-                self.keys.extend(keys, request.tokens, num_full_blocks, self.block_size)
-            else:
+            if request.content is not None:
                 request.content.extend(keys, num_full_blocks)
+                return keys
+            prompt_blocks = request.num_prompt_tokens // self.block_size
+            if len(keys) < prompt_blocks:
+                self.keys.extend(
+                    keys, request.tokens, min(num_full_blocks, prompt_blocks), self.block_size
+                )
+            if len(keys) < num_full_blocks:  # blocks holding generated tokens
+                own = own_keys(request.index)
+                keys.extend(range(own + len(keys), own + num_full_blocks))
         return keys
 
     def computed_blocks(self, request: Request) -> tuple[list[int], int]:

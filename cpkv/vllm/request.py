@@ -2,10 +2,13 @@
 
 ``num_tokens`` counts the prompt and the generated tokens; ``num_computed_tokens`` advances
 when a step is scheduled and drops to 0 on preemption; ``stop_at`` is the length at which it
-finishes (its ``max_tokens``, or the scheduler's ``max_model_len``), ``token_offset +
-num_tokens`` the token fed back next. ``block_keys`` are the prefix-cache keys
+finishes (its ``max_tokens``, or the scheduler's ``max_model_len``). ``tokens`` are the
+prompt's ids only: a generated token is unique to its request (the step loop feeds back a
+token of the request's own, never EOS), so a block holding one, and every block after it,
+matches no other request's and is keyed by the request's own key (:func:`own_keys` and the
+block's number). ``block_keys`` are the prefix-cache keys
 of the request's full blocks, one per block, extended as tokens arrive (vLLM hashes them in
-``Request``; here a ``BlockKeys`` chain interns them to integers). ``content``, when
+``Request``; here a ``BlockKeys`` chain interns a prompt's blocks to integers). ``content``, when
 given, names the blocks instead of ``tokens`` (a :class:`BlockNames`: keys that are equal for
 two blocks exactly when their token prefixes are; a serving run's requests carry no token
 ids). ``discarded_tokens`` counts the computed tokens preemptions threw away. ``blocks`` and
@@ -24,13 +27,15 @@ RUNNING = 1
 PREEMPTED = 2
 FINISHED = 3
 
-DECODE_TOKEN_BASE = 1_000_000_000
+OWN_KEYS = 1 << 64
+"""Keys of blocks no other request holds start here: no interned key nor ``hash()`` value
+reaches it."""
 
 
-def decode_token(index: int, position: int) -> int:
-    """The token the step loop feeds back: unique per (request index, output position), never EOS,
-    so generated text never makes a prefix hit for another request."""
-    return DECODE_TOKEN_BASE + index * 1_000_000 + position
+def own_keys(index: int) -> int:
+    """The key of block 0 of the request with ``index`` among the blocks only it holds; block
+    ``b`` takes this plus ``b`` (a request has fewer than 2**32 blocks)."""
+    return OWN_KEYS + (index << 32)
 
 
 class BlockNames(Protocol):
@@ -59,8 +64,6 @@ class Request:
         "num_tokens",
         "blocks",
         "num_cached_blocks",
-        "decode_base",
-        "token_offset",
         "stop_at",
         "content",
         "discarded_tokens",
@@ -93,8 +96,6 @@ class Request:
         self.num_tokens = len(self.tokens)
         self.blocks: list[int] = []
         self.num_cached_blocks: int | None = None
-        self.decode_base = decode_token(index, 0)
-        self.token_offset = self.decode_base - self.num_prompt_tokens  # (+ num_tokens: the next)
         self.stop_at = self.num_prompt_tokens + max_tokens  # (the scheduler caps it)
         self.content: BlockNames | None = None
         self.discarded_tokens = 0
@@ -116,7 +117,6 @@ class Request:
             raise ValueError(f"request {request_id}: empty prompt")
         request.tokens = []
         request.num_prompt_tokens = request.num_tokens = num_prompt_tokens
-        request.token_offset = request.decode_base - num_prompt_tokens
         request.stop_at = num_prompt_tokens + max_tokens
         request.content = content
         return request
@@ -124,11 +124,6 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return self.num_tokens - self.num_prompt_tokens
-
-    def append_token(self) -> None:
-        """Append the token the step loop feeds back (``decode_token`` at this position)."""
-        self.tokens.append(self.token_offset + self.num_tokens)
-        self.num_tokens += 1
 
     def order_key(self) -> tuple[int, float, str]:
         """vLLM's ``Request.__lt__``: lower priority value first, then earlier arrival, then id."""

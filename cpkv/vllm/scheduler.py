@@ -261,8 +261,6 @@ class Scheduler:
                 num_tokens = request.num_tokens
                 if request.num_computed_tokens < num_tokens:
                     continue  # a partial prefill chunk samples nothing
-                # Request.append_token, inlined: the hot loop of a decode step.
-                request.tokens.append(request.token_offset + num_tokens)
                 num_tokens += 1
                 request.num_tokens = num_tokens
                 if num_tokens >= request.stop_at:  # max_tokens, or max_model_len

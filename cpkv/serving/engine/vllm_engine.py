@@ -42,7 +42,7 @@ from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
-from cpkv.vllm.request import Request
+from cpkv.vllm.request import Request, own_keys
 from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
 
 
@@ -70,10 +70,6 @@ class VllmSettings:
         return None
 
 
-OWN_KEYS = 1 << 64
-"""Keys of blocks no other request holds start here: no ``hash()`` value reaches it."""
-
-
 class BlockNames:
     """The keys of a serving request's vLLM blocks (:class:`cpkv.vllm.request.BlockNames`).
 
@@ -83,12 +79,12 @@ class BlockNames:
     chains its id to its parent's; two such keys are equal exactly when the prefixes are (up
     to a 64-bit hash's collisions). Any other block (past the prompt or its trace blocks, or
     of a request without ``hash_ids``) holds tokens no other request holds, and so does every
-    block after it: its key is the request's own (``OWN_KEYS``, its index, the block)."""
+    block after it: its key is the request's own (:func:`~cpkv.vllm.request.own_keys` and the block)."""
 
     __slots__ = ("own", "shared", "hashes", "block_size", "trace_block", "_chain")
 
     def __init__(self, r: Req, block_size: int, trace_block: int | None) -> None:
-        self.own = OWN_KEYS + (r.index << 32)
+        self.own = own_keys(r.index)
         hashes = r.hash_ids if trace_block is not None else None
         self.shared = 0
         if hashes:
