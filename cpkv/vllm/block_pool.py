@@ -11,7 +11,7 @@
 - ``BlockKeys`` stands for vLLM's chained block hash: a full block's key is determined by its
   parent's key and its own tokens, interned to an integer (no collisions).
 
-How it is held, for bulk operations (the decisions are those of vLLM's structures): the free
+How it is held (the decisions are those of vLLM's structures): the free
 queue is a stack of unkeyed blocks (its top is the head) in front of a list of keyed blocks
 (a read position moving towards its end; keyed blocks are appended). A hit takes a keyed block
 out of the list's middle by marking its entry stale (the block records the position of its
@@ -22,20 +22,13 @@ insertion-ordered dict of the blocks when several share a key.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Hashable, Iterable
-from functools import partial
-from itertools import repeat
 
 NOT_IN_LIST = -1
 """``pos`` of a block that has no live entry in the keyed list."""
-BULK = 8
-"""From this many blocks on, an operation runs as whole-list steps (``map`` in C)."""
 TRIM = 65536
 """The keyed list drops the entries before its read position once they are this many and
 more than half of it."""
-consume = partial(deque, maxlen=0)
-"""Run an iterator to its end (the ``map`` of a per-block update)."""
 
 
 class BlockKeys:
@@ -147,17 +140,6 @@ class BlockPool:
                 self._base += end
                 self._read = 0
         ref, key_of, cached = self.ref, self.key_of, self._cached
-        if len(out) > BULK:
-            consume(map(ref.__setitem__, out, repeat(1)))
-            keys = list(map(key_of.__getitem__, out))
-            if None not in keys and len(set(keys)) == len(keys):  # every one cached, once
-                consume(map(key_of.__setitem__, out, repeat(None)))
-                entries = list(map(cached.pop, keys))
-                if entries != out:  # (some keys name other blocks too: those stay)
-                    for key, entry, block in zip(keys, entries, out, strict=True):
-                        if entry != block:
-                            self._uncache_shared(key, entry, block)
-                return out
         for block in out:
             ref[block] = 1
             key = key_of[block]
@@ -202,8 +184,6 @@ class BlockPool:
     def release(self, ordered: list[int]) -> None:
         """Drop one holder of each block, given in eviction order (first evicted first)."""
         ref, key_of, pos = self.ref, self.key_of, self.pos
-        if len(ordered) > BULK and self._release_sole(ordered):
-            return
         caching = self.enable_caching
         entries = self._list
         at = self._base + len(entries)
@@ -226,34 +206,6 @@ class BlockPool:
             head.reverse()  # the first evicted on top
             self._stack.extend(head)
         self.num_free += freed
-
-    def _release_sole(self, ordered: list[int]) -> bool:
-        """:meth:`release` of blocks that have no other holder, the unkeyed ones first (a
-        request's blocks tail first: past its cached ones, then those), in bulk; False (and
-        nothing done) for any other list."""
-        ref, key_of = self.ref, self.key_of
-        if list(map(ref.__getitem__, ordered)).count(1) != len(ordered):
-            return False
-        keys = list(map(key_of.__getitem__, ordered))
-        unkeyed = keys.count(None)
-        if not self.enable_caching:
-            unkeyed = len(ordered)
-        elif keys[unkeyed:].count(None):
-            return False
-        consume(map(ref.__setitem__, ordered, repeat(0)))
-        pos = self.pos
-        if unkeyed:
-            head = ordered[unkeyed - 1 :: -1]  # the first evicted on top
-            consume(map(pos.__setitem__, head, repeat(NOT_IN_LIST)))
-            self._stack.extend(head)
-        keyed = ordered[unkeyed:]
-        if keyed:
-            entries = self._list
-            at = self._base + len(entries)
-            consume(map(pos.__setitem__, keyed, range(at, at + len(keyed))))
-            entries.extend(keyed)
-        self.num_free += len(ordered)
-        return True
 
     def cache(self, block: int, key: Hashable) -> None:
         """Cache a full block under ``key`` (beside any other block already cached under it)."""
@@ -278,9 +230,9 @@ class BlockPool:
         """Cache each full block under its key, in order (:meth:`cache` of each)."""
         cached, key_of = self._cached, self.key_of
         if len(blocks) > 1 and cached.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
-            if list(map(key_of.__getitem__, blocks)).count(None) == len(blocks):
-                # (held blocks carry no key yet)
-                consume(map(key_of.__setitem__, blocks, keys))
+            if all(key_of[block] is None for block in blocks):  # (held blocks carry no key yet)
+                for block, key in zip(blocks, keys, strict=True):
+                    key_of[block] = key
                 cached.update(zip(keys, blocks, strict=True))
                 return
         cache = self.cache

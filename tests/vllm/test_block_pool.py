@@ -4,11 +4,10 @@ The reference below is written for clarity, straight from vLLM's rules: an order
 queue (pop from the head; freed blocks tail-first, unkeyed to the head, keyed to the tail;
 a hit on a free block takes it out of the middle), a map from key to the blocks cached under
 it in insertion order (a lookup takes the first), a block's key dropped when it is popped.
-The pool under test keeps the same queue as a stack, a list with stale entries and bulk
-steps; after every operation both must show the same free queue, the same map, the same
+The pool under test keeps the same queue as a stack and a list with stale entries; after every operation both must show the same free queue, the same map, the same
 holders, and every lookup must agree. Long runs pass the list's trimming and the stale
 entries' skipping; keys repeat (several blocks under one key) and batches are both below
-and above the bulk threshold.
+and above ``LARGE``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,10 @@ from collections import OrderedDict
 import pytest
 
 from cpkv.vllm import block_pool
-from cpkv.vllm.block_pool import BULK, BlockPool
+from cpkv.vllm.block_pool import BlockPool
+
+LARGE = 8
+"""Batches above this many blocks count as large (one-block and many-block steps both run)."""
 
 
 class ReferencePool:
@@ -90,12 +92,12 @@ def walk(seed: int, num_blocks: int, ops: int, caching: bool = True) -> tuple[di
     pool, ref = BlockPool(num_blocks, caching), ReferencePool(num_blocks, caching)
     held: list[list[int]] = []  # each a request's blocks, in holding order
     keys = list(range(3 * num_blocks))  # a small key space: keys repeat across blocks
-    seen = {"bulk_take": 0, "shared_key": 0, "touch_free": 0, "bulk_release": 0}
+    seen = {"large_take": 0, "shared_key": 0, "touch_free": 0, "large_release": 0}
     for _ in range(ops):
         roll = rng.random()
         if roll < 0.3 and len(ref.free):
-            count = rng.randint(1, min(len(ref.free), 3 * BULK))
-            seen["bulk_take"] += count > BULK
+            count = rng.randint(1, min(len(ref.free), 3 * LARGE))
+            seen["large_take"] += count > LARGE
             blocks = pool.take(count)
             assert blocks == ref.take(count)
             cached = rng.randint(0, count) if caching else 0  # a cached prefix, as requests
@@ -125,7 +127,7 @@ def walk(seed: int, num_blocks: int, ops: int, caching: bool = True) -> tuple[di
             held.append(hit)
         elif held:
             blocks = held.pop(rng.randrange(len(held)))
-            seen["bulk_release"] += len(blocks) > BULK
+            seen["large_release"] += len(blocks) > LARGE
             pool.release(blocks[::-1])
             ref.release(blocks[::-1])
         for key in rng.sample(keys, 3):
