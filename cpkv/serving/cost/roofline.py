@@ -177,7 +177,9 @@ class RooflineCost:
             gemm, elementwise, comm = times.layers_us(t)
             gemm = factor * gemm + times.gemm_us((times.head,), h)
             elementwise *= factor
-            comm = factor * comm + (self.pp - 1) * times.transfer_us(t)
+            comm *= factor
+            if self.pp > 1:
+                comm += (self.pp - 1) * times.transfer_us(t)
             cover = gemm + elementwise + comm
             overhead = self._overhead + self.cpu.waited_us(tokens, head_tokens, cover)
             parts = (gemm, elementwise, comm, overhead, self._layers * factor / micro)

@@ -94,6 +94,7 @@ class DeploymentTimes:
         self.kinds = self._kinds()
         self.head = self.units(shape.hidden, -(-shape.vocab // tp))
         self.allreduce = regimes_of(cal)
+        self.transfer = regimes_of(gpu.calibration_for(2))  # (a stage-to-stage send)
         self._attention(flops_us)
 
     def units(self, k: int, n: int) -> GemmUnits:
@@ -212,6 +213,5 @@ class DeploymentTimes:
     def transfer_us(self, tokens: int) -> float:
         """Sending ``tokens`` tokens' activations from one pipeline stage to the next: a
         two-GPU all-reduce of the same bytes (:mod:`.pipeline`)."""
-        regimes = regimes_of(self.gpu.calibration_for(2))
         size = tokens * self.shape.hidden * ACTIVATION_BYTES
-        return allreduce_us(size, 2, self.gpu.nvlink_gb_per_s, regimes)
+        return allreduce_us(size, 2, self.gpu.nvlink_gb_per_s, self.transfer)
