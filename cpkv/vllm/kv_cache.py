@@ -45,8 +45,9 @@ class KVCacheManager:
         """The request's block-key chain, extended to at least ``num_full_blocks`` blocks."""
         keys = request.block_keys
         if len(keys) < num_full_blocks:
-            if request.content is not None:
-                request.content.extend(keys, num_full_blocks)
+            if request.content is not None:  # (named from the start: every block at once)
+                most = request.stop_at // self.block_size
+                request.content.extend(keys, most if most > num_full_blocks else num_full_blocks)
                 return keys
             prompt_blocks = request.num_prompt_tokens // self.block_size
             if len(keys) < prompt_blocks:
