@@ -31,8 +31,12 @@ measured earlier instead (``ROW`` as in the table, e.g. ``W8/iteration/linear``;
 
 Engines: every ``prefill_adder`` and ``iteration`` row runs cpkv's loop (``admit.engine=cpkv``
 in the current tree; the base has no other), and each ``prefill_adder`` row has a ``sglang``
-row beside it, SGLang's own loop (``admit.engine=sglang``, the default engine of such configs)
-in the current tree only: its targets are the absolute ones (w1m, azure), no ratio elsewhere.
+row beside it, SGLang's own loop (``admit.engine=sglang``, the default engine of such configs),
+and on the synthetic workloads a ``vllm`` row, vLLM's scheduler (``admit.engine=vllm``, its
+own budgets: ``max_num_batched_tokens`` 2048, ``max_num_seqs`` 128), both in the current
+tree only: their targets are the absolute ones (w1m, azure), no ratio elsewhere. The
+iteration budget of 512 is an override of the ``iteration`` rows (vLLM's engine refuses a
+config that sets SGLang's budgets).
 
 This script does not compare outputs (``benchmarks/golden.py`` does, with a tolerance).
 
@@ -78,7 +82,6 @@ admit:
       extend_tokens: {choices: [1024]}
       max_new_tokens: {choices: [256]}
   arrivals: {process: poisson, rate_rps: 8}
-  iteration: {budget_tokens: 512}
   kv: {block_size: 16, capacity_blocks: 16384}
   slo: {ttft_ms: 100, tpot_ms: 12}
 """
@@ -94,6 +97,9 @@ CONFIGS = (
 GROUPS = ("w1m", "azure", "saturated", "configs")
 POLICIES = ("prefill_adder", "iteration")
 COSTS = ("roofline", "linear")
+ITERATION_BUDGET = "admit.iteration.budget_tokens=512"  # (the iteration policy's rows only)
+ENGINES = {"sglang": "SGLang's loop", "vllm": "vLLM's scheduler"}
+"""The engines beside cpkv's loop (rows of the current tree only), by row policy name."""
 TIME_S, RSS_MB, SPEEDUP = 15.0, 400.0, 3.0
 
 
@@ -193,17 +199,21 @@ def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int
     """The table's rows (nothing run yet); request counts divided by ``scale``."""
     rows = []
 
-    def pair(group: str, workload: str, n: int, policy: str, cost: str, a: Any) -> None:
-        """cpkv's loop in both trees (the base's only loop) and SGLang's loop, the default
-        engine of ``prefill_adder`` configs, in the current tree only."""
+    def pair(
+        group: str, workload: str, n: int, policy: str, cost: str, a: Any,
+        engines: tuple[str, ...] = ("sglang",),
+    ) -> None:  # fmt: skip
+        """cpkv's loop in both trees (the base's only loop) and, for ``prefill_adder``, the
+        other ``engines`` (SGLang's loop is the default engine of such configs) in the
+        current tree only."""
         both = a if isinstance(a, dict) else {"base": a, "current": a}
         cpkv = {**both, "current": [*both["current"], "admit.engine=cpkv"]}
         rows.append(Row(group, workload, n, policy, cost, cpkv))
-        if policy == "prefill_adder":
-            sglang = Row(group, workload, n, "sglang", cost,
-                         {"current": [*both["current"], "admit.engine=sglang"]})  # fmt: skip
-            sglang.base.skipped = True
-            rows.append(sglang)
+        for engine in engines if policy == "prefill_adder" else ():
+            other = Row(group, workload, n, engine, cost,
+                        {"current": [*both["current"], f"admit.engine={engine}"]})  # fmt: skip
+            other.base.skipped = True
+            rows.append(other)
 
     def synthetic(group: str, rate: int, n: int) -> None:
         for policy in POLICIES:
@@ -211,7 +221,9 @@ def rows_for(groups: list[str], config: Path, trees: dict[str, Path], scale: int
                 a = [str(config), f"admit.workload.synthetic.count={n}",
                      f"admit.arrivals.rate_rps={rate}", f"admit.policy={policy}",
                      f"admit.cost.kind={cost}"]  # fmt: skip
-                pair(group, f"W{rate}", n, policy, cost, a)
+                if policy == "iteration":
+                    a.append(ITERATION_BUDGET)
+                pair(group, f"W{rate}", n, policy, cost, a, tuple(ENGINES))
 
     for group in groups:
         if group == "w1m":
@@ -275,7 +287,7 @@ def verdicts(row: Row, quick: bool, noise: float) -> list[tuple[str, bool | None
     c, r = row.current, row.ratio
     out: list[tuple[str, bool | None]] = []
     if row.base.skipped and row.group not in ("w1m", "azure"):
-        return [(f"{row.name}: SGLang's loop, not in the base (no ratio)", None)]
+        return [(f"{row.name}: {ENGINES[row.policy]}, not in the base (no ratio)", None)]
     if row.group in ("w1m", "azure"):
         checks = [("time", c.time, TIME_S, "s")]
         if row.group == "w1m":
@@ -308,8 +320,9 @@ def warm_up(trees: dict[str, Path], config: Path, prefix: Path) -> None:
     os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     tiny = [str(config), "admit.workload.synthetic.count=200"]
-    runs = [[*tiny, "admit.policy=iteration", "admit.cost.kind=roofline"],
-            [*tiny, "admit.policy=prefill_adder", "admit.cost.kind=linear"]]  # fmt: skip
+    runs = [[*tiny, "admit.policy=iteration", "admit.cost.kind=roofline", ITERATION_BUDGET],
+            [*tiny, "admit.policy=prefill_adder", "admit.cost.kind=linear"],
+            [*tiny, "admit.engine=vllm", "admit.cost.kind=linear"]]  # fmt: skip
     if AZURE.is_file():
         runs.append([*tiny, "admit.workload.source=trace", "admit.workload.format=azure_csv",
                      f"admit.workload.path={AZURE}", "admit.workload.repeat=2",
