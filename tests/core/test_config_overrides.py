@@ -79,3 +79,55 @@ def test_an_interpolation_or_another_type_goes_through_omegaconf() -> None:
     assert not C._plain({1: "a"}) and C._plain({"a": [1, 2.5, None, True, "x"]})
     merged = C._merge({"b": 3, "a": 0}, {"a": "${b}"}, {}, "f.yaml")
     assert merged == {"b": 3, "a": 3}
+
+
+PLAIN_VALUES = [
+    "cpkv", "sglang", "prefill_adder", "a-b_c9", "x", "Y", "n", "yes", "No", "TRUE", "false",
+    "On", "OFF", "null", "Null", "NULL", "none", "nan", "inf", "0", "7", "-3", "1000000",
+    "007", "0x1F", "1_000", "-0", "0.5", "-2.25", "1.50", "1e3", "1.5e-3", ".5", "5.", "+3",
+    "~", "", "${seed}", "[1, 2]", "a b", "'quoted'", "2026-12-03", "12:30", "=",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES)
+@pytest.mark.parametrize("key", ["seed", "admit.engine", "admit.workload.limit", "a.b-c.d_e"])
+def test_an_override_reads_as_omegaconf_reads_it(key: str, value: str) -> None:
+    """The overrides read without OmegaConf (a plain dotted key and a word, a decimal
+    integer or a plain decimal) give what OmegaConf's dotlist gives; anything else is read
+    by OmegaConf itself."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    from cpkv.core import config as C
+
+    item = f"{key}={value}"
+    try:
+        expected = OmegaConf.to_container(OmegaConf.from_dotlist([item]), resolve=False)
+    except Exception:  # (a value OmegaConf cannot read: a one-line error here)
+        with pytest.raises(ConfigError):
+            C.parse_overrides([item])
+        return
+    got = C.parse_overrides([item])
+    assert got == expected or (math.isnan(_leaf(got)) and math.isnan(_leaf(expected)))
+    plain = C._plain_override(key, value)
+    if plain is not None:  # (each kind of plain value is one of these)
+        assert plain == expected
+        assert type(_leaf(plain)) is type(_leaf(expected))
+
+
+def _leaf(tree: object) -> object:
+    while isinstance(tree, dict):
+        (tree,) = tree.values()
+    return tree
+
+
+def test_plain_overrides_take_the_path_without_omegaconf() -> None:
+    from cpkv.core import config as C
+
+    for item in ("admit.engine=cpkv", "admit.workload.limit=200", "admit.x.rate=0.25"):
+        key, _, value = item.partition("=")
+        assert C._plain_override(key, value) is not None, item
+    for item in ("a.b=yes", "a.b=null", "a.b=007", "a.b=1e3", "a[0]=1", "a.b=${seed}"):
+        key, _, value = item.partition("=")
+        assert C._plain_override(key, value) is None, item
