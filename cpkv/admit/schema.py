@@ -30,6 +30,7 @@ from cpkv.serving.schema import (
     VllmSpec,
 )
 from cpkv.sglang.config import SCHEDULE_POLICIES as LOOP_POLICIES
+from cpkv.sglang.config import policy_refused
 from cpkv.workload.sources import WorkloadSpec
 
 VLLM_UNREAD_BUDGETS = (
@@ -260,12 +261,9 @@ class AdmitBlock(AdmitBudgets, SchedulePolicyConfig, _RunChoices):
                 f"{self.schedule_policy!r} is ordered by cpkv's loop only (admit.engine cpkv); "
                 f"SGLang's loop here: {', '.join(LOOP_POLICIES)}",
             )
-        if self.schedule_policy == "shortest-prefill-first" and self.sglang.disable_radix_cache:
-            raise FieldError(
-                "schedule_policy",
-                "shortest-prefill-first needs the radix cache (SGLang refuses it with "
-                "admit.sglang.disable_radix_cache)",
-            )
+        problem = policy_refused(self.schedule_policy, self.sglang.disable_radix_cache)
+        if problem is not None:
+            raise FieldError("schedule_policy", problem)
         self._validate_sglang_cache()
         if self.cp != default.cp and self.cp.active and not self.sglang.cp_limits:
             raise FieldError(

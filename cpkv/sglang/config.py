@@ -24,6 +24,17 @@ CLIP_MAX_NEW_TOKENS = 4096
 IGNORE_EOS_RESERVE_TOKENS = 1
 
 
+def policy_refused(schedule_policy: str, disable_radix_cache: bool) -> str | None:
+    """Why SGLang refuses to run ``schedule_policy`` (None: it runs it): the
+    ``shortest-prefill-first`` order reads the radix cache's matches."""
+    if schedule_policy == "shortest-prefill-first" and disable_radix_cache:
+        return (
+            "shortest-prefill-first needs the radix cache (SGLang refuses it with "
+            "disable_radix_cache)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     """One SGLang server's scheduling knobs (a text-only full-attention model)."""
@@ -75,11 +86,9 @@ class LoopConfig:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
             )
-        if self.schedule_policy == "shortest-prefill-first" and self.disable_radix_cache:
-            raise ValueError(
-                "schedule_policy shortest-prefill-first needs the radix cache (SGLang refuses "
-                "it with disable_radix_cache)"
-            )
+        problem = policy_refused(self.schedule_policy, self.disable_radix_cache)
+        if problem is not None:
+            raise ValueError(f"schedule_policy {problem}")
 
     @property
     def priority_preemption(self) -> bool:

@@ -287,3 +287,24 @@ def test_the_random_order_is_the_seeds():
     orders = {tuple(order(seed)) for seed in range(6)}
     assert len(orders) > 1
     assert all(sorted(o) == [f"q{i}" for i in range(8)] for o in orders)
+
+
+def test_shortest_prefill_first_without_the_radix_cache_is_refused_at_both_doors():
+    """SGLang refuses ``shortest-prefill-first`` with the radix cache off: the loop's config
+    and ``cpkv admit``'s config say so alike (one rule)."""
+    from cpkv.core.config import load_config
+    from cpkv.core.errors import ConfigError
+    from cpkv.sglang.scenario import scenario_config
+
+    spf = {"schedule_policy": "shortest-prefill-first", "requests": []}
+    scenario_config({**spf, "disable_radix_cache": False})  # (with the cache: runs)
+    with pytest.raises(ValueError, match="needs the radix cache"):
+        scenario_config({**spf, "disable_radix_cache": True})
+    overrides = [
+        "admit.mode=serving",
+        "admit.engine=sglang",
+        "admit.schedule_policy=shortest-prefill-first",
+    ]
+    load_config("admit", None, overrides)
+    with pytest.raises(ConfigError, match="schedule_policy: shortest-prefill-first needs"):
+        load_config("admit", None, [*overrides, "admit.sglang.disable_radix_cache=true"])
