@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from cpkv.vllm.block_pool import BlockKeys, BlockPool
 from cpkv.vllm.config import SchedulerConfig
-from cpkv.vllm.request import PREEMPTED, WAITING, Request, own_keys
+from cpkv.vllm.request import PREEMPTED, WAITING, Request, extend_own_keys, own_keys
 
 NO_BLOCKS: list[int] = []
 
@@ -42,21 +42,20 @@ class KVCacheManager:
         self.watermark_blocks = config.watermark_blocks
 
     def block_keys(self, request: Request, num_full_blocks: int) -> list[int]:
-        """The request's block-key chain, extended to at least ``num_full_blocks`` blocks."""
+        """The request's block-key chain, extended to at least ``num_full_blocks`` blocks (a
+        request's keys are fixed when it arrives: the first call names every block it can
+        fill)."""
         keys = request.block_keys
         if len(keys) < num_full_blocks:
-            if request.content is not None:  # (named from the start: every block at once)
-                most = request.stop_at // self.block_size
-                request.content.extend(keys, most if most > num_full_blocks else num_full_blocks)
-                return keys
-            prompt_blocks = request.num_prompt_tokens // self.block_size
-            if len(keys) < prompt_blocks:
-                self.keys.extend(
-                    keys, request.tokens, min(num_full_blocks, prompt_blocks), self.block_size
-                )
-            if len(keys) < num_full_blocks:  # blocks holding generated tokens
-                own = own_keys(request.index)
-                keys.extend(range(own + len(keys), own + num_full_blocks))
+            most = request.stop_at // self.block_size
+            if most < num_full_blocks:
+                most = num_full_blocks
+            if request.content is not None:
+                request.content.extend(keys, most)
+            else:
+                prompt_blocks = request.num_prompt_tokens // self.block_size
+                self.keys.extend(keys, request.tokens, min(prompt_blocks, most), self.block_size)
+                extend_own_keys(keys, own_keys(request.index), most)  # generated tokens'
         return keys
 
     def computed_blocks(self, request: Request) -> tuple[list[int], int]:

@@ -38,6 +38,12 @@ def own_keys(index: int) -> int:
     return OWN_KEYS + (index << 32)
 
 
+def extend_own_keys(keys: list, own: int, num_full_blocks: int) -> None:
+    """Append to ``keys`` the keys of blocks ``len(keys)`` to ``num_full_blocks - 1`` as
+    blocks only their request holds (``own``: its :func:`own_keys`)."""
+    keys.extend(range(own + len(keys), own + num_full_blocks))
+
+
 class BlockNames(Protocol):
     """The keys of a request's full blocks, for a request known without its token ids."""
 

@@ -42,7 +42,7 @@ from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.vllm.config import SchedulerConfig
-from cpkv.vllm.request import Request, own_keys
+from cpkv.vllm.request import Request, extend_own_keys, own_keys
 from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
 
 
@@ -79,7 +79,8 @@ class BlockNames:
     chains its id to its parent's; two such keys are equal exactly when the prefixes are (up
     to a 64-bit hash's collisions). Any other block (past the prompt or its trace blocks, or
     of a request without ``hash_ids``) holds tokens no other request holds, and so does every
-    block after it: its key is the request's own (:func:`~cpkv.vllm.request.own_keys` and the block)."""
+    block after it: its key is the request's own
+    (:func:`~cpkv.vllm.request.extend_own_keys`)."""
 
     __slots__ = ("own", "shared", "hashes", "block_size", "trace_block", "_chain")
 
@@ -107,9 +108,7 @@ class BlockNames:
             for end in range((i + 1) * bs, shared * bs + 1, bs):
                 last = (end - 1) // trace
                 keys.append(hash((chain[last], end - last * trace)))
-            i = shared
-        if i < num_full_blocks:
-            keys.extend(range(self.own + i, self.own + num_full_blocks))
+        extend_own_keys(keys, self.own, num_full_blocks)
 
 
 class VllmEngine(Instance):
