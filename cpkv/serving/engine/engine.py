@@ -55,7 +55,7 @@ from cpkv.serving.engine.stretch import DecodeLines, decode_stretches, run_stret
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
-from cpkv.serving.model.prefill_lane import PrefillLane
+from cpkv.serving.model.prefill_lane import PrefillLane, remove_in_order
 from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import Integrals
@@ -368,9 +368,12 @@ class Engine(Instance):
         for r, admit in plan.admitted:
             self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
             admitted.append(r)
+        lane = self.lane
+        held = self.prefilling[-plan.held :] if plan.held else ()
+        for r in held:  # (the lane's step passes them by)
+            lane.leave(r)
         completed = self._lane_step() if plan.uniform else []
         prefill_tokens = prefill_context = pairs = members = 0
-        lane = self.lane
         for row in plan.prefills:
             r, extend = row.request, row.tokens
             if r.lane_token:  # a prefilling request's row (a budget that runs out)
@@ -386,9 +389,14 @@ class Engine(Instance):
         self.prefill_context += prefill_context
         self.prefill_attention_pairs += pairs
         if plan.uniform:
-            prefilling = (
-                [r for r in self.prefilling if r.lane_token] if completed else self.prefilling
-            )
+            for r in held:
+                if r.filled_tokens < r.fill_tokens:
+                    lane.join(r)
+                else:
+                    completed.append(r)
+            prefilling = self.prefilling
+            if completed:
+                remove_in_order(prefilling, completed)
             for r in admitted:
                 if r.filled_tokens >= r.fill_tokens:
                     completed.append(r)

@@ -14,6 +14,7 @@ budget that runs out before the last member) leaves and joins again.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from cpkv.serving.model.request import Req
@@ -45,16 +46,17 @@ class PrefillLane:
         if len(heap) > 4 * self.count + 64:  # mostly entries of members that left
             heap[:] = [e for e in heap if e[3].lane_token == e[2]]
             heapq.heapify(heap)
-        heapq.heappush(heap, (r.fill_tokens - base, r.stamp, self.tokens, r))
-        self.due_at = -1
+        key = r.fill_tokens - base
+        heapq.heappush(heap, (key, r.stamp, self.tokens, r))
+        if key <= self.chunk * (self.steps + 1):  # due now: the list of due members changes
+            self.due_at = -1
 
     def leave(self, r: Req) -> None:
         """``r`` stops being a member (its filled tokens written out first)."""
         self.settle_one(r)
         self.count -= 1
         self.base_sum -= r.lane_base
-        r.lane_token = 0  # (its heap entry is stale)
-        self.due_at = -1
+        r.lane_token = 0  # (its heap entry, and its place among the due, are stale)
 
     def settle_one(self, r: Req) -> None:
         """Write member ``r``'s filled tokens out (and the tokens it computed)."""
@@ -76,7 +78,7 @@ class PrefillLane:
         """The members whose prompt ends within the next uniform iteration's chunk (``left <=
         chunk``), in admission order; they stay members until they leave."""
         if self.due_at == self.steps:
-            return [r for _, r in self.due]
+            return [r for token, r in self.due if r.lane_token == token]
         limit = self.chunk * (self.steps + 1)  # fill - base <= chunk x (steps + 1)
         heap = self.heap
         due = [(token, r) for token, r in self.due if r.lane_token == token]
@@ -103,6 +105,18 @@ class PrefillLane:
     def advance(self, steps: int) -> None:
         """``steps`` uniform iterations in which no member's prompt ends."""
         self.steps += steps
+
+
+def remove_in_order(requests: list[Req], gone: list[Req]) -> None:
+    """Remove ``gone`` (each in ``requests``, a list in admission order, as the prefilling
+    requests are) from ``requests``, found by bisection on their admission stamps."""
+    for r in gone:
+        del requests[bisect_left(requests, r.stamp, key=admission_stamp)]
+
+
+def admission_stamp(r: Req) -> int:
+    """``r``'s admission stamp (the order of the prefilling requests)."""
+    return r.stamp
 
 
 def _stamp(entry: tuple[int, Req]) -> int:

@@ -25,8 +25,10 @@ running and the prefilling requests.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
+from cpkv.serving.model.prefill_lane import PrefillLane, admission_stamp
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.budget import TokenBudget
@@ -57,7 +59,7 @@ class BlockScheduler(Scheduler):
     def plan(self, engine: Any, decoded: int) -> Plan:
         stops: list[str] = []
         admitted = self.admissions(engine, stops)
-        uniform, budget, _in_prefill = self.prefill_rows(
+        held, budget, _in_prefill = self.prefill_rows(
             engine, self.budget.prefill_tokens(decoded), prefills := []
         )
         chunk = self.budget.chunk
@@ -66,25 +68,33 @@ class BlockScheduler(Scheduler):
                 tokens = chunk(r.fill_tokens - admit.device_prefix - loaded(engine, admit), budget)
                 budget -= tokens
                 prefills.append(Prefill(r, tokens))
-        return Plan(admitted, prefills, stops, uniform)
+        return Plan(admitted, prefills, stops, held is not None, held or 0)
 
     def prefill_rows(
         self, engine: Any, budget: int, prefills: list[Prefill]
-    ) -> tuple[bool, int, int]:
-        """The prefilling requests' share of ``budget``, oldest admission first: ``(uniform,
-        budget left, requests still prefilling after)``. Uniform when the budget covers a
-        full chunk for every one of them (each computes ``min(left, chunk)``, the lane's
-        rule, and has no row); else the rows of those the budget reaches are appended to
-        ``prefills`` (their tokens written out of the lane)."""
+    ) -> tuple[int | None, int, int]:
+        """The prefilling requests' share of ``budget``, oldest admission first: each takes
+        ``min(left, chunk)`` (the lane's rule) while the budget lasts, the one it runs out
+        at what is left, those after it nothing. Returns ``(held, budget left, requests
+        still prefilling after)``: ``held`` is the number of trailing requests the lane's
+        rule does not reach (:class:`Plan`; their rows appended to ``prefills``), or None
+        when the rows of those it reaches are appended instead (fewer of them: their tokens
+        written out of the lane)."""
         prefilling, lane = engine.prefilling, engine.lane
-        if len(prefilling) * lane.chunk <= budget:
+        n = len(prefilling)
+        if n * lane.chunk <= budget:
             due = lane.due_members()
             lane.settle(due)
-            used = lane.chunk * (len(prefilling) - len(due))
+            used = lane.chunk * (n - len(due))
             used += sum(r.fill_tokens - r.filled_tokens for r in due)
-            return True, budget - used, len(prefilling) - len(due)
+            return 0, budget - used, n - len(due)
+        reached, partial, completing, left = lane_share(lane, prefilling, budget)
+        if reached >= n - reached:  # most take the lane's share: the rest are held
+            if partial:
+                prefills.append(Prefill(prefilling[reached], partial))
+            return n - reached, left, n - completing
         chunk, settle, completing = self.budget.chunk, lane.settle_one, 0
-        for r in prefilling:  # the budget runs out: the rest keep their tokens
+        for r in prefilling:  # the budget runs out early: rows for those it reaches
             if budget <= 0:
                 break
             settle(r)
@@ -93,7 +103,7 @@ class BlockScheduler(Scheduler):
             budget -= tokens
             prefills.append(Prefill(r, tokens))
             completing += tokens >= left
-        return False, budget, len(prefilling) - completing
+        return None, budget, n - completing
 
     def quiet_budget(self, engine: Any) -> int | None:
         """The budget the prefilling requests leave in the coming iterations while nothing
@@ -107,6 +117,38 @@ class BlockScheduler(Scheduler):
         if used > budget or (engine.prefilling and lane.due_members()):
             return None
         return budget - used
+
+
+def lane_share(lane: PrefillLane, prefilling: list[Req], budget: int) -> tuple[int, int, int, int]:
+    """Where ``budget`` runs out along ``prefilling`` (the lane's members, in admission
+    order) when each takes ``min(left, chunk)`` in turn: ``(reached, partial, completing,
+    left)``, the members taking their whole share (the first ``reached``), the tokens the
+    next one takes (0: none), how many of the first ``reached`` complete their prompt, the
+    budget left. Only the members due to complete (fewer than ``chunk`` tokens left) are
+    looked at one by one: every other takes ``chunk`` or what is left of the budget."""
+    if budget <= 0:
+        return 0, 0, 0, budget
+    chunk, steps = lane.chunk, lane.steps
+    start, completing = 0, 0
+    for r in lane.due_members():
+        at = bisect_left(prefilling, r.stamp, start, key=admission_stamp)
+        whole = (at - start) * chunk  # the other members before it
+        if budget < whole:
+            break
+        budget -= whole
+        need = r.fill_tokens - r.lane_base - chunk * steps
+        if budget < need:
+            return at, budget, completing, 0
+        budget -= need
+        completing += 1
+        start = at + 1
+    else:
+        at = len(prefilling)
+        whole = (at - start) * chunk
+        if budget >= whole:
+            return at, 0, completing, budget - whole
+    taken, partial = divmod(budget, chunk)
+    return start + taken, partial, completing, 0
 
 
 def loaded(engine: Any, admit: Admit) -> int:

@@ -24,7 +24,7 @@ class IterationScheduler(BlockScheduler):
     def plan(self, engine: Any, decoded: int) -> Plan:
         chunk = self.budget.chunk
         prefills, admitted, stops = [], [], []
-        uniform, budget, in_prefill = self.prefill_rows(
+        held, budget, in_prefill = self.prefill_rows(
             engine, self.budget.prefill_tokens(decoded), prefills
         )
         pool, waiting = engine.pool, engine.waiting
@@ -50,7 +50,7 @@ class IterationScheduler(BlockScheduler):
             prefills.append(Prefill(r, tokens))
         if self.options is not None and budget <= 0 and taken < len(waiting):
             stops.append("token_budget")
-        return Plan(admitted, prefills, stops, uniform)
+        return Plan(admitted, prefills, stops, held is not None, held or 0)
 
     def quiet(self, engine: Any, limit: int) -> Quiet:
         left = self.quiet_budget(engine)

@@ -37,13 +37,15 @@ class Prefill(NamedTuple):
 
 class Plan(NamedTuple):
     """One iteration's prefill side (module docstring); ``uniform``: every prefilling
-    request computes ``min(left, chunk)`` tokens by its lane's rule
-    (:class:`~cpkv.serving.model.prefill_lane.PrefillLane`) and has no row."""
+    request but the last ``held`` computes ``min(left, chunk)`` tokens by its lane's rule
+    (:class:`~cpkv.serving.model.prefill_lane.PrefillLane`) and has no row; the last
+    ``held`` (where a budget runs out) compute their rows' tokens, or none without a row."""
 
     admitted: list[tuple[Req, Admit]]
     prefills: list[Prefill]
     stops: list[str]
     uniform: bool = False
+    held: int = 0
 
 
 class Quiet(NamedTuple):
