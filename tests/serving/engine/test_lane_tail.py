@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings as hyp_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from cpkv.serving.engine import engine as engine_module
 from cpkv.serving.model.prefill_lane import PrefillLane
