@@ -134,6 +134,9 @@ class Engine(Instance):
         self.fast = not events and trace is None and self.invariants is None
         self.decode_lines = DecodeLines(settings.cost)
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
+        # (a stretch may end with an iteration that completes prompts: not when anything
+        # but the engine hears of first tokens or prices iterations apart)
+        self.completes_in_stretch = self.lifecycle is None and not self.padded
         self.bare = (
             cache is None
             and self.lifecycle is None
@@ -150,6 +153,7 @@ class Engine(Instance):
         end of its iteration) returns when its KV has been sent; its blocks are held until
         then (:mod:`cpkv.serving.engine.handoff`)."""
         self.handoff, self.held = handoff, HeldKv()
+        self.completes_in_stretch = False
 
     def decode_side(self, built: BuiltRequests) -> None:
         """Take requests whose KV arrives built (:meth:`deliver_built`), admitted from
@@ -450,11 +454,7 @@ class Engine(Instance):
         self.prefill_attention_pairs += (
             chunk * (filled_sum - due_filled) + full * (chunk * (chunk + 1) // 2) + due_pairs
         )
-        for r in due:
-            lane.leave(r)
-            r.prefilled += r.fill_tokens - r.filled_tokens
-            r.filled_tokens = r.fill_tokens
-        lane.advance(1)
+        lane.complete(due)
         return list(due)
 
     def _leave_queue(self, admitted: list[Req]) -> None:
@@ -498,19 +498,35 @@ class Engine(Instance):
         counters["prefill_tokens"] += self.prefill_tokens
         counters["loaded_tokens"] += self.loaded
         counters["admissions"] += self.admitted
-        gaps, iteration = self.gaps, self.iterations
-        for r in firsts:  # the token was emitted, even when a later grower preempted r
-            if r.first_token_us is None:  # (then r keeps it and recomputes prompt + token later)
-                r.first_token_us = now
-            else:  # (a token before: it ran, and left its run)
-                run_restarted(gaps, r, now)
-            r.token_iteration, r.run_tokens = iteration, r.generated
+        iteration = self.iterations
+        self._emit(firsts, iteration, now)
         if pool.preempted or self.left:
             for r, _ in pool.preempted:
                 run_left(r, iteration, start, now)
             for r in self.left:
                 run_left(r, iteration, start, now)
             self.left = []
+        self._finish_all(finishing, now)
+        if self.handed:
+            self._hand_off(now)
+        if pool.preempted:
+            self._requeue(pool.preempted)
+            pool.preempted = []
+
+    def _emit(self, firsts: list[Req], iteration: int, now: float) -> None:
+        """``firsts`` got a token (a first one, or the first after a preemption) at the end
+        of ``iteration``, at ``now``."""
+        gaps = self.gaps
+        for r in firsts:  # the token was emitted, even when a later grower preempted r
+            if r.first_token_us is None:  # (then r keeps it and recomputes prompt + token later)
+                r.first_token_us = now
+            else:  # (a token before: it ran, and left its run)
+                run_restarted(gaps, r, now)
+            r.token_iteration, r.run_tokens = iteration, r.generated
+
+    def _finish_all(self, finishing: list[Req], now: float) -> None:
+        """``finishing`` generated their last token in the iteration that ended at ``now``."""
+        pool = self.pool
         for r in finishing:
             if r.state == WAITING:
                 continue  # preempted after its last token
@@ -519,11 +535,43 @@ class Engine(Instance):
             else:  # max_new_tokens 0: finished without a token, never running
                 pool.release_prefill(r)
             self.finish(r, now)
-        if self.handed:
-            self._hand_off(now)
-        if pool.preempted:
-            self._requeue(pool.preempted)
-            pool.preempted = []
+
+    # -- prompts completed at a stretch's end --------------------------------------------------
+    def first_token_room(self, ended: list[Req], free_blocks: int) -> bool:
+        """Whether the first tokens of ``ended`` (prompts completed together) fit
+        ``free_blocks`` without preempting anyone."""
+        block, need = self.pool.block_size, 0
+        for r in ended:
+            need += r.kv_tokens % block == 0 and not r.reserved_blocks
+        return need <= free_blocks
+
+    def complete_prompts(
+        self, ended: list[Req], start: float, duration: float, decoded: int, shape: tuple,
+        j: int,
+    ) -> float:  # fmt: skip
+        """The last iteration of a stretch (its ``j``-th, from ``start``, taking
+        ``duration``, ``decoded`` requests decoding in it; ``shape``: the stretch's first
+        cost arguments and steps) completes
+        the prompts of ``ended``, the lane's due members, each with a whole chunk: as a
+        full iteration ends (:meth:`_iteration`), their first tokens (room for them
+        checked: :meth:`first_token_room`), the iteration in the log, the finishes. When
+        it ends."""
+        pool = self.pool
+        finishing = pool.finishing()
+        self.lane.complete(ended)
+        remove_in_order(self.prefilling, ended)
+        firsts = self._first_tokens(ended, finishing)
+        prefill, decode_context, prefill_context, pairs, pairs_step = shape
+        self.samples.iteration(
+            start, duration, pool.n_running, len(self.waiting), pool.used_blocks,
+            pool.free_blocks, prefill, decoded, decode_context + decoded * j,
+            prefill_context + prefill * j, pairs + pairs_step * j, 0, decoded,
+        )  # fmt: skip
+        now = start + duration
+        self.counters["first_tokens"] += len(firsts)
+        self._emit(firsts, self.iterations - 1, now)
+        self._finish_all(finishing, now)
+        return now
 
     def _hand_off(self, now: float) -> None:
         """This iteration's completed prompts leave for a decode instance: their prompt
@@ -576,13 +624,43 @@ class Engine(Instance):
         running = pool.n_running
         if not running:
             return
+        free = pool.free_blocks
+        for j, ratio in enumerate(self.ratio.decay_path(self._lookahead_steps(limit)), 1):
+            yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), ratio
+
+    def memory_refusals(self, skip: int, limit: int, tokens: int) -> int:
+        """Of the iterations :meth:`lookahead` would give (at most ``limit``), after its
+        first ``skip``: how many in a row leave the pass's memory budget, ``free blocks x
+        block size - (decode tokens + headroom x ratio)``, at most ``tokens`` (the memory
+        check of a request that needs ``tokens`` refuses it in each). The same numbers as
+        :meth:`lookahead`'s, taken a step at a time."""
+        pool = self.pool
+        running = pool.n_running
+        if not running:
+            return 0
+        block, free = pool.block_size, pool.free_blocks
+        by_step, at = pool.unreserved_by_step, (pool.decode_steps - 1) % block
+        needed = pool.needed_blocks(skip)  # grows by one phase's count a step
+        headroom, per_step = pool.headroom_tokens(skip), pool.n_unclipped
+        refused = 0
+        for j, ratio in enumerate(self.ratio.decay_path(self._lookahead_steps(limit))):
+            if j < skip:
+                continue
+            needed += by_step[at + j % block]
+            headroom -= per_step
+            if tokens < (free - needed) * block - (running + headroom * ratio):
+                break
+            refused += 1
+        return refused
+
+    def _lookahead_steps(self, limit: int) -> int:
+        """How many of the next ``limit`` decode steps :meth:`lookahead` looks at."""
+        pool = self.pool
         steps = pool.fitting_steps(limit)
         clip = pool.next_clip_step()
         if clip is not None:
             steps = min(steps, clip - pool.decode_steps)
-        free = pool.free_blocks
-        for j, ratio in enumerate(self.ratio.decay_path(steps), 1):
-            yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), ratio
+        return steps
 
     def _check_progress(self, idle: bool) -> None:
         if idle and not self.admitted and self.waiting:

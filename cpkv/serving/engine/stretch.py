@@ -148,11 +148,15 @@ def run_stretch(engine: Any, horizon: float) -> int:
         return 0
     limit = min(limit, quiet.steps)
     prefill = prefill_context = pairs = pairs_step = 0
-    lane = engine.lane
+    lane, completing = engine.lane, -1  # (the iteration whose end completes prompts)
     if engine.prefilling:
         if not quiet.uniform:
             return 0
-        limit = min(limit, lane.steps_before_due())  # (the one completing a prompt: in full)
+        before, whole = lane.next_due()
+        if whole and engine.completes_in_stretch:
+            limit, completing = min(limit, before + 1), before
+        else:
+            limit = min(limit, before)  # (the one completing a prompt: in full)
         chunk, members = lane.chunk, lane.count
         filled = lane.filled_sum()
         prefill = chunk * members
@@ -167,6 +171,37 @@ def run_stretch(engine: Any, horizon: float) -> int:
         cost, prefill, running, decode_context, prefill_context, pairs, prefill, pairs_step
     )
     k = durations.steps_within(horizon - now, limit)
+    ended, ahead = None, 0  # the prompts the last iteration completes; lane steps taken
+    if k == completing + 1:
+        lane.advance(k - 1)
+        ended, ahead = lane.due_members(), k - 1
+        if not engine.first_token_room(ended, pool.free_blocks - pool.needed_blocks(k)):
+            ended, k = None, k - 1  # (its first tokens may preempt: in full)
+            if not k:
+                return 0
+    shape = (prefill, decode_context, prefill_context, pairs, pairs_step)
+    quiet_steps = k - 1 if ended else k
+    end = _log(engine, durations, quiet_steps, running, shape) if quiet_steps else now
+    if engine.padded:
+        cost.stretch_ran(prefill, running, decode_context, k, durations)
+    _advance(engine, quiet, k, running, prefill, 0 if ended or not prefill else k - ahead)
+    if ended:
+        end = engine.complete_prompts(
+            ended, end, durations.duration(k - 1), running, shape, k - 1
+        )
+    engine.now = end
+    if finish is not None and step + k == finish and not ended:
+        for r in pool.finishing():
+            pool.leave(r)
+            engine.finish(r, end)
+    return k
+
+
+def _log(engine: Any, durations: Any, k: int, running: int, shape: tuple) -> float:
+    """The first ``k`` iterations of the stretch into the iteration log (one segment) and
+    the token gaps; when they end."""
+    pool, now = engine.pool, engine.now
+    prefill, decode_context, prefill_context, pairs, pairs_step = shape
     end = now + durations.total(k)
     grow, need = pool.growth(k) if running else ([0], None)
     pieces = getattr(durations, "pieces", ())
@@ -178,25 +213,20 @@ def run_stretch(engine: Any, horizon: float) -> int:
     )  # fmt: skip
     if running and len(pieces) != 1:
         engine.gaps.stretch(engine.iterations, durations, k, running)
-    if engine.padded:
-        cost.stretch_ran(prefill, running, decode_context, k, durations)
-    _advance(engine, quiet, k, running, prefill)
-    engine.now = end
-    if finish is not None and step + k == finish:
-        for r in pool.finishing():
-            pool.leave(r)
-            engine.finish(r, end)
-    return k
+    return end
 
 
-def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int) -> None:
-    """The state after ``k`` quiet iterations (but the clock and the finishes)."""
+def _advance(
+    engine: Any, quiet: Any, k: int, running: int, prefill: int, lane_steps: int
+) -> None:
+    """The state after ``k`` quiet iterations (but the clock, the finishes and the lane's
+    own ``lane_steps``)."""
     if running:
         engine.pool.advance(k)
         engine.ratio = engine.ratio.after_decode_steps(k)
         engine.stalled = 0
-    if prefill:
-        engine.lane.advance(k)
+    if lane_steps:
+        engine.lane.advance(lane_steps)
     counters = engine.counters
     counters["decode_tokens"] += running * k
     counters["prefill_tokens"] += prefill * k

@@ -90,17 +90,31 @@ class PrefillLane:
         self.due, self.due_at = due, self.steps
         return [r for _, r in due]
 
-    def steps_before_due(self) -> int:
-        """Uniform iterations before the next one in which a member's prompt ends."""
-        if self.due_members():
-            return 0
+    def next_due(self) -> tuple[int, bool]:
+        """``(steps, whole)``: the uniform iterations before the next one in which a
+        member's prompt ends, and whether every member whose prompt ends in that one
+        computes a whole chunk in it (its tokens left a multiple of the chunk: that
+        iteration takes the same tokens as those before it)."""
+        chunk, steps = self.chunk, self.steps
+        due = self.due_members()
+        if due:
+            return 0, min(r.fill_tokens - r.lane_base for r in due) == chunk * (steps + 1)
         heap = self.heap
         while heap and heap[0][3].lane_token != heap[0][2]:
             heapq.heappop(heap)
         if not heap:
-            return 1 << 62
-        left = heap[0][0] - self.chunk * self.steps  # the smallest member's tokens left
-        return (left - 1) // self.chunk
+            return 1 << 62, False
+        left = heap[0][0] - chunk * steps  # the smallest member's tokens left
+        return (left - 1) // chunk, left % chunk == 0
+
+    def complete(self, due: list[Req]) -> None:
+        """The next uniform iteration completes the prompts of ``due`` (its due members):
+        they leave with their prompt filled, and the lane takes that iteration's step."""
+        for r in due:
+            self.leave(r)
+            r.prefilled += r.fill_tokens - r.filled_tokens
+            r.filled_tokens = r.fill_tokens
+        self.steps += 1
 
     def advance(self, steps: int) -> None:
         """``steps`` uniform iterations in which no member's prompt ends."""

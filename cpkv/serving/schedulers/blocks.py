@@ -107,14 +107,15 @@ class BlockScheduler(Scheduler):
 
     def quiet_budget(self, engine: Any) -> int | None:
         """The budget the prefilling requests leave in the coming iterations while nothing
-        else changes (they take a full chunk each, none ends its prompt); None when that is
-        not so, or when the options may change the plan."""
+        else changes (they take a whole chunk each: a prompt may end in the next one only
+        with a whole chunk); None when that is not so, or when the options may change the
+        plan."""
         if not self.quiet_options(engine):
             return None
         lane = engine.lane
         budget = self.budget.prefill_tokens(engine.pool.n_running)
         used = len(engine.prefilling) * lane.chunk
-        if used > budget or (engine.prefilling and lane.due_members()):
+        if used > budget or (engine.prefilling and lane.due_members() and not lane.next_due()[1]):
             return None
         return budget - used
 

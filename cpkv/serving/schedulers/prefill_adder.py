@@ -23,13 +23,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from cpkv.serving.model.request import Req
-from cpkv.serving.schedulers.adder_pass import adder_pass, fits_memory
+from cpkv.serving.schedulers.adder_pass import adder_pass
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
 
 LOOKAHEAD = 64
-"""Iterations a refused head is looked ahead for at most (the engine asks again after)."""
+"""Iterations the pass itself is run ahead on a refused head at most (the engine asks again
+after); a refusal that only the memory check can end is looked ahead for longer."""
 
 
 class PrefillAdderScheduler(Scheduler):
@@ -92,32 +93,33 @@ class PrefillAdderScheduler(Scheduler):
         return self._refused_head(engine, waiting[0], min(limit, LOOKAHEAD))
 
     def _refused_head(self, engine: Any, head: Req, limit: int) -> Quiet:
-        """How long the pass keeps refusing ``head`` (module docstring). Refused for memory
-        with the compute budgets and slots to spare, only the memory check can change (the
-        rest is constant while only decode steps happen): it alone is evaluated ahead;
-        refused otherwise, the pass itself is run on each iteration ahead."""
+        """How long the pass keeps refusing ``head`` (module docstring). The pass itself is
+        run on each iteration ahead (at most :data:`LOOKAHEAD`) until it refuses ``head``
+        for memory with the compute budgets and slots to spare: then only the memory check
+        can change (the rest is constant while only decode steps happen), and it alone is
+        evaluated on the iterations after, up to ``limit``
+        (:meth:`~cpkv.serving.engine.engine.Engine.memory_refusals`)."""
         budgets, block = self.budgets, engine.pool.block_size
-        steps, stop, memory_only = 0, None, False
+        steps, stop = 0, None
         device, _host = engine.hit(head)
         max_new = head.max_new_tokens - head.generated
         left = max_new if max_new < CLIP else CLIP
         for free_blocks, decoded, headroom, ratio in engine.lookahead(limit):
-            rem_total = free_blocks * block - (decoded + headroom * ratio)  # (as the pass adds)
-            if memory_only:
-                if fits_memory(head.fill_tokens - device, left, budgets.page, rem_total):
-                    break
-            else:
-                res = adder_pass(
-                    free_blocks * block, decoded, headroom * ratio, decoded, budgets, None,
-                    _candidates(engine, [head], []),
-                )  # fmt: skip
-                if res.admitted or (steps and res.stop != stop):
-                    break
-                stop = res.stop
-                memory_only = stop == "rem_total_tokens" and _spare_compute(budgets, decoded)
+            if steps == LOOKAHEAD:
+                break
+            res = adder_pass(
+                free_blocks * block, decoded, headroom * ratio, decoded, budgets, None,
+                _candidates(engine, [head], []),
+            )  # fmt: skip
+            if res.admitted or (steps and res.stop != stop):
+                break
+            stop = res.stop
             steps += 1
+            if stop == "rem_total_tokens" and _spare_compute(budgets, decoded):
+                need = head.fill_tokens - device + left + budgets.page  # (fits_memory's sum)
+                steps += engine.memory_refusals(steps, limit, need)
+                break
         return Quiet(steps, stop) if steps else NOT_QUIET
-
 
 def _spare_compute(budgets: Any, decoded: int) -> bool:
     """Whether the compute and chunk budgets never stop a pass at its top while ``decoded``
