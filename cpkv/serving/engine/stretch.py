@@ -186,9 +186,7 @@ def run_stretch(engine: Any, horizon: float) -> int:
         cost.stretch_ran(prefill, running, decode_context, k, durations)
     _advance(engine, quiet, k, running, prefill, 0 if ended or not prefill else k - ahead)
     if ended:
-        end = engine.complete_prompts(
-            ended, end, durations.duration(k - 1), running, shape, k - 1
-        )
+        end = engine.complete_prompts(ended, end, durations.duration(k - 1), running, shape, k - 1)
     engine.now = end
     if finish is not None and step + k == finish and not ended:
         for r in pool.finishing():
@@ -216,9 +214,7 @@ def _log(engine: Any, durations: Any, k: int, running: int, shape: tuple) -> flo
     return end
 
 
-def _advance(
-    engine: Any, quiet: Any, k: int, running: int, prefill: int, lane_steps: int
-) -> None:
+def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int, lane_steps: int) -> None:
     """The state after ``k`` quiet iterations (but the clock, the finishes and the lane's
     own ``lane_steps``)."""
     if running:

@@ -121,6 +121,7 @@ class PrefillAdderScheduler(Scheduler):
                 break
         return Quiet(steps, stop) if steps else NOT_QUIET
 
+
 def _spare_compute(budgets: Any, decoded: int) -> bool:
     """Whether the compute and chunk budgets never stop a pass at its top while ``decoded``
     tokens decode (a memory refusal then stays one until the memory check passes)."""
