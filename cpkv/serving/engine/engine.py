@@ -60,7 +60,7 @@ from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
-from cpkv.serving.schedulers.plan import Plan
+from cpkv.serving.schedulers.plan import FOREVER, Plan
 
 
 class SimulationStalled(CpkvError):
@@ -627,6 +627,14 @@ class Engine(Instance):
         free = pool.free_blocks
         for j, ratio in enumerate(self.ratio.decay_path(self._lookahead_steps(limit)), 1):
             yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), ratio
+
+    def decode_steps_ahead(self) -> int:
+        """The decode steps the running requests take before an event of theirs: up to
+        the first one's last token, while their growth fits (``FOREVER`` when none runs)."""
+        pool = self.pool
+        if not pool.n_running:
+            return FOREVER
+        return pool.fitting_steps(pool.next_finish_step() - pool.decode_steps)
 
     def memory_refusals(self, skip: int, limit: int, tokens: int) -> int:
         """Of the iterations :meth:`lookahead` would give (at most ``limit``), after its

@@ -9,14 +9,20 @@ the next event, and :func:`run_stretch` takes all those iterations at once:
   engine to, a cancellation or timeout falling due (``horizon``: no iteration that starts
   at or after it runs here); a running request's last token (the stretch ends with that
   iteration, whose finishes the engine applies); a decode step whose growth does not fit
-  (it may preempt: the engine's full iteration takes it); the iteration that would
-  complete a prompt (its first token: likewise); the end of the scheduler's quiet steps;
+  (it may preempt: the engine's full iteration takes it); the iteration that completes
+  a prompt: the stretch ends with it when every prompt it completes computes a whole
+  chunk in it (so it takes the tokens the iterations before it took) and their first
+  tokens fit the free blocks (the engine applies them, logs that iteration apart and
+  applies its finishes: :meth:`~cpkv.serving.engine.engine.Engine.complete_prompts`),
+  else before it (the engine's full iteration takes it); the end of the scheduler's
+  quiet steps;
 * per iteration: every running request decodes one token (the pool's aggregates advance,
   :meth:`~cpkv.serving.model.kv_pool.KvPool.advance`), every prefilling request computes
   its chunk, SGLang's ratio takes its decay step, the scheduler's stop reason is counted;
 * the iterations' durations are the cost model's for arguments that grow by a constant step
   (:mod:`cpkv.serving.cost.stretch`): their sum, and how many start before the horizon,
-  come in closed form; the stretch goes to the iteration log as one segment, and its
+  come in closed form; the stretch goes to the iteration log as one segment (but an
+  iteration that completes prompts: one of its own, as a full iteration's), and its
   durations to the token gaps, each one gap of every running request (each had its token
   before at the end of the iteration before).
 
@@ -136,6 +142,9 @@ def run_stretch(engine: Any, horizon: float) -> int:
     now = engine.now
     if not now < horizon:
         return 0
+    quiet = engine.scheduler.quiet(engine)
+    if quiet.steps <= 0:
+        return 0
     running, step = pool.n_running, pool.decode_steps
     finish = pool.next_finish_step() if running else None
     limit = FOREVER if finish is None else finish - step
@@ -143,9 +152,6 @@ def run_stretch(engine: Any, horizon: float) -> int:
         limit = pool.fitting_steps(limit)
         if limit <= 0:
             return 0
-    quiet = engine.scheduler.quiet(engine, limit)
-    if quiet.steps <= 0:
-        return 0
     limit = min(limit, quiet.steps)
     prefill = prefill_context = pairs = pairs_step = 0
     lane, completing = engine.lane, -1  # (the iteration whose end completes prompts)

@@ -86,9 +86,10 @@ class Scheduler:
         decodes in it)."""
         raise NotImplementedError
 
-    def quiet(self, engine: Any, limit: int) -> Quiet:
-        """How many of the next iterations (at most ``limit``) admit nothing, and how; see
-        :mod:`cpkv.serving.schedulers.plan`."""
+    def quiet(self, engine: Any) -> Quiet:
+        """How many of the next iterations admit nothing, and how; see
+        :mod:`cpkv.serving.schedulers.plan` (a scheduler that looks ahead need look no
+        further than :meth:`~cpkv.serving.engine.engine.Engine.decode_steps_ahead`)."""
         return NOT_QUIET
 
     def quiet_options(self, engine: Any) -> bool:

@@ -110,12 +110,12 @@ class BlockScheduler(Scheduler):
         else changes (they take a whole chunk each: a prompt may end in the next one only
         with a whole chunk); None when that is not so, or when the options may change the
         plan."""
-        if not self.quiet_options(engine):
-            return None
         lane = engine.lane
         budget = self.budget.prefill_tokens(engine.pool.n_running)
         used = len(engine.prefilling) * lane.chunk
-        if used > budget or (engine.prefilling and lane.due_members() and not lane.next_due()[1]):
+        if used > budget or not self.quiet_options(engine):
+            return None
+        if engine.prefilling and lane.due_members() and not lane.next_due()[1]:
             return None
         return budget - used
 
@@ -222,7 +222,7 @@ class ScanScheduler(BlockScheduler):
         self.scan_version = hits.version
         return out
 
-    def quiet(self, engine: Any, limit: int) -> Quiet:
+    def quiet(self, engine: Any) -> Quiet:
         if self.quiet_budget(engine) is None:
             return NOT_QUIET
         if engine.waiting:

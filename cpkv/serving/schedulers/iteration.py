@@ -52,7 +52,7 @@ class IterationScheduler(BlockScheduler):
             stops.append("token_budget")
         return Plan(admitted, prefills, stops, held is not None, held or 0)
 
-    def quiet(self, engine: Any, limit: int) -> Quiet:
+    def quiet(self, engine: Any) -> Quiet:
         left = self.quiet_budget(engine)
         if left is None:
             return NOT_QUIET

@@ -82,7 +82,7 @@ class PrefillAdderScheduler(Scheduler):
         self.refused = waiting[0] if waiting and not res.admitted else None
         return Plan(admitted, prefills, [] if res.stop is None else [res.stop])
 
-    def quiet(self, engine: Any, limit: int) -> Quiet:
+    def quiet(self, engine: Any) -> Quiet:
         if engine.prefilling or not self.quiet_options(engine):
             return NOT_QUIET
         waiting = engine.waiting
@@ -90,7 +90,7 @@ class PrefillAdderScheduler(Scheduler):
             return Quiet(FOREVER)
         if waiting[0] is not self.refused:
             return NOT_QUIET  # (a head the pass has not refused yet: it is most likely taken)
-        return self._refused_head(engine, waiting[0], min(limit, LOOKAHEAD))
+        return self._refused_head(engine, waiting[0], engine.decode_steps_ahead())
 
     def _refused_head(self, engine: Any, head: Req, limit: int) -> Quiet:
         """How long the pass keeps refusing ``head`` (module docstring). The pass itself is

@@ -62,7 +62,7 @@ class ProfiledScheduler(BlockScheduler):
             stops.append(stop)
         return out
 
-    def quiet(self, engine: Any, limit: int) -> Quiet:
+    def quiet(self, engine: Any) -> Quiet:
         if self.quiet_budget(engine) is None or engine.waiting:
             return NOT_QUIET
         return Quiet(FOREVER, None, True)
