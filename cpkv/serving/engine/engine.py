@@ -60,7 +60,7 @@ from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
-from cpkv.serving.schedulers.plan import FOREVER, Plan
+from cpkv.serving.schedulers.plan import Plan
 
 
 class SimulationStalled(CpkvError):
@@ -551,11 +551,10 @@ class Engine(Instance):
     ) -> float:  # fmt: skip
         """The last iteration of a stretch (its ``j``-th, from ``start``, taking
         ``duration``, ``decoded`` requests decoding in it; ``shape``: the stretch's first
-        cost arguments and steps) completes
-        the prompts of ``ended``, the lane's due members, each with a whole chunk: as a
-        full iteration ends (:meth:`_iteration`), their first tokens (room for them
-        checked: :meth:`first_token_room`), the iteration in the log, the finishes. When
-        it ends."""
+        cost arguments and steps) completes the prompts of ``ended``, the lane's due
+        members, each with a whole chunk: as a full iteration ends (:meth:`_iteration`),
+        their first tokens (room for them checked: :meth:`first_token_room`), the
+        iteration in the log, the finishes. When it ends."""
         pool = self.pool
         finishing = pool.finishing()
         self.lane.complete(ended)
@@ -612,63 +611,6 @@ class Engine(Instance):
             self.ratio = ratio.retracted(kept)
         else:
             self.ratio = ratio.after_decode_steps(1)
-
-    # -- what the coming iterations see ------------------------------------------------------
-    def lookahead(self, limit: int):
-        """For each of the next iterations (at most ``limit``) while only decode steps happen
-        in them: ``(free blocks, decode tokens, running headroom tokens, new_token_ratio)``
-        as the scheduler will see them, after that iteration's decode step; it stops before
-        a step whose growth does not fit, or after which a running request's remainder
-        crosses 4096 (the headroom's clip)."""
-        pool = self.pool
-        running = pool.n_running
-        if not running:
-            return
-        free = pool.free_blocks
-        for j, ratio in enumerate(self.ratio.decay_path(self._lookahead_steps(limit)), 1):
-            yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), ratio
-
-    def decode_steps_ahead(self) -> int:
-        """The decode steps the running requests take before an event of theirs: up to
-        the first one's last token, while their growth fits (``FOREVER`` when none runs)."""
-        pool = self.pool
-        if not pool.n_running:
-            return FOREVER
-        return pool.fitting_steps(pool.next_finish_step() - pool.decode_steps)
-
-    def memory_refusals(self, skip: int, limit: int, tokens: int) -> int:
-        """Of the iterations :meth:`lookahead` would give (at most ``limit``), after its
-        first ``skip``: how many in a row leave the pass's memory budget, ``free blocks x
-        block size - (decode tokens + headroom x ratio)``, at most ``tokens`` (the memory
-        check of a request that needs ``tokens`` refuses it in each). The same numbers as
-        :meth:`lookahead`'s, taken a step at a time."""
-        pool = self.pool
-        running = pool.n_running
-        if not running:
-            return 0
-        block, free = pool.block_size, pool.free_blocks
-        by_step, at = pool.unreserved_by_step, (pool.decode_steps - 1) % block
-        needed = pool.needed_blocks(skip)  # grows by one phase's count a step
-        headroom, per_step = pool.headroom_tokens(skip), pool.n_unclipped
-        refused = 0
-        for j, ratio in enumerate(self.ratio.decay_path(self._lookahead_steps(limit))):
-            if j < skip:
-                continue
-            needed += by_step[at + j % block]
-            headroom -= per_step
-            if tokens < (free - needed) * block - (running + headroom * ratio):
-                break
-            refused += 1
-        return refused
-
-    def _lookahead_steps(self, limit: int) -> int:
-        """How many of the next ``limit`` decode steps :meth:`lookahead` looks at."""
-        pool = self.pool
-        steps = pool.fitting_steps(limit)
-        clip = pool.next_clip_step()
-        if clip is not None:
-            steps = min(steps, clip - pool.decode_steps)
-        return steps
 
     def _check_progress(self, idle: bool) -> None:
         if idle and not self.admitted and self.waiting:

@@ -89,7 +89,7 @@ class Scheduler:
     def quiet(self, engine: Any) -> Quiet:
         """How many of the next iterations admit nothing, and how; see
         :mod:`cpkv.serving.schedulers.plan` (a scheduler that looks ahead need look no
-        further than :meth:`~cpkv.serving.engine.engine.Engine.decode_steps_ahead`)."""
+        further than :func:`~cpkv.serving.model.decode_ahead.decode_steps_ahead`)."""
         return NOT_QUIET
 
     def quiet_options(self, engine: Any) -> bool:

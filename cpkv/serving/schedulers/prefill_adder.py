@@ -13,7 +13,7 @@ the pool's tokens.
 Quiet iterations: with no chunked request, the pass admits nothing while the queue is empty
 (forever) or while its head is refused; once a pass has refused the head, its fate in the
 coming iterations is the pass itself run on the pool, ratio and headroom those iterations
-will see (:meth:`~cpkv.serving.engine.engine.Engine.lookahead`), up to the first that admits
+will see (:func:`~cpkv.serving.model.decode_ahead.lookahead`), up to the first that admits
 it or stops for another reason.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from cpkv.serving.model.decode_ahead import decode_steps_ahead, lookahead, memory_refusals
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.adder_pass import adder_pass
 from cpkv.serving.schedulers.base import Scheduler
@@ -90,7 +91,7 @@ class PrefillAdderScheduler(Scheduler):
             return Quiet(FOREVER)
         if waiting[0] is not self.refused:
             return NOT_QUIET  # (a head the pass has not refused yet: it is most likely taken)
-        return self._refused_head(engine, waiting[0], engine.decode_steps_ahead())
+        return self._refused_head(engine, waiting[0], decode_steps_ahead(engine.pool))
 
     def _refused_head(self, engine: Any, head: Req, limit: int) -> Quiet:
         """How long the pass keeps refusing ``head`` (module docstring). The pass itself is
@@ -98,13 +99,13 @@ class PrefillAdderScheduler(Scheduler):
         for memory with the compute budgets and slots to spare: then only the memory check
         can change (the rest is constant while only decode steps happen), and it alone is
         evaluated on the iterations after, up to ``limit``
-        (:meth:`~cpkv.serving.engine.engine.Engine.memory_refusals`)."""
+        (:func:`~cpkv.serving.model.decode_ahead.memory_refusals`)."""
         budgets, block = self.budgets, engine.pool.block_size
         steps, stop = 0, None
         device, _host = engine.hit(head)
         max_new = head.max_new_tokens - head.generated
         left = max_new if max_new < CLIP else CLIP
-        for free_blocks, decoded, headroom, ratio in engine.lookahead(limit):
+        for free_blocks, decoded, headroom, ratio in lookahead(engine.pool, engine.ratio, limit):
             if steps == LOOKAHEAD:
                 break
             res = adder_pass(
@@ -117,7 +118,7 @@ class PrefillAdderScheduler(Scheduler):
             steps += 1
             if stop == "rem_total_tokens" and _spare_compute(budgets, decoded):
                 need = head.fill_tokens - device + left + budgets.page  # (fits_memory's sum)
-                steps += engine.memory_refusals(steps, limit, need)
+                steps += memory_refusals(engine.pool, engine.ratio, steps, limit, need)
                 break
         return Quiet(steps, stop) if steps else NOT_QUIET
 
