@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 from cpkv.core.errors import ConfigError
 
@@ -71,29 +72,48 @@ class NewTokenRatio:
     def after_decode_steps(self, steps: int) -> NewTokenRatio:
         """After ``steps`` decode steps without retraction, as the scheduler takes them: a
         decay step each while above ``min_ratio`` (:meth:`decay_path`)."""
-        current = self.current
-        if current <= self.min_ratio:
+        if self.current <= self.min_ratio:
             return self  # (it stays there)
-        for current in self.decay_path(steps):  # noqa: B007 - the last value is the one
-            if current <= self.min_ratio:
-                break
-        return self._at(current)
+        path, index = self._path()
+        _extend(path, index + steps, self.min_ratio, self.decay_per_step)
+        index = min(index + steps, len(path) - 1)  # (the path ends at its first value <= min)
+        new = self._at(path[index])
+        new.__dict__["_lineage"] = (path, index)
+        return new
 
     def _at(self, current: float) -> NewTokenRatio:
         """This tracker with ``current`` (``dataclasses.replace`` without its checks: the
         engine takes a step every iteration)."""
         new = object.__new__(NewTokenRatio)
-        new.__dict__.update(self.__dict__, current=current)
+        state = new.__dict__
+        state.update(self.__dict__, current=current)
+        state.pop("_lineage", None)
         return new
 
     def decay_path(self, steps: int) -> Iterator[float]:
         """``current`` after each of the next ``steps`` decode steps (:meth:`decayed` while
         above ``min_ratio``, then constant)."""
-        current, floor, decay = self.current, self.min_ratio, self.decay_per_step
-        for _ in range(steps):
-            if current > floor:
-                current = max(current - decay, floor)
-            yield current
+        path, index = self._path()
+        end = index + steps
+        _extend(path, end, self.min_ratio, self.decay_per_step)
+        ahead = path[index + 1 : end + 1]
+        return chain(ahead, repeat(path[-1], steps - len(ahead)))
+
+    def _path(self) -> tuple[list[float], int]:
+        """The decay path ``current`` lies on (:func:`_extend`) and where: the path is
+        shared by every tracker that decayed from the same value, so that the values are
+        computed once."""
+        lineage = self.__dict__.get("_lineage")
+        if lineage is not None:
+            return lineage
+        key = (self.current, self.min_ratio, self.decay_per_step)
+        path = _PATHS.get(key)
+        if path is None:
+            if len(_PATHS) >= _PATHS_KEPT:
+                del _PATHS[next(iter(_PATHS))]  # (the oldest)
+            path = _PATHS[key] = [self.current]
+        lineage = self.__dict__["_lineage"] = (path, 0)
+        return lineage
 
     def reset(self) -> NewTokenRatio:
         """When the scheduler is fully idle: back to ``init_ratio``."""
@@ -109,3 +129,24 @@ class NewTokenRatio:
         generated = sum(g for g, _ in kept)
         max_new = sum(m for _, m in kept)
         return min(1.0, (generated + self.retract_decode_steps * len(kept)) / (max_new + 1))
+
+
+_PATHS: dict[tuple[float, float, float], list[float]] = {}
+"""Decay paths by (first value, ``min_ratio``, ``decay_per_step``): the few last begun."""
+_PATHS_KEPT = 8
+
+
+def _extend(path: list[float], last: int, floor: float, decay: float) -> None:
+    """Extend the decay path ``path`` (its first value, then each decay step's, as
+    :meth:`NewTokenRatio.decayed` takes it while above ``floor``) to index ``last``, or to its
+    end: its first value at or below ``floor`` (or one a decay step leaves unchanged), after
+    which it stays."""
+    current = path[-1]
+    for _ in range(last + 1 - len(path)):
+        if not current > floor:
+            return
+        following = max(current - decay, floor)
+        if following == current:
+            return
+        path.append(following)
+        current = following

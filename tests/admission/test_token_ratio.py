@@ -170,3 +170,32 @@ def test_bit_identical_to_real_sglang_tracker() -> None:
             r = r.decayed() if op == "decay" else r.reset() if op == "reset" else r.retracted(op)
             got.append(r.current)
         assert got == want, f"conservativeness {job['conservativeness']}"
+
+
+def _decayed_one_by_one(ratio: NewTokenRatio, steps: int) -> list[float]:
+    """The definition: a decay step at a time while above min (then it stays)."""
+    out, current = [], ratio.current
+    for _ in range(steps):
+        if current > ratio.min_ratio:
+            current = max(current - ratio.decay_per_step, ratio.min_ratio)
+        out.append(current)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.floats(0.0, 1.0),
+    decay_steps=st.integers(1, 50),
+    walk=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 80)), max_size=6),
+)
+def test_the_decay_path_is_the_decay_step_by_step(start, decay_steps, walk) -> None:
+    """``decay_path`` and ``after_decode_steps`` (which share a path between trackers that
+    decayed from one value) give the values of the steps taken one at a time, whatever the
+    walk: looks ahead of several lengths, then a stretch of steps, again and again."""
+    ratio = NewTokenRatio.from_settings(decay_steps=decay_steps)
+    ratio = NewTokenRatio(ratio.init_ratio, ratio.min_ratio, ratio.decay_per_step, start)
+    for ahead, taken in walk:
+        assert list(ratio.decay_path(ahead)) == _decayed_one_by_one(ratio, ahead)
+        want = _decayed_one_by_one(ratio, taken)
+        ratio = ratio.after_decode_steps(taken)
+        assert ratio.current == (want[-1] if want else ratio.current)
