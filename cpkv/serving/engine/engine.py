@@ -42,6 +42,7 @@ In a disaggregated deployment an instance is one side (:mod:`cpkv.serving.engine
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +116,7 @@ class Engine(Instance):
         if events:
             self.pool.events = []
         self.scheduler = make_scheduler(s)
-        self.waiting: list[Req] = []
+        self.waiting: deque[Req] = deque()  # (admission takes its head: O(1))
         self.prefilling: list[Req] = []  # admitted, prompt not complete (admission order)
         self.lane = PrefillLane(s.chunk_tokens) if self.scheduler.uses_lane else None
         self.ratio = s.ratio
@@ -460,12 +461,15 @@ class Engine(Instance):
     def _leave_queue(self, admitted: list[Req]) -> None:
         waiting, n = self.waiting, len(admitted)
         if n == 1 and waiting[0] is admitted[0]:
-            del waiting[0]
-        elif all(a is w for a, w in zip(admitted, waiting[:n], strict=False)):
-            del waiting[:n]
+            waiting.popleft()
+        elif all(a is w for a, w in zip(admitted, waiting, strict=False)):
+            for _ in range(n):
+                waiting.popleft()
         else:
             taken = set(map(id, admitted))
-            waiting[:] = [r for r in waiting if id(r) not in taken]
+            kept = [r for r in waiting if id(r) not in taken]
+            waiting.clear()
+            waiting.extend(kept)
 
     def _first_tokens(self, completed: list[Req], finishing: list[Req]) -> list[Req]:
         """The completed prompts' first tokens (a request asking for none finishes without);

@@ -26,6 +26,7 @@ running and the prefilling requests.
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import islice
 from typing import Any
 
 from cpkv.serving.model.prefill_lane import PrefillLane, admission_stamp
@@ -196,8 +197,7 @@ class ScanScheduler(BlockScheduler):
         out: list[tuple[Req, Admit]] = []
         in_prefill = len(engine.prefilling)
         upper = hits.l1_upper if self.options is None else None  # (swapped hits: look up)
-        for k in range(start, len(waiting)):
-            r = waiting[k]
+        for r in islice(waiting, start, None):
             if self.slots_full(engine, in_prefill + len(out)):
                 stops.append("max_running_requests")
                 break

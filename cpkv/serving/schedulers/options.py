@@ -99,16 +99,19 @@ class QueueOrder:
     def sort(self, engine: Any) -> bool:
         """Sort ``engine.waiting`` (two or more requests); True when the order is the
         deadline's (a block policy's scan then examines the whole queue again)."""
-        waiting = engine.waiting
-        if self.aging_us is not None:
-            deadline_sort(waiting, engine.now, self.aging_us)
-            return True
-        processed = engine.counters["prefill_tokens"]
-        for r in waiting:
-            if r.policy.arrival_processed_tokens is None:
-                r.policy.arrival_processed_tokens = processed
-        self.order.sort(waiting, engine.hit, processed)
-        return False
+        queue = list(engine.waiting)
+        deadline = self.aging_us is not None
+        if deadline:
+            deadline_sort(queue, engine.now, self.aging_us)
+        else:
+            processed = engine.counters["prefill_tokens"]
+            for r in queue:
+                if r.policy.arrival_processed_tokens is None:
+                    r.policy.arrival_processed_tokens = processed
+            self.order.sort(queue, engine.hit, processed)
+        engine.waiting.clear()
+        engine.waiting.extend(queue)
+        return deadline
 
 
 class PriorityPreemption:
