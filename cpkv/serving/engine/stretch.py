@@ -41,6 +41,7 @@ from cpkv.serving.cost.stretch import (
     line_total,
     stretch_durations,
 )
+from cpkv.serving.model.decode_ahead import decode_steps_ahead
 from cpkv.serving.schedulers.plan import FOREVER
 
 
@@ -147,11 +148,9 @@ def run_stretch(engine: Any, horizon: float) -> int:
         return 0
     running, step = pool.n_running, pool.decode_steps
     finish = pool.next_finish_step() if running else None
-    limit = FOREVER if finish is None else finish - step
-    if running:
-        limit = pool.fitting_steps(limit)
-        if limit <= 0:
-            return 0
+    limit = decode_steps_ahead(pool) if running else FOREVER
+    if limit <= 0:
+        return 0
     limit = min(limit, quiet.steps)
     prefill = prefill_context = pairs = pairs_step = 0
     lane, completing = engine.lane, -1  # (the iteration whose end completes prompts)

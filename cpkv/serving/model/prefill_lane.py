@@ -23,10 +23,7 @@ from cpkv.serving.model.request import Req
 class PrefillLane:
     """Lazily advanced prefilling requests computing ``chunk`` tokens a uniform iteration."""
 
-    __slots__ = (
-        "chunk", "steps", "count", "base_sum", "heap", "due", "due_at", "tokens", "left",
-        "due_members_at",
-    )  # fmt: skip
+    __slots__ = ("chunk", "steps", "count", "base_sum", "heap", "due", "due_at", "tokens")
 
     def __init__(self, chunk: int) -> None:
         self.chunk = chunk
@@ -35,9 +32,6 @@ class PrefillLane:
         self.heap: list[tuple[int, int, int, Req]] = []  # (fill - base, stamp, token, member)
         self.due: list[tuple[int, Req]] = []  # (token, member): prompt ends in the next step
         self.due_at = -1  # the steps ``due`` was taken at
-        self.left = 0  # members that left so far
-        # due_members()'s last answer, and (steps, members left) when it was given
-        self.due_members_at: tuple[int, int, list[Req]] = (-1, -1, [])
         self.tokens = 0  # the last token handed out
 
     # -- members -----------------------------------------------------------------------------
@@ -61,7 +55,6 @@ class PrefillLane:
         """``r`` stops being a member (its filled tokens written out first)."""
         self.settle_one(r)
         self.count -= 1
-        self.left += 1
         self.base_sum -= r.lane_base
         r.lane_token = 0  # (its heap entry, and its place among the due, are stale)
 
@@ -84,13 +77,8 @@ class PrefillLane:
     def due_members(self) -> list[Req]:
         """The members whose prompt ends within the next uniform iteration's chunk (``left <=
         chunk``), in admission order; they stay members until they leave."""
-        steps, left, members = self.due_members_at
-        if steps == self.steps == self.due_at and left == self.left:
-            return members  # (no member left since, none joined due)
         if self.due_at == self.steps:
-            members = [r for token, r in self.due if r.lane_token == token]
-            self.due_members_at = (self.steps, self.left, members)
-            return members
+            return [r for token, r in self.due if r.lane_token == token]
         limit = self.chunk * (self.steps + 1)  # fill - base <= chunk x (steps + 1)
         heap = self.heap
         due = [(token, r) for token, r in self.due if r.lane_token == token]
@@ -100,9 +88,7 @@ class PrefillLane:
                 due.append((token, r))
         due.sort(key=_stamp)
         self.due, self.due_at = due, self.steps
-        members = [r for _, r in due]
-        self.due_members_at = (self.steps, self.left, members)
-        return members
+        return [r for _, r in due]
 
     def next_due(self) -> tuple[int, bool]:
         """``(steps, whole)``: the uniform iterations before the next one in which a

@@ -145,7 +145,7 @@ def adder_pass(
             stop = "prefill_max_requests"
             break
         fill, device, host, max_new_left, max_new_asked = candidate
-        if not fits_memory(fill - device, max_new_left, page, room - total_offset):
+        if not memory_tokens(fill - device, max_new_left, page) < room - total_offset:
             stop = "rem_total_tokens"
             break
         stop, loaded, extend, extend_paged, cut = _select(
@@ -228,10 +228,11 @@ def _select(
     return None, loaded, extend, extend_paged, cut
 
 
-def fits_memory(uncached: int, max_new_left: int, page: int, rem_total: float) -> bool:
-    """``add_one_req``'s memory check: ``(L - D) + min(max_new left, 4096) + page <
-    rem_total`` (``uncached`` = ``L - D``, ``max_new_left`` clipped)."""
-    return uncached + max_new_left + page < rem_total
+def memory_tokens(uncached: int, max_new_left: int, page: int) -> int:
+    """What ``add_one_req``'s memory check asks for: ``(L - D) + min(max_new left, 4096) +
+    page`` (``uncached`` = ``L - D``, ``max_new_left`` clipped); the request passes when it is
+    less than ``rem_total``."""
+    return uncached + max_new_left + page
 
 
 def _chunk_tokens(tokens_left: int, rem_chunk: int, rem_total: float) -> int:

@@ -116,8 +116,8 @@ class BlockScheduler(Scheduler):
         used = len(engine.prefilling) * lane.chunk
         if used > budget or not self.quiet_options(engine):
             return None
-        if engine.prefilling and lane.due_members() and not lane.next_due()[1]:
-            return None
+        if engine.prefilling and lane.next_due() == (0, False):
+            return None  # (a prompt ends in the next iteration with less than a chunk)
         return budget - used
 
 

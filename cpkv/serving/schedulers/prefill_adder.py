@@ -24,7 +24,7 @@ from typing import Any
 
 from cpkv.serving.model.decode_ahead import decode_steps_ahead, lookahead, memory_refusals
 from cpkv.serving.model.request import Req
-from cpkv.serving.schedulers.adder_pass import adder_pass
+from cpkv.serving.schedulers.adder_pass import adder_pass, memory_tokens
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
@@ -117,7 +117,7 @@ class PrefillAdderScheduler(Scheduler):
             stop = res.stop
             steps += 1
             if stop == "rem_total_tokens" and _spare_compute(budgets, decoded):
-                need = head.fill_tokens - device + left + budgets.page  # (fits_memory's sum)
+                need = memory_tokens(head.fill_tokens - device, left, budgets.page)
                 steps += memory_refusals(engine.pool, engine.ratio, steps, limit, need)
                 break
         return Quiet(steps, stop) if steps else NOT_QUIET
