@@ -1,6 +1,10 @@
 """cpkv: an offline lab for context-parallel shared-KV prefill admission and KV allocators."""
 
+from cpkv import native
+
 __version__ = "0.1.0"
+
+native.guard()  # before any compiled module can load: see cpkv.native
 
 MIRRORS = (
     ("sglang", "0.5.23", "PrefillAdder admission, waiting-queue policies, priority preemption"),

@@ -1,10 +1,17 @@
-"""Shared fixtures: a CLI runner writing into tmp_path, markers for optional hardware/packages."""
+"""Shared fixtures: a CLI runner writing into tmp_path, markers for optional hardware/packages.
+
+The suite runs the serving engine from its sources (``CPKV_PURE_PYTHON``, set before cpkv is
+imported): tests observe and patch its internals. The compiled build is checked against the
+sources by ``tests/serving/test_compiled.py``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
+
+os.environ["CPKV_PURE_PYTHON"] = "1"
 
 import pytest
 from typer.testing import CliRunner

@@ -1,4 +1,5 @@
-"""What a run ran on: cpkv and git revision, Python, torch, device, host, CPU."""
+"""What a run ran on: cpkv and git revision, Python, whether the serving engine ran compiled,
+torch, device, host, CPU."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import cpkv
+from cpkv import native
 
 
 def git_info(path: Path | None = None) -> dict[str, Any]:
@@ -81,6 +83,7 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
         "cpkv_version": cpkv.__version__,
         "git": git_info(),
         "python": platform.python_version(),
+        "serving_engine": native.status(),
         **torch_info(),
         "numpy": package_version("numpy"),
         "sglang": package_version("sglang"),

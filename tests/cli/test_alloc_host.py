@@ -39,6 +39,7 @@ def test_run_writes_the_run_directory_contract(cli) -> None:
         "cpkv_version",
         "git",
         "python",
+        "serving_engine",
         "torch",
         "device",
         "hostname",

@@ -44,14 +44,14 @@ def workload(seed: int, count: int, scale: float) -> list[Req]:
             hashes = tuple(range(shared)) + tuple(
                 1000 * (i + 1) + b for b in range(blocks - shared)
             )
-        out.append(Req.new(i, f"q{i}", t + 0.5, prompt, rng.randrange(1, 60), hash_ids=hashes))
+        out.append(Req(i, f"q{i}", t + 0.5, prompt, rng.randrange(1, 60), hash_ids=hashes))
     return out
 
 
 def fresh(reqs: list[Req]) -> list[Req]:
     """The same requests, not yet served."""
     return [
-        Req.new(r.index, r.rid, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
+        Req(r.index, r.rid, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
                 hash_ids=r.hash_ids)
         for r in reqs
     ]  # fmt: skip
@@ -111,9 +111,9 @@ def least_tokens_reads(make: MakeEngine) -> tuple[list[list[tuple[int, int]]], l
 
     run.router = Spy()
     reqs = [
-        Req.new(0, "q0", 0.5, 100, 5),
-        Req.new(1, "q1", 3.2, 50, 3),
-        Req.new(2, "q2", 3.3, 10, 1),
+        Req(0, "q0", 0.5, 100, 5),
+        Req(1, "q1", 3.2, 50, 3),
+        Req(2, "q2", 3.3, 10, 1),
     ]
     result = run.run(reqs)
     return seen, result.instance_of

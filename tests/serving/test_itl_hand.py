@@ -44,7 +44,7 @@ def test_a_prefill_batch_that_stalls_a_decode_is_one_long_gap(stretches):
     settings = SglangSettings(config, COST)
     sink = KeepRequests()
     samples = IterationLog(settings.capacity_blocks, settings.block_size, keep=True, cost=COST)
-    a, b = Req.new(0, "a", 0.0, 50, 10), Req.new(1, "b", 3000.0, 400, 2)
+    a, b = Req(0, "a", 0.0, 50, 10), Req(1, "b", 3000.0, 400, 2)
     SglangEngine(settings, sink=sink, samples=samples, arrivals=[a, b], stretches=stretches).run()
     assert a.finished_us == pytest.approx(13150.0 + 7 * 1050.0)
     gaps = sorted([1.05] * 8 + [10.1, 1.1])

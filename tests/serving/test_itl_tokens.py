@@ -72,7 +72,7 @@ def loop_requests(n: int, seed: int) -> list[Req]:
     t, out = 0.0, []
     for i in range(n):
         t += rng.expovariate(0.5)
-        r = Req.new(i, f"r{i}", t * 1000, rng.randint(20, 300), rng.randint(1, 80))
+        r = Req(i, f"r{i}", t * 1000, rng.randint(20, 300), rng.randint(1, 80))
         r.priority = rng.randint(0, 3)
         out.append(r)
     return out

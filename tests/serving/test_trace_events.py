@@ -31,7 +31,7 @@ def _requests() -> list[Req]:
     t, out = 0.0, []
     for i in range(120):
         t += rng.expovariate(60.0) * 1e6
-        out.append(Req.new(i, f"r{i}", t, rng.randrange(16, 300), rng.randrange(1, 80), 0, 0, None))
+        out.append(Req(i, f"r{i}", t, rng.randrange(16, 300), rng.randrange(1, 80), 0, 0, None))
     return out
 
 

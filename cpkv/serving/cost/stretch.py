@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-_NEVER = math.inf  # the second piece's first iteration when there is one piece
+_NEVER = 1 << 62  # the second piece's first iteration when there is one piece (none reaches it)
 
 
 class AffinePieces:
@@ -50,10 +50,10 @@ class AffinePieces:
             raise ValueError(f"the first piece must start at iteration 0: {pieces!r}")
         self.pieces = pieces
         _, self._a, self._b = pieces[0]
-        self._firsts: list[int] | None = None  # three pieces or more: every first, every head
-        self._heads: list[float] | None = None
+        self._firsts: list[int] = []  # three pieces or more: every first, every head
+        self._heads: list[float] = []
         if len(pieces) == 1:
-            self._split: float = _NEVER
+            self._split: int = _NEVER
             self._a2 = self._b2 = self._head = 0.0
             return
         self._split, self._a2, self._b2 = pieces[1]
@@ -61,7 +61,8 @@ class AffinePieces:
             raise ValueError(f"the pieces' firsts must increase: {pieces!r}")
         self._head = self._piece_sum(0, self._split)
         if len(pieces) > 2:
-            firsts, heads = [0, self._split], [0.0, self._head]
+            firsts: list[int] = [0, self._split]
+            heads: list[float] = [0.0, self._head]
             for i in range(2, len(pieces)):
                 first = pieces[i][0]
                 if not firsts[-1] < first:
@@ -82,7 +83,7 @@ class AffinePieces:
             if j < 0:
                 raise ValueError(j)
             return self._a + self._b * j
-        if self._firsts is None:
+        if not self._firsts:
             return self._a2 + self._b2 * j
         _, a, b = self.pieces[bisect_right(self._firsts, j) - 1]
         return a + b * j
@@ -93,7 +94,7 @@ class AffinePieces:
             if steps <= 0:
                 return 0.0
             return self._a * steps + self._b * (steps - 1) * steps / 2.0
-        if self._firsts is None:
+        if not self._firsts:
             first = self._split
             n = steps - first
             return self._head + (self._a2 * n + self._b2 * (first + steps - 1) * n / 2.0)
@@ -114,7 +115,7 @@ class AffinePieces:
         if split >= limit or budget <= self._head:  # in the first piece (total(split) = head)
             k = _affine_steps(self._a, self._b, 0, budget)
             return _settle(total, k, 1, limit if limit < split else split, budget)
-        if self._firsts is None:
+        if not self._firsts:
             k = split + _affine_steps(self._a2, self._b2, split, budget - self._head)
             return _settle(total, k, split + 1, limit, budget)
         firsts, heads = self._firsts, self._heads

@@ -59,7 +59,7 @@ from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane, remove_in_order
 from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
-from cpkv.serving.record.iteration_log import Integrals
+from cpkv.serving.record.iteration_log import Integrals, IterationLog
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
 from cpkv.serving.schedulers.plan import Plan
 
@@ -98,7 +98,7 @@ class Engine(Instance):
         events: bool = False,
         *,
         sink: Any,
-        samples: Any,
+        samples: IterationLog,
         arrivals: Iterable[Req] | None = None,
         trace: Any = None,
     ) -> None:
@@ -118,7 +118,9 @@ class Engine(Instance):
         self.scheduler = make_scheduler(s)
         self.waiting: deque[Req] = deque()  # (admission takes its head: O(1))
         self.prefilling: list[Req] = []  # admitted, prompt not complete (admission order)
-        self.lane = PrefillLane(s.chunk_tokens) if self.scheduler.uses_lane else None
+        self.lane: PrefillLane | None = (
+            PrefillLane(s.chunk_tokens) if self.scheduler.uses_lane else None
+        )
         self.ratio = s.ratio
         self.now, self.iterations, self.stamp, self.stalled = 0.0, 0, 0, 0
         self.hits = PrefixHits(cache, s.block_size)
@@ -128,19 +130,20 @@ class Engine(Instance):
         self.counters = new_counters()
         self.prefill_tokens = self.prefill_context = self.prefill_attention_pairs = 0
         self.loaded = self.admitted = 0
-        self.lifecycle = self.invariants = None
+        self.lifecycle: Lifecycle | None = None
+        self.invariants: Any = None
         self.gaps = samples.gaps
         self.left: list[Req] = []  # requests the scheduler preempted in this iteration
-        self._policy_parts(s)
+        lifecycle = self._policy_parts(s)  # (read as a local: set by a method call)
         self.fast = not events and trace is None and self.invariants is None
         self.decode_lines = DecodeLines(settings.cost)
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
         # (a stretch may end with an iteration that completes prompts: not when anything
         # but the engine hears of first tokens or prices iterations apart)
-        self.completes_in_stretch = self.lifecycle is None and not self.padded
+        self.completes_in_stretch = lifecycle is None and not self.padded
         self.bare = (
             cache is None
-            and self.lifecycle is None
+            and lifecycle is None
             and self.invariants is None
             and type(self.scheduler).done is Scheduler.done
         )
@@ -161,7 +164,6 @@ class Engine(Instance):
         ``built``'s queue by SGLang's decode-side rule."""
         self.built = built
         self.arrivals = Handoffs()
-        self._arrive = self._receive  # type: ignore[method-assign]
 
     def deliver_built(self, r: Req, landed_us: float) -> None:
         """``r``'s KV (its prompt) and first token land at ``landed_us``."""
@@ -180,14 +182,14 @@ class Engine(Instance):
         r.token_iteration, r.run_tokens, r.gap_history = self.iterations - 1, 1, None
         self.pool.join(r, kv)
 
-    def _receive(self) -> None:
-        receive(self)
-
-    def _policy_parts(self, s: EngineSettings) -> None:
+    def _policy_parts(self, s: EngineSettings) -> Lifecycle | None:
+        """The policy options' parts: their lifecycle (returned), a safety margin, swapped
+        prefixes' hits, the invariant checks."""
         opts = s.options
         if opts is None:
-            return
-        self.lifecycle = lifecycle = Lifecycle(self, opts)
+            return None
+        lifecycle = Lifecycle(self, opts)
+        self.lifecycle = lifecycle
         self.pool.free_blocks -= opts.safety_margin_blocks
         if opts.swap:
             plain = self.hits.hit
@@ -196,6 +198,7 @@ class Engine(Instance):
             from cpkv.serving.engine.invariants import Invariants
 
             self.invariants = Invariants(self, opts)
+        return lifecycle
 
     # -- driving it ------------------------------------------------------------------------
     def advance(self, until_us: float) -> None:
@@ -251,6 +254,9 @@ class Engine(Instance):
 
     # -- requests coming and going -----------------------------------------------------------
     def _arrive(self) -> None:
+        if self.built is not None:  # the decode side: arrivals join the receive queue
+            receive(self)
+            return
         arrivals, now, never = self.arrivals, self.now, self.scheduler.never_fits
         while arrivals.next_us <= now:
             r = arrivals.pop()
@@ -355,9 +361,11 @@ class Engine(Instance):
         scheduler = self.scheduler
         if scheduler.options is not None:
             scheduler.order(self)
+            lifecycle = self.lifecycle
+            assert lifecycle is not None  # (policy options come with their lifecycle)
             for victims in scheduler.preemptions(self, decoded):
                 for victim in victims:
-                    self.lifecycle.preempted(victim, self.pool.leave(victim))
+                    lifecycle.preempted(victim, self.pool.leave(victim))
                     self.left.append(victim)
         plan = scheduler.plan(self, decoded)
         if plan.stops:
@@ -440,6 +448,7 @@ class Engine(Instance):
         chunk)``): their tokens counted, the lane one step on; those whose prompt it
         completes, in prefill order (they leave the lane)."""
         lane = self.lane
+        assert lane is not None
         chunk, due = lane.chunk, lane.due_members()
         lane.settle(due)
         full = lane.count - len(due)  # members computing a whole chunk
@@ -561,7 +570,9 @@ class Engine(Instance):
         iteration in the log, the finishes. When it ends."""
         pool = self.pool
         finishing = pool.finishing()
-        self.lane.complete(ended)
+        lane = self.lane
+        assert lane is not None
+        lane.complete(ended)
         remove_in_order(self.prefilling, ended)
         firsts = self._first_tokens(ended, finishing)
         prefill, decode_context, prefill_context, pairs, pairs_step = shape
@@ -580,6 +591,7 @@ class Engine(Instance):
         """This iteration's completed prompts leave for a decode instance: their prompt
         enters this instance's prefix cache, their blocks stay held until the send ends."""
         held, hits = self.held, self.hits
+        assert held is not None
         for r in self.handed:
             kv, reserved = r.kv_tokens, r.reserved_blocks
             r.state = PENDING  # (on its way: queued, as the decode side's router sees it)

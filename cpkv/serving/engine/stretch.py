@@ -33,7 +33,7 @@ sum, which may differ from adding them one by one in the last bits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.serving.cost.stretch import (
     AffinePieces,
@@ -42,10 +42,13 @@ from cpkv.serving.cost.stretch import (
     stretch_durations,
 )
 from cpkv.serving.model.decode_ahead import decode_steps_ahead
-from cpkv.serving.schedulers.plan import FOREVER
+from cpkv.serving.schedulers.plan import FOREVER, Quiet
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
-def decode_stretches(engine: Any, horizon: float) -> int:
+def decode_stretches(engine: Engine, horizon: float) -> int:
     """With nothing waiting and nothing prefilling (no scheduler has anything to plan), the
     running requests' decode-only iterations up to ``horizon``, stretch after stretch, each
     ending with the iteration in which a request generates its last token (it finishes,
@@ -136,7 +139,7 @@ class DecodeLines:
         return steps, line_total(first, slope, steps), first, slope
 
 
-def run_stretch(engine: Any, horizon: float) -> int:
+def run_stretch(engine: Engine, horizon: float) -> int:
     """Run the quiet iterations from ``engine.now`` up to the next event (module docstring);
     how many ran (0: none, the engine runs a full iteration)."""
     pool = engine.pool
@@ -200,7 +203,7 @@ def run_stretch(engine: Any, horizon: float) -> int:
     return k
 
 
-def _log(engine: Any, durations: Any, k: int, running: int, shape: tuple) -> float:
+def _log(engine: Engine, durations: Any, k: int, running: int, shape: tuple) -> float:
     """The first ``k`` iterations of the stretch into the iteration log (one segment) and
     the token gaps; when they end."""
     pool, now = engine.pool, engine.now
@@ -219,7 +222,9 @@ def _log(engine: Any, durations: Any, k: int, running: int, shape: tuple) -> flo
     return end
 
 
-def _advance(engine: Any, quiet: Any, k: int, running: int, prefill: int, lane_steps: int) -> None:
+def _advance(
+    engine: Engine, quiet: Quiet, k: int, running: int, prefill: int, lane_steps: int
+) -> None:
     """The state after ``k`` quiet iterations (but the clock, the finishes and the lane's
     own ``lane_steps``)."""
     if running:

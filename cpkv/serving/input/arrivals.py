@@ -49,6 +49,7 @@ class Arrivals:
         self._step()
 
     def _step(self) -> None:
+        r: Req | None
         if self._queue:
             r = self._queue.popleft()
         elif self._source is not None:
@@ -61,6 +62,7 @@ class Arrivals:
     def pop(self) -> Req:
         """The next request (there must be one: ``next_us`` is finite)."""
         r = self._next
+        following: Req | None
         if self._queue:  # self._step(), inline
             following = self._queue.popleft()
         elif self._source is not None:
@@ -118,10 +120,10 @@ def _poisson(count: int | None, rate_rps: float, seed: int) -> Iterator[float]:
 
 
 def as_reqs(rows: Iterable[tuple]) -> Iterator[Req]:
-    """Arrival rows (``Req.new``'s arguments: index, rid, arrival (µs), prompt, max_new, L1
+    """Arrival rows (``Req``'s arguments: index, rid, arrival (µs), prompt, max_new, L1
     and L2 hits, hashes) as Reqs. The lazy sources below give rows, so that a process that
     only draws them never builds a Req."""
-    new = Req.new
+    new = Req
     for i, rid, us, prompt, max_new, l1, l2, hashes in rows:
         yield new(i, rid, us, prompt, max_new, l1, l2, hashes)
 

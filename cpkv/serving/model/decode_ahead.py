@@ -16,7 +16,9 @@ def decode_steps_ahead(pool: KvPool) -> int:
     first one's last token, while their growth fits (0 when none runs)."""
     if not pool.n_running:
         return 0
-    return pool.fitting_steps(pool.next_finish_step() - pool.decode_steps)
+    finish_step = pool.next_finish_step()
+    assert finish_step is not None  # (a request runs)
+    return pool.fitting_steps(finish_step - pool.decode_steps)
 
 
 def lookahead(pool: KvPool, ratio: Any, limit: int) -> Iterator[tuple[int, int, int, float]]:

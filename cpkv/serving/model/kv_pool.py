@@ -25,6 +25,7 @@ is free or it is the victim itself.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from cpkv.policies.victims import VICTIMS, Holder
 from cpkv.serving.model.request import PREFILL, RUNNING, WAITING, Req
@@ -309,7 +310,7 @@ class KvPool:
             self._event(r, "advanced")
         return advanced, context
 
-    def grow_first_token(self, r: Req, others: list[Req]) -> bool:
+    def grow_first_token(self, r: Req, others: Sequence[Req]) -> bool:
         """``r`` (just prefilled, holding ``r.kv_tokens``) generates its first token; victims
         are chosen among the running requests and ``others`` (this iteration's other
         completed prefills). Returns False when ``r`` itself was preempted."""

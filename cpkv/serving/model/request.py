@@ -67,9 +67,8 @@ class Req:
         "handoff_us",
     )  # fmt: skip
 
-    @classmethod
-    def new(
-        cls,
+    def __init__(
+        self,
         index: int,
         rid: str,
         arrival_us: float,
@@ -81,27 +80,35 @@ class Req:
         priority: int | None = None,
         deadline_ms: float | None = None,
         cancel_ms: float | None = None,
-    ) -> Req:
+    ) -> None:
         """Request ``index`` from its fields, not arrived yet."""
-        r = cls.__new__(cls)
-        r.index, r.rid, r.arrival_us = index, rid, arrival_us
-        r.prompt_tokens, r.max_new_tokens, r.hash_ids = prompt_tokens, max_new_tokens, hash_ids
-        r.fixed_l1_tokens, r.fixed_l2_tokens = l1_cached_tokens, l2_cached_tokens
-        r.priority = 0 if priority is None else priority
-        r.deadline_ms, r.cancel_ms = deadline_ms, cancel_ms
-        r.state = r.epoch = r.generated = r.fill_tokens = r.device_prefix = r.host_hit = 0
-        r.filled_tokens = r.kv_tokens = r.reserved_blocks = r.stamp = r.kv_base = 0
-        r.context_base = r.finish_step = r.preemptions = r.recomputed = r.prefilled = 0
-        r.advanced_step = r.run_tokens = -1
-        r.lane_base = r.lane_token = r.token_iteration = 0
-        r.admitted_us = r.first_token_us = r.finished_us = r.l1_hit = r.l2_hit = None
-        r.reject_reason = r.policy = r.token_us = r.gap_history = r.handoff_us = None
-        return r
+        self.index, self.rid, self.arrival_us = index, rid, arrival_us
+        self.prompt_tokens, self.max_new_tokens = prompt_tokens, max_new_tokens
+        self.hash_ids = hash_ids
+        self.fixed_l1_tokens, self.fixed_l2_tokens = l1_cached_tokens, l2_cached_tokens
+        self.priority: int = 0 if priority is None else priority
+        self.deadline_ms, self.cancel_ms = deadline_ms, cancel_ms
+        self.state = self.epoch = self.generated = self.fill_tokens = 0
+        self.device_prefix = self.host_hit = self.filled_tokens = self.kv_tokens = 0
+        self.reserved_blocks = self.stamp = self.kv_base = self.context_base = 0
+        self.finish_step = self.preemptions = self.recomputed = self.prefilled = 0
+        self.advanced_step = self.run_tokens = -1
+        self.lane_base = self.lane_token = self.token_iteration = 0
+        self.admitted_us: float | None = None
+        self.first_token_us: float | None = None
+        self.finished_us: float | None = None
+        self.token_us: float | None = None
+        self.handoff_us: float | None = None
+        self.l1_hit: int | None = None
+        self.l2_hit: int | None = None
+        self.reject_reason: str | None = None
+        self.policy: Any = None
+        self.gap_history: Any = None
 
     @classmethod
     def of(cls, index: int, given: Any, arrival_us: float) -> Req:
         """Request ``index`` from a :class:`~cpkv.serving.input.workload.ServingRequest`."""
-        return cls.new(
+        return cls(
             index, given.rid, arrival_us, given.prompt_tokens, given.max_new_tokens,
             given.l1_cached_tokens, given.l2_cached_tokens, given.hash_ids, given.priority,
             given.deadline_ms, given.cancel_ms,

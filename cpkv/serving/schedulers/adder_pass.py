@@ -104,7 +104,7 @@ def adder_pass(
     running: int,
     budgets: AdderBudgets,
     chunk: tuple[int, int, int] | None,
-    queue: Iterator[Candidate],
+    queue: Iterator[tuple[int, int, int, int, int]],
 ) -> PassResult:
     """One scheduling pass over the waiting queue.
 

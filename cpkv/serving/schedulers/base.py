@@ -22,12 +22,15 @@ in closed form (:mod:`cpkv.serving.engine.stretch`). A scheduler that cannot tel
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.core.registry import Registry
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.options import PolicyOptions, PriorityPreemption, QueueOrder
 from cpkv.serving.schedulers.plan import NOT_QUIET, Plan, Quiet
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
 class Scheduler:
@@ -62,7 +65,7 @@ class Scheduler:
         )
 
     # -- each iteration --------------------------------------------------------------------
-    def order(self, engine: Any) -> None:
+    def order(self, engine: Engine) -> None:
         """Sort the waiting queue before admission (the configured order, if any)."""
         if self.queue_order is not None and len(engine.waiting) > 1:
             if self.queue_order.sort(engine):
@@ -71,28 +74,28 @@ class Scheduler:
     def reordered(self) -> None:
         """The queue was reordered in a way the scheduler's memo of it must forget."""
 
-    def preemptions(self, engine: Any, decoded: int) -> Iterator[list[Req]]:
+    def preemptions(self, engine: Engine, decoded: int) -> Iterator[list[Req]]:
         """Groups of running requests to preempt for waiting ones (priority scheduling)."""
         if self.priority is not None and engine.waiting:
             yield from self.priority.preemptions(engine, decoded, self.chunked_slots(engine))
 
-    def chunked_slots(self, engine: Any) -> int:
+    def chunked_slots(self, engine: Engine) -> int:
         """Request slots the scheduler's partly prefilled requests take besides the running
         set, for priority preemption's full-batch test."""
         return 0
 
-    def plan(self, engine: Any, decoded: int) -> Plan:
+    def plan(self, engine: Engine, decoded: int) -> Plan:
         """The iteration's admissions and prefill rows (``decoded``: tokens the running set
         decodes in it)."""
         raise NotImplementedError
 
-    def quiet(self, engine: Any) -> Quiet:
+    def quiet(self, engine: Engine) -> Quiet:
         """How many of the next iterations admit nothing, and how; see
         :mod:`cpkv.serving.schedulers.plan` (a scheduler that looks ahead need look no
         further than :func:`~cpkv.serving.model.decode_ahead.decode_steps_ahead`)."""
         return NOT_QUIET
 
-    def quiet_options(self, engine: Any) -> bool:
+    def quiet_options(self, engine: Engine) -> bool:
         """Whether the policy options leave the next iterations' plans to the scheduler
         alone: no order that may change, no priority preemption while anything waits."""
         if len(engine.waiting) < 2 or self.queue_order is None:

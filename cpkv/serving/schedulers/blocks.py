@@ -27,13 +27,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.serving.model.prefill_lane import PrefillLane, admission_stamp
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.budget import TokenBudget
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
 class BlockScheduler(Scheduler):
@@ -48,16 +51,16 @@ class BlockScheduler(Scheduler):
         opts = settings.options
         self.slot_limit = None if opts is None else opts.max_running_requests
 
-    def slots_full(self, engine: Any, prefilling: int) -> bool:
+    def slots_full(self, engine: Engine, prefilling: int) -> bool:
         """Whether ``max_running_requests`` is reached with ``prefilling`` requests in prefill."""
         limit = self.slot_limit
         return limit is not None and engine.pool.n_running + prefilling >= limit
 
-    def admissions(self, engine: Any, stops: list[str]) -> list[tuple[Req, Admit]]:
+    def admissions(self, engine: Engine, stops: list[str]) -> list[tuple[Req, Admit]]:
         """The requests this iteration's scan admits, in order (before any prefill)."""
         return []
 
-    def plan(self, engine: Any, decoded: int) -> Plan:
+    def plan(self, engine: Engine, decoded: int) -> Plan:
         stops: list[str] = []
         admitted = self.admissions(engine, stops)
         held, budget, _in_prefill = self.prefill_rows(
@@ -72,7 +75,7 @@ class BlockScheduler(Scheduler):
         return Plan(admitted, prefills, stops, held is not None, held or 0)
 
     def prefill_rows(
-        self, engine: Any, budget: int, prefills: list[Prefill]
+        self, engine: Engine, budget: int, prefills: list[Prefill]
     ) -> tuple[int | None, int, int]:
         """The prefilling requests' share of ``budget``, oldest admission first: each takes
         ``min(left, chunk)`` (the lane's rule) while the budget lasts, the one it runs out
@@ -106,7 +109,7 @@ class BlockScheduler(Scheduler):
             completing += tokens >= left
         return None, budget, n - completing
 
-    def quiet_budget(self, engine: Any) -> int | None:
+    def quiet_budget(self, engine: Engine) -> int | None:
         """The budget the prefilling requests leave in the coming iterations while nothing
         else changes (they take a whole chunk each: a prompt may end in the next one only
         with a whole chunk); None when that is not so, or when the options may change the
@@ -153,7 +156,7 @@ def lane_share(lane: PrefillLane, prefilling: list[Req], budget: int) -> tuple[i
     return start + taken, partial, completing, 0
 
 
-def loaded(engine: Any, admit: Admit) -> int:
+def loaded(engine: Engine, admit: Admit) -> int:
     """The part of ``admit``'s L2 hit that is loaded back (the rest is computed)."""
     host = admit.host_hit
     return host if host >= engine.load_threshold else 0
@@ -179,7 +182,7 @@ class ScanScheduler(BlockScheduler):
             return None
         return r.fill_tokens - device + r.max_new_tokens - r.generated
 
-    def start(self, engine: Any, free_blocks: int) -> int | None:
+    def start(self, engine: Engine, free_blocks: int) -> int | None:
         """Where this iteration's scan starts in the queue (None: it examines nothing)."""
         waiting = engine.waiting
         full = free_blocks > self.scan_free or engine.hits.version != self.scan_version
@@ -188,7 +191,7 @@ class ScanScheduler(BlockScheduler):
             return None
         return start
 
-    def admissions(self, engine: Any, stops: list[str]) -> list[tuple[Req, Admit]]:
+    def admissions(self, engine: Engine, stops: list[str]) -> list[tuple[Req, Admit]]:
         pool, waiting, hits = engine.pool, engine.waiting, engine.hits
         free = pool.free_blocks
         start = self.start(engine, free)
@@ -222,7 +225,7 @@ class ScanScheduler(BlockScheduler):
         self.scan_version = hits.version
         return out
 
-    def quiet(self, engine: Any) -> Quiet:
+    def quiet(self, engine: Engine) -> Quiet:
         if self.quiet_budget(engine) is None:
             return NOT_QUIET
         if engine.waiting:

@@ -10,10 +10,14 @@ blocks are freed, which only an event does, so the iterations in between are qui
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.blocks import BlockScheduler, loaded
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
 class IterationScheduler(BlockScheduler):
@@ -21,9 +25,11 @@ class IterationScheduler(BlockScheduler):
 
     name = "iteration"
 
-    def plan(self, engine: Any, decoded: int) -> Plan:
+    def plan(self, engine: Engine, decoded: int) -> Plan:
         chunk = self.budget.chunk
-        prefills, admitted, stops = [], [], []
+        prefills: list[Prefill] = []
+        admitted: list[tuple[Req, Admit]] = []
+        stops: list[str] = []
         held, budget, in_prefill = self.prefill_rows(
             engine, self.budget.prefill_tokens(decoded), prefills
         )
@@ -52,7 +58,7 @@ class IterationScheduler(BlockScheduler):
             stops.append("token_budget")
         return Plan(admitted, prefills, stops, held is not None, held or 0)
 
-    def quiet(self, engine: Any) -> Quiet:
+    def quiet(self, engine: Engine) -> Quiet:
         left = self.quiet_budget(engine)
         if left is None:
             return NOT_QUIET

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cpkv.admission.schedule_policy import (
     RunningState,
@@ -37,6 +37,9 @@ from cpkv.policies.budgets import TokenWeights
 from cpkv.policies.deadline import deadline_sort
 from cpkv.policies.profiled import ProfiledSpec
 from cpkv.serving.model.request import Req
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class QueueOrder:
             and (schedule.schedule_policy != "fcfs" or schedule.enable_priority_scheduling)
         )
 
-    def sort(self, engine: Any) -> bool:
+    def sort(self, engine: Engine) -> bool:
         """Sort ``engine.waiting`` (two or more requests); True when the order is the
         deadline's (a block policy's scan then examines the whole queue again)."""
         queue = list(engine.waiting)
@@ -123,7 +126,7 @@ class PriorityPreemption:
         self.threshold = schedule.priority_scheduling_preemption_threshold
         self.low_first = schedule.schedule_low_priority_values_first
 
-    def preemptions(self, engine: Any, decoded: int, chunked: int) -> Iterator[list[Req]]:
+    def preemptions(self, engine: Engine, decoded: int, chunked: int) -> Iterator[list[Req]]:
         """For each waiting request in queue order, while the running set (and ``chunked``,
         the chunked request's slot) is at the limit: the running requests it preempts, in
         batch order; the engine preempts them before the next is asked for."""

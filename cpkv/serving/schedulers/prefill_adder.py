@@ -19,8 +19,8 @@ it or stops for another reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cpkv.serving.model.decode_ahead import decode_steps_ahead, lookahead, memory_refusals
 from cpkv.serving.model.request import Req
@@ -28,6 +28,9 @@ from cpkv.serving.schedulers.adder_pass import adder_pass, memory_tokens
 from cpkv.serving.schedulers.base import Scheduler
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 LOOKAHEAD = 64
 """Iterations the pass itself is run ahead on a refused head at most (the engine asks again
@@ -52,10 +55,10 @@ class PrefillAdderScheduler(Scheduler):
         clipped = max_new if max_new < CLIP else CLIP
         return r.prompt_tokens + clipped + self.settings.block_size >= self.never_tokens
 
-    def chunked_slots(self, engine: Any) -> int:
+    def chunked_slots(self, engine: Engine) -> int:
         return 1 if engine.prefilling else 0
 
-    def plan(self, engine: Any, decoded: int) -> Plan:
+    def plan(self, engine: Engine, decoded: int) -> Plan:
         pool = engine.pool
         chunked = engine.prefilling[0] if engine.prefilling else None
         chunk = None
@@ -83,7 +86,7 @@ class PrefillAdderScheduler(Scheduler):
         self.refused = waiting[0] if waiting and not res.admitted else None
         return Plan(admitted, prefills, [] if res.stop is None else [res.stop])
 
-    def quiet(self, engine: Any) -> Quiet:
+    def quiet(self, engine: Engine) -> Quiet:
         if engine.prefilling or not self.quiet_options(engine):
             return NOT_QUIET
         waiting = engine.waiting
@@ -93,7 +96,7 @@ class PrefillAdderScheduler(Scheduler):
             return NOT_QUIET  # (a head the pass has not refused yet: it is most likely taken)
         return self._refused_head(engine, waiting[0], decode_steps_ahead(engine.pool))
 
-    def _refused_head(self, engine: Any, head: Req, limit: int) -> Quiet:
+    def _refused_head(self, engine: Engine, head: Req, limit: int) -> Quiet:
         """How long the pass keeps refusing ``head`` (module docstring). The pass itself is
         run on each iteration ahead (at most :data:`LOOKAHEAD`) until it refuses ``head``
         for memory with the compute budgets and slots to spare: then only the memory check
@@ -101,7 +104,8 @@ class PrefillAdderScheduler(Scheduler):
         evaluated on the iterations after, up to ``limit``
         (:func:`~cpkv.serving.model.decode_ahead.memory_refusals`)."""
         budgets, block = self.budgets, engine.pool.block_size
-        steps, stop = 0, None
+        steps = 0
+        stop: str | None = None
         device, _host = engine.hit(head)
         max_new = head.max_new_tokens - head.generated
         left = max_new if max_new < CLIP else CLIP
@@ -131,7 +135,7 @@ def _spare_compute(budgets: Any, decoded: int) -> bool:
 
 
 def _candidates(
-    engine: Any, waiting: list[Req], hits: list[tuple[int, int]]
+    engine: Engine, waiting: Sequence[Req], hits: list[tuple[int, int]]
 ) -> Iterator[tuple[int, int, int, int, int]]:
     """The pass's candidates (:class:`~cpkv.serving.schedulers.adder_pass.Candidate`
     fields) in queue order, each looked up when the pass reaches it."""

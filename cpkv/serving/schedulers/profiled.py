@@ -12,12 +12,15 @@ policy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.policies.profiled import OutputQuantile
 from cpkv.serving.model.request import FINISHED, Req
 from cpkv.serving.schedulers.blocks import BlockScheduler
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Quiet
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
 
 
 class ProfiledScheduler(BlockScheduler):
@@ -31,7 +34,7 @@ class ProfiledScheduler(BlockScheduler):
         self.stop_at_first = settings.scan == "fcfs_stop"
         self.finished = self.reservation_exceeded = 0
 
-    def admissions(self, engine: Any, stops: list[str]) -> list[tuple[Req, Admit]]:
+    def admissions(self, engine: Engine, stops: list[str]) -> list[tuple[Req, Admit]]:
         pool, block, est = engine.pool, engine.pool.block_size, self.estimator
         outstanding = 0
         for r in [*pool.running_reqs(), *engine.prefilling]:
@@ -62,7 +65,7 @@ class ProfiledScheduler(BlockScheduler):
             stops.append(stop)
         return out
 
-    def quiet(self, engine: Any) -> Quiet:
+    def quiet(self, engine: Engine) -> Quiet:
         if self.quiet_budget(engine) is None or engine.waiting:
             return NOT_QUIET
         return Quiet(FOREVER, None, True)

@@ -31,7 +31,7 @@ def _settings(**kw) -> EngineSettings:
 
 
 def _req(i: int, at_ms: float, prompt: int = 16, max_new: int = 1, hashes=None) -> Req:
-    return Req.new(i, f"q{i}", at_ms * 1000.0, prompt, max_new, 0, 0, hashes)
+    return Req(i, f"q{i}", at_ms * 1000.0, prompt, max_new, 0, 0, hashes)
 
 
 def _cluster(n: int, router: str, settings: EngineSettings, caches=None, write=None):
@@ -160,7 +160,7 @@ def test_one_instance_behind_any_router_is_the_plain_run(policy, capacity, cost)
         reqs.append((i, t, rng.randrange(1, 400), rng.randrange(1, 120)))
 
     def fresh():
-        return [Req.new(i, f"r{i}", at * 1000.0, p, m, 0, 0, None) for i, at, p, m in reqs]
+        return [Req(i, f"r{i}", at * 1000.0, p, m, 0, 0, None) for i, at, p, m in reqs]
 
     settings = _settings(policy=policy, capacity_blocks=capacity, cost=cost)
     plain_lines: list[str] = []

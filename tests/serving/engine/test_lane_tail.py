@@ -34,7 +34,7 @@ def lane_of(lefts: list[int], chunk: int, steps: int) -> tuple[PrefillLane, list
     """A lane ``steps`` uniform steps on whose members have ``lefts`` tokens left."""
     lane, members = PrefillLane(chunk), []
     for k, left in enumerate(lefts):
-        r = Req.new(k, f"r{k}", 0.0, 4096, 1)
+        r = Req(k, f"r{k}", 0.0, 4096, 1)
         r.stamp, r.fill_tokens, r.filled_tokens = 10 + 3 * k, 4096, 4096 - left - chunk * steps
         lane.join(r)
         members.append(r)

@@ -48,9 +48,7 @@ def workload(rng: random.Random, count: int, unit: bool) -> list[Req]:
                 10**6 + 1000 * i + b for b in range(blocks - shared)
             )
         new = rng.choice((1, rng.randrange(1, 20), rng.randrange(20, 120)))
-        reqs.append(
-            Req.new(i, f"r{i}", at, prompt, new, hash_ids=hashes, priority=rng.randrange(3))
-        )
+        reqs.append(Req(i, f"r{i}", at, prompt, new, hash_ids=hashes, priority=rng.randrange(3)))
     return reqs
 
 
@@ -86,7 +84,7 @@ class Ends(KeepRequests):
 
 def run(reqs: list[Req], config: SchedulerConfig, cost, fast: bool):
     fresh = [
-        Req.new(r.index, r.rid, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
+        Req(r.index, r.rid, r.arrival_us, r.prompt_tokens, r.max_new_tokens,
                 hash_ids=r.hash_ids, priority=r.priority)
         for r in reqs
     ]  # fmt: skip

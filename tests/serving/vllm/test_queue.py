@@ -67,7 +67,7 @@ def knobs(rng: random.Random) -> dict:
 def queue_records(config: SchedulerConfig, reqs: list[tuple], priorities: list[int]):
     requests = []
     for i, (prompt, new, hashes) in enumerate(reqs):
-        r = Req.new(i, f"r{i}", 0.0, prompt, new, hash_ids=hashes)
+        r = Req(i, f"r{i}", 0.0, prompt, new, hash_ids=hashes)
         requests.append(
             Request.sized(
                 r.rid, i, prompt, new, BlockNames(r, config.block_size, TRACE_BLOCK),

@@ -30,7 +30,7 @@ def run(reqs: list[Req], **knobs) -> list[Req]:
 
 
 def req(index: int, prompt: int, new: int, at_ms: float = 0.0, hashes=None) -> Req:
-    return Req.new(index, f"r{index}", at_ms * 1000, prompt, new, hash_ids=hashes)
+    return Req(index, f"r{index}", at_ms * 1000, prompt, new, hash_ids=hashes)
 
 
 def test_one_request_prefills_in_one_step_then_decodes_one_token_a_step() -> None:
