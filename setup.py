@@ -153,14 +153,13 @@ class BuildNative(build_ext):
                 fh.write(record)
 
     def _remove_outputs(self) -> None:
-        """This build's extensions and digest left by an earlier build (build_lib, and the
-        source tree when building in place): a pure build must not ship them."""
-        paths = self._digest_paths()
+        """This build's extensions and digest left in build_lib by an earlier build: a pure
+        build must not ship them. A source tree's in-place build stays: the guard runs it only
+        while its recorded sources are the tree's (cpkv.native)."""
+        paths = self._digest_paths()[:1]
         for ext in self.extensions:
             filename = self.get_ext_filename(self.get_ext_fullname(ext.name))
             paths.append(os.path.join(self.build_lib, filename))
-            if self.inplace:
-                paths.append(os.path.join(ROOT, filename))
         for path in paths:
             if os.path.exists(path):
                 os.remove(path)

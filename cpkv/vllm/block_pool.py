@@ -213,6 +213,7 @@ class BlockPool:
         old = key_of[block]
         if old == key:
             return
+        entry: int | dict[int, None] | None
         if old is not None:  # (a held block named again: it leaves its old key)
             entry = cached.pop(old)
             if entry != block:

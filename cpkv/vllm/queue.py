@@ -54,7 +54,9 @@ class PriorityQueue:
             self._heap, (request.priority, request.arrival_time, request.request_id, request)
         )
 
-    prepend = add
+    def prepend(self, request: Request) -> None:
+        """A preempted request goes back by its key, like any other."""
+        self.add(request)
 
     def peek(self) -> Request:
         return self._heap[0][3]

@@ -30,6 +30,7 @@ SHIPPED = (
     ["admit", str(CONFIGS / "admit" / "serving_disagg_mooncake.yaml")],
     ["admit", str(CONFIGS / "admit" / "serving_sglang.yaml")],
     ["admit", str(CONFIGS / "admit" / "serving_vllm.yaml")],
+    ["admit", str(CONFIGS / "admit" / "vllm_queue.yaml")],
     ["admit", str(CONFIGS / "admit" / "seed004_iteration.yaml")],
     ["admit", str(CONFIGS / "admit" / "seed004_blocks.yaml")],
 )
