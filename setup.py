@@ -69,9 +69,9 @@ def load_native_helpers() -> dict[str, Any]:
 
 def pure_reason() -> str | None:
     """Why this build compiles nothing, or None to compile."""
-    value = os.environ.get("CPKV_PURE_PYTHON", "")
-    if value not in ("", "0"):
-        return f"CPKV_PURE_PYTHON={value}"
+    native = load_native_helpers()
+    if native["pure_requested"]():
+        return f"{native['PURE_ENV']}={os.environ[native['PURE_ENV']]}"
     try:
         import mypyc.build  # noqa: F401
     except ImportError as exc:
@@ -86,8 +86,7 @@ def warn(reason: str) -> None:
 def planned_extensions() -> list[Extension]:
     """One extension per name mypyc will build (the group's shared library, then one per
     module), without sources: build_ext fills them in when it compiles."""
-    shared_lib = f"{native_constants()['GROUP']}__mypyc"  # mypyc.common.shared_lib_name
-    names = [shared_lib, *compiled_modules()]
+    names = [load_native_helpers()["SHARED_LIB"], *compiled_modules()]
     return [Extension(name, sources=[]) for name in names]
 
 
@@ -140,6 +139,7 @@ class BuildNative(build_ext):
                 setattr(ext, field, getattr(built[ext.name], field))
 
     def _digest_paths(self) -> list[str]:
+        """The digest in build_lib, then (building in place) in the source tree."""
         name = str(native_constants()["DIGEST_FILE"])
         paths = [os.path.join(self.build_lib, "cpkv", name)]
         if self.inplace:
@@ -156,7 +156,7 @@ class BuildNative(build_ext):
         """This build's extensions and digest left in build_lib by an earlier build: a pure
         build must not ship them. A source tree's in-place build stays: the guard runs it only
         while its recorded sources are the tree's (cpkv.native)."""
-        paths = self._digest_paths()[:1]
+        paths = [self._digest_paths()[0]]  # (build_lib's)
         for ext in self.extensions:
             filename = self.get_ext_filename(self.get_ext_fullname(ext.name))
             paths.append(os.path.join(self.build_lib, filename))
