@@ -104,10 +104,10 @@ class BlockPool:
     def hit_blocks(self, keys: list[Hashable]) -> list[int]:
         """The blocks of the longest run of ``keys``, from the first, that are all cached
         (each the first block cached under its key)."""
-        get = self._cached.get
+        cached = self._cached
         hit: list[int] = []
         for key in keys:
-            entry = get(key)
+            entry = cached.get(key)
             if entry is None:
                 break
             hit.append(entry if type(entry) is int else next(iter(entry)))
@@ -229,13 +229,7 @@ class BlockPool:
 
     def cache_blocks(self, blocks: list[int], keys: list[Hashable]) -> None:
         """Cache each full block under its key, in order (:meth:`cache` of each)."""
-        cached, key_of = self._cached, self.key_of
-        if len(blocks) > 1 and cached.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
-            if all(key_of[block] is None for block in blocks):  # (held blocks carry no key yet)
-                for block, key in zip(blocks, keys, strict=True):
-                    key_of[block] = key
-                cached.update(zip(keys, blocks, strict=True))
-                return
-        cache = self.cache
-        for block, key in zip(blocks, keys, strict=True):
-            cache(block, key)
+        if len(blocks) != len(keys):
+            raise ValueError(f"{len(blocks)} blocks for {len(keys)} keys")
+        for i in range(len(blocks)):
+            self.cache(blocks[i], keys[i])

@@ -121,7 +121,7 @@ class DecodeSteps:
             total += self.phases[p]
         rank = [0] * bs
         caching = kv.enable_caching
-        cache_one = kv.pool.cache
+        pool = kv.pool
         finished: list[Request] = []
         last = steps == self.to_finish
         first_block = self.first_block
@@ -145,7 +145,7 @@ class DecodeSteps:
                     keys = request.block_keys
                     if len(keys) <= cached:
                         kv.block_keys(request, cached + 1)
-                    cache_one(request.blocks[cached], keys[cached])
+                    pool.cache(request.blocks[cached], keys[cached])
                     request.num_cached_blocks = cached + 1
                 elif end // bs > cached:
                     kv.cache_full_blocks(request, end)

@@ -100,6 +100,9 @@ class Scheduler:
         request.stop_at = min(
             self.config.max_model_len, request.num_prompt_tokens + request.max_tokens
         )
+        if self.config.enable_prefix_caching:
+            # (its blocks' keys, as vLLM hashes a prompt's blocks when the request is made)
+            self.kv.block_keys(request, request.stop_at // self.config.block_size)
         self.waiting.add(request)
         self.requests[request.request_id] = request
 
@@ -140,10 +143,9 @@ class Scheduler:
         config = self.config
         max_model_len, block_size = config.max_model_len, config.block_size
         caching = config.enable_prefix_caching
-        pool = self.kv.pool
-        cache_full_blocks = self.kv.cache_full_blocks
+        kv = self.kv
+        pool = kv.pool
         scheduled = plan.running
-        schedule_one = scheduled.append
         preempted: list[Request] = []
         index = 0
         while index < len(running) and budget > 0:
@@ -155,7 +157,7 @@ class Scheduler:
                 if end <= len(request.blocks) * block_size and not (
                     caching and end // block_size > request.num_cached_blocks
                 ):  # its slot is held and it fills no block: nothing to allocate or cache
-                    schedule_one((request, 1, computed))
+                    scheduled.append((request, 1, computed))
                     request.num_computed_tokens = end
                     budget -= 1
                     index += 1
@@ -192,8 +194,8 @@ class Scheduler:
                 if extra > 0:
                     request.blocks.extend(pool.take(extra))
                 if caching and end // block_size > request.num_cached_blocks:
-                    cache_full_blocks(request, end)
-                schedule_one((request, n, computed))
+                    kv.cache_full_blocks(request, end)
+                scheduled.append((request, n, computed))
                 request.num_computed_tokens = end
                 budget -= n
                 index += 1
@@ -219,7 +221,7 @@ class Scheduler:
         allow (the first that does not fit ends it); the budget left."""
         kv, waiting, running = self.kv, self.waiting, self.running
         reserve_full = self.config.scheduler_reserve_full_isl
-        admit = plan.admitted.append
+        admitted = plan.admitted
         while budget > 0 and len(waiting) > 0 and len(running) < self._max_active:
             request = waiting.peek()
             if request.num_computed_tokens == 0:
@@ -245,7 +247,7 @@ class Scheduler:
                 break
             waiting.pop()
             running.append(request)
-            admit((request, n, computed, request.status != WAITING))
+            admitted.append((request, n, computed, request.status != WAITING))
             budget -= n
             request.status = RUNNING
             request.num_computed_tokens = computed + n
