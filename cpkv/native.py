@@ -23,6 +23,7 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 
 COMPILED = (
+    "cpkv.admission.token_ratio",
     "cpkv.serving.model.request",
     "cpkv.serving.model.kv_pool",
     "cpkv.serving.model.prefill_lane",
@@ -41,6 +42,7 @@ COMPILED = (
     "cpkv.serving.cost.stretch",
     "cpkv.serving.cost.roofline",
     "cpkv.serving.input.arrivals",
+    "cpkv.workload.sampling",
     "cpkv.serving.record.iteration_log",
     "cpkv.serving.record.requests",
     "cpkv.serving.engine.stretch",

@@ -23,22 +23,54 @@ A decode step whose batch is empty (all finished) neither decays nor resets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from itertools import chain, repeat
+from collections.abc import Iterable
 
 from cpkv.core.errors import ConfigError
 
 
-@dataclass(frozen=True)
 class NewTokenRatio:
-    """The tracker's state; every transition returns a new value."""
+    """The tracker's state (:attr:`init_ratio`, :attr:`min_ratio`, :attr:`decay_per_step`,
+    :attr:`current`, :attr:`retract_decode_steps`; equal trackers have equal fields); every
+    transition returns a new value. A tracker also knows the decay path ``current`` lies on
+    (:meth:`_path`): trackers that decayed from one value share it, so that its values are
+    computed once."""
 
-    init_ratio: float = 0.7
-    min_ratio: float = 0.7 * 0.14
-    decay_per_step: float = (0.7 - 0.7 * 0.14) / 600
-    current: float = 0.7
-    retract_decode_steps: int = 20
+    def __init__(
+        self,
+        init_ratio: float = 0.7,
+        min_ratio: float = 0.7 * 0.14,
+        decay_per_step: float = (0.7 - 0.7 * 0.14) / 600,
+        current: float = 0.7,
+        retract_decode_steps: int = 20,
+    ) -> None:
+        self.init_ratio = init_ratio
+        self.min_ratio = min_ratio
+        self.decay_per_step = decay_per_step
+        self.current = current
+        self.retract_decode_steps = retract_decode_steps
+        self._on: list[float] | None = None  # the decay path ``current`` lies on
+        self._index = 0  # where on it
+
+    def _fields(self) -> tuple[float, float, float, float, int]:
+        return (
+            self.init_ratio, self.min_ratio, self.decay_per_step, self.current,
+            self.retract_decode_steps,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NewTokenRatio):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"NewTokenRatio(init_ratio={self.init_ratio!r}, min_ratio={self.min_ratio!r}, "
+            f"decay_per_step={self.decay_per_step!r}, current={self.current!r}, "
+            f"retract_decode_steps={self.retract_decode_steps!r})"
+        )
 
     @classmethod
     def from_settings(
@@ -61,8 +93,8 @@ class NewTokenRatio:
             raise ConfigError(
                 f"new_token_ratio decay_steps must be >= 1 and retract_decode_steps >= 0, got {decay_steps} and {retract_decode_steps}"
             )
-        init = min(init_ratio * conservativeness, 1.0)
-        floor = min(init * min_factor, 1.0)
+        init = float(min(init_ratio * conservativeness, 1.0))
+        floor = float(min(init * min_factor, 1.0))
         return cls(init, floor, (init - floor) / decay_steps, init, retract_decode_steps)
 
     def decayed(self) -> NewTokenRatio:
@@ -74,46 +106,48 @@ class NewTokenRatio:
         decay step each while above ``min_ratio`` (:meth:`decay_path`)."""
         if self.current <= self.min_ratio:
             return self  # (it stays there)
-        path, index = self._path()
-        _extend(path, index + steps, self.min_ratio, self.decay_per_step)
-        index = min(index + steps, len(path) - 1)  # (the path ends at its first value <= min)
+        path = self._path()
+        index = self._index + steps
+        _extend(path, index, self.min_ratio, self.decay_per_step)
+        if index > len(path) - 1:
+            index = len(path) - 1  # (the path ends at its first value <= min)
         new = self._at(path[index])
-        new.__dict__["_lineage"] = (path, index)
+        new._on, new._index = path, index
         return new
 
     def _at(self, current: float) -> NewTokenRatio:
-        """This tracker with ``current`` (``dataclasses.replace`` without its checks: the
-        engine takes a step every iteration)."""
-        new = object.__new__(NewTokenRatio)
-        state = new.__dict__
-        state.update(self.__dict__, current=current)
-        state.pop("_lineage", None)
-        return new
+        """This tracker with ``current``."""
+        return NewTokenRatio(
+            self.init_ratio, self.min_ratio, self.decay_per_step, current,
+            self.retract_decode_steps,
+        )  # fmt: skip
 
-    def decay_path(self, steps: int) -> Iterator[float]:
+    def decay_path(self, steps: int) -> list[float]:
         """``current`` after each of the next ``steps`` decode steps (:meth:`decayed` while
         above ``min_ratio``, then constant)."""
-        path, index = self._path()
+        path = self._path()
+        index = self._index
         end = index + steps
         _extend(path, end, self.min_ratio, self.decay_per_step)
         ahead = path[index + 1 : end + 1]
-        return chain(ahead, repeat(path[-1], steps - len(ahead)))
+        if len(ahead) < steps:
+            ahead.extend([path[-1]] * (steps - len(ahead)))
+        return ahead
 
-    def _path(self) -> tuple[list[float], int]:
-        """The decay path ``current`` lies on (:func:`_extend`) and where: the path is
-        shared by every tracker that decayed from the same value, so that the values are
-        computed once."""
-        lineage = self.__dict__.get("_lineage")
-        if lineage is not None:
-            return lineage
+    def _path(self) -> list[float]:
+        """The decay path ``current`` lies on (:func:`_extend`; at :attr:`_index`): the path
+        is shared by every tracker that decayed from the same value."""
+        path = self._on
+        if path is not None:
+            return path
         key = (self.current, self.min_ratio, self.decay_per_step)
-        path = _PATHS.get(key)
-        if path is None:
+        found = _PATHS.get(key)
+        if found is None:
             if len(_PATHS) >= _PATHS_KEPT:
                 del _PATHS[next(iter(_PATHS))]  # (the oldest)
-            path = _PATHS[key] = [self.current]
-        lineage = self.__dict__["_lineage"] = (path, 0)
-        return lineage
+            found = _PATHS[key] = [self.current]
+        self._on, self._index = found, 0
+        return found
 
     def reset(self) -> NewTokenRatio:
         """When the scheduler is fully idle: back to ``init_ratio``."""

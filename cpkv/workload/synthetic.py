@@ -36,6 +36,7 @@ from cpkv.core.schema import FieldError, require
 from cpkv.core.schema.limits import Tokens
 from cpkv.workload.lengths import LengthsFile, read_lengths, split_prompt
 from cpkv.workload.request import Request, new_request
+from cpkv.workload.sampling import RequestSampler, TokenSampler
 
 
 @dataclass(frozen=True)
@@ -116,53 +117,9 @@ class SyntheticSpec:
 DEFAULT_SYNTHETIC = SyntheticSpec()
 
 
-def _sampler(dist: TokenDist, rng: random.Random):
-    """A no-argument function drawing one value of ``dist`` from ``rng``."""
-    draw_zero, zero = rng.random, dist.zero_fraction
-    if dist.choices is not None:
-        pick, values = rng.choice, dist.choices
-        value = _fast_choice(rng, values) or (lambda: pick(values))
-    else:
-        randint, low, high = rng.randint, dist.low, dist.high
-
-        def value() -> int:
-            return randint(low, high)
-
-    if zero <= 0:
-        return value
-
-    def maybe_zero() -> int:
-        return 0 if draw_zero() < zero else value()
-
-    return maybe_zero
-
-
-def _fast_choice(rng: random.Random, values: Any) -> Any:
-    """A no-argument ``rng.choice(values)`` in fewer steps: ``values[r]`` for the first
-    ``r = rng.getrandbits(n.bit_length()) < n`` (``n = len(values)``), which is how
-    ``random.Random.choice`` draws its index. None (use ``rng.choice``) unless the two give the
-    same values and leave the generator in the same state, tried on copies of ``rng``."""
-    n = len(values)
-    if not n or type(rng) is not random.Random:
-        return None
-    getrandbits, bits = rng.getrandbits, n.bit_length()
-
-    def value() -> Any:
-        r = getrandbits(bits)
-        while r >= n:
-            r = getrandbits(bits)
-        return values[r]
-
-    state = rng.getstate()
-    try:
-        plain = [rng.choice(values) for _ in range(64)]
-        after = rng.getstate()
-        rng.setstate(state)
-        fast = [value() for _ in range(64)]
-        same = fast == plain and rng.getstate() == after
-    finally:
-        rng.setstate(state)
-    return value if same else None
+def _sampler(dist: TokenDist, rng: random.Random) -> TokenSampler:
+    """The sampler of one value of ``dist`` from ``rng``."""
+    return TokenSampler(rng, dist.choices, dist.low, dist.high, dist.zero_fraction)
 
 
 def synthetic_requests(spec) -> tuple[Request, ...]:  # spec: WorkloadSpec
@@ -193,13 +150,11 @@ def synthetic_sampler(spec) -> Any:
         rows, pick = read_lengths(syn.lengths), rng.randrange
 
         def from_file() -> tuple[int, int, int, int]:
-            a, b = l1(), l2()
+            a, b = l1.draw(), l2.draw()
             prompt, output = rows[pick(len(rows))]
             return (*split_prompt(prompt, a, b), output)
 
         return from_file
     ext = _sampler(syn.extend_tokens, rng)
-    if syn.max_new_tokens is None:
-        return lambda: (l1(), l2(), ext(), None)
-    mx = _sampler(syn.max_new_tokens, rng)
-    return lambda: (l1(), l2(), ext(), mx())
+    mx = None if syn.max_new_tokens is None else _sampler(syn.max_new_tokens, rng)
+    return RequestSampler(l1, l2, ext, mx).draw

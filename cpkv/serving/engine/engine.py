@@ -47,6 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
 from cpkv.serving.engine.handoff import BuiltRequests, Handoffs, HeldKv, receive
 from cpkv.serving.engine.instance import Instance, new_counters
@@ -121,7 +122,7 @@ class Engine(Instance):
         self.lane: PrefillLane | None = (
             PrefillLane(s.chunk_tokens) if self.scheduler.uses_lane else None
         )
-        self.ratio = s.ratio
+        self.ratio: NewTokenRatio = s.ratio
         self.now, self.iterations, self.stamp, self.stalled = 0.0, 0, 0, 0
         self.hits = PrefixHits(cache, s.block_size)
         self.hit = self.hits.hit

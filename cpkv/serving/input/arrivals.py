@@ -28,6 +28,7 @@ from typing import Any
 
 from cpkv.core.errors import ConfigError
 from cpkv.serving.model.request import Req
+from cpkv.workload.sampling import ExponentialSampler
 
 INF = float("inf")
 COPY_HASH_STRIDE = 1 << 52
@@ -111,10 +112,10 @@ def _zeros(count: int | None) -> Iterator[float]:
 
 
 def _poisson(count: int | None, rate_rps: float, seed: int) -> Iterator[float]:
-    draw = random.Random(seed).expovariate
+    gaps = ExponentialSampler(random.Random(seed), rate_rps)
     t, n = 0.0, 0
     while count is None or n < count:
-        t += draw(rate_rps) * 1000.0
+        t += gaps.draw() * 1000.0
         yield t
         n += 1
 
@@ -158,12 +159,13 @@ def synthetic_arrivals(
 
     draw_request = synthetic_sampler(spec)
     poisson = arrivals.process == "poisson"
-    draw, rate, t, us = random.Random(seed).expovariate, arrivals.rate_rps, 0.0, 0.0
+    gaps = ExponentialSampler(random.Random(seed), arrivals.rate_rps) if poisson else None
+    t, us = 0.0, 0.0
     for k in range(spec.synthetic.count):
         a, b, e, mx = draw_request()
         max_new = default_max_new_tokens if mx is None else mx
-        if poisson:
-            t += draw(rate) * 1000.0
+        if gaps is not None:
+            t += gaps.draw() * 1000.0
             us = t * 1000.0
         yield k, f"s{k}", us, a + b + e, max_new, a, b, None
 

@@ -6,8 +6,8 @@ from the pool's aggregates and the ratio's decay alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.serving.model.kv_pool import KvPool
 
 
@@ -21,7 +21,9 @@ def decode_steps_ahead(pool: KvPool) -> int:
     return pool.fitting_steps(finish_step - pool.decode_steps)
 
 
-def lookahead(pool: KvPool, ratio: Any, limit: int) -> Iterator[tuple[int, int, int, float]]:
+def lookahead(
+    pool: KvPool, ratio: NewTokenRatio, limit: int
+) -> Iterator[tuple[int, int, int, float]]:
     """For each of the next iterations (at most ``limit``) while only decode steps happen
     in them: ``(free blocks, decode tokens, running headroom tokens, new_token_ratio)`` as
     the scheduler will see them, after that iteration's decode step (``ratio``: the
@@ -36,7 +38,7 @@ def lookahead(pool: KvPool, ratio: Any, limit: int) -> Iterator[tuple[int, int, 
         yield free - pool.needed_blocks(j), running, pool.headroom_tokens(j), current
 
 
-def memory_refusals(pool: KvPool, ratio: Any, skip: int, limit: int, tokens: int) -> int:
+def memory_refusals(pool: KvPool, ratio: NewTokenRatio, skip: int, limit: int, tokens: int) -> int:
     """Of the iterations :func:`lookahead` would give (at most ``limit``), after its first
     ``skip``: how many in a row leave the pass's memory budget, ``free blocks x block size
     - (decode tokens + headroom x ratio)``, at most ``tokens`` (the memory check of a
@@ -50,9 +52,9 @@ def memory_refusals(pool: KvPool, ratio: Any, skip: int, limit: int, tokens: int
     needed = pool.needed_blocks(skip)  # grows by one phase's count a step
     headroom, per_step = pool.headroom_tokens(skip), pool.n_unclipped
     refused = 0
-    for j, current in enumerate(ratio.decay_path(_steps(pool, limit))):
-        if j < skip:
-            continue
+    path = ratio.decay_path(_steps(pool, limit))
+    for j in range(skip, len(path)):
+        current = path[j]
         needed += by_step[at + j % block]
         headroom -= per_step
         if tokens < (free - needed) * block - (running + headroom * current):
