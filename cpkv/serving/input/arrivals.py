@@ -124,9 +124,8 @@ def as_reqs(rows: Iterable[tuple]) -> Iterator[Req]:
     """Arrival rows (``Req``'s arguments: index, rid, arrival (µs), prompt, max_new, L1
     and L2 hits, hashes) as Reqs. The lazy sources below give rows, so that a process that
     only draws them never builds a Req."""
-    new = Req
     for i, rid, us, prompt, max_new, l1, l2, hashes in rows:
-        yield new(i, rid, us, prompt, max_new, l1, l2, hashes)
+        yield Req(i, rid, us, prompt, max_new, l1, l2, hashes)
 
 
 def drawn_in_order(

@@ -13,42 +13,48 @@ passed over, usually none or one).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from cpkv.serving.model.request import Req
 
 
-class Admit(NamedTuple):
+class Admit:
     """A request leaves the queue: its L1 prefix (no pool blocks), its L2 hit as looked up
     (loaded back when at least ``load_back_threshold`` tokens) and the tokens its blocks
     reserve (None: only its prompt's)."""
 
-    device_prefix: int
-    host_hit: int
-    reserve_tokens: int | None = None
+    def __init__(
+        self, device_prefix: int, host_hit: int, reserve_tokens: int | None = None
+    ) -> None:
+        self.device_prefix = device_prefix
+        self.host_hit = host_hit
+        self.reserve_tokens = reserve_tokens
 
 
-class Prefill(NamedTuple):
+class Prefill:
     """One prefill row: ``tokens`` of ``request``'s prompt this iteration."""
 
-    request: Req
-    tokens: int
+    def __init__(self, request: Req, tokens: int) -> None:
+        self.request = request
+        self.tokens = tokens
 
 
-class Plan(NamedTuple):
+class Plan:
     """One iteration's prefill side (module docstring); ``uniform``: every prefilling
     request but the last ``held`` computes ``min(left, chunk)`` tokens by its lane's rule
     (:class:`~cpkv.serving.model.prefill_lane.PrefillLane`) and has no row; the last
     ``held`` (where a budget runs out) compute their rows' tokens, or none without a row."""
 
-    admitted: list[tuple[Req, Admit]]
-    prefills: list[Prefill]
-    stops: list[str]
-    uniform: bool = False
-    held: int = 0
+    def __init__(
+        self, admitted: list[tuple[Req, Admit]], prefills: list[Prefill], stops: list[str],
+        uniform: bool = False, held: int = 0,
+    ) -> None:  # fmt: skip
+        self.admitted = admitted
+        self.prefills = prefills
+        self.stops = stops
+        self.uniform = uniform
+        self.held = held
 
 
-class Quiet(NamedTuple):
+class Quiet:
     """The iterations, the next one included, whose plans the scheduler knows without being
     asked, as long as nothing but decode steps and those prefill chunks happens in them (no
     arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
@@ -56,9 +62,10 @@ class Quiet(NamedTuple):
     each prefilling request computing its lane's chunk (without it, none may be
     prefilling)."""
 
-    steps: int
-    stop: str | None = None
-    uniform: bool = False
+    def __init__(self, steps: int, stop: str | None = None, uniform: bool = False) -> None:
+        self.steps = steps
+        self.stop = stop
+        self.uniform = uniform
 
 
 NOT_QUIET = Quiet(0)
