@@ -53,7 +53,7 @@ class PrefillAdder:
         self.rem_chunk = (
             None if chunked_prefill_size is None else chunked_prefill_size - mixed_decode_tokens
         )
-        total: float = mixed_decode_tokens
+        total = float(mixed_decode_tokens)
         reservation = self._reservation
         for r in running.reqs:
             total += reservation(r)

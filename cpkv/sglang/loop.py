@@ -34,6 +34,7 @@ from typing import Any
 
 from cpkv.sglang.adder import CONTINUE, NO_TOKEN, OTHER, PrefillAdder
 from cpkv.sglang.config import LoopConfig
+from cpkv.sglang.listener import Listener
 from cpkv.sglang.memory import KvPool
 from cpkv.sglang.radix import RadixTree, dfs_weight_order
 from cpkv.sglang.request import Req
@@ -81,8 +82,7 @@ class Batch:
         self.extend_num_tokens = 0  # set when it extends; a decode keeps what it had
 
     def copy(self) -> Batch:
-        other = Batch.__new__(Batch)
-        other.reqs, other.batch_is_full = list(self.reqs), self.batch_is_full
+        other = Batch(list(self.reqs), self.batch_is_full)
         other.mode, other.rows, other.decoding = self.mode, self.rows, self.decoding
         other.chunked, other.end_us = self.chunked, self.end_us
         other.ct, other.start_us = self.ct, self.start_us
@@ -109,36 +109,12 @@ def prefill_work(r: Req) -> int:
     return work if work > 1 else 1
 
 
-class Listener:
-    """What the loop tells its caller; the defaults do nothing."""
-
-    def launch(self, batch: Batch) -> None:
-        """``batch`` runs now (set ``batch.end_us``)."""
-
-    def first_token(self, req: Req, batch: Batch) -> None:
-        """``req`` got its first output token at the end of ``batch`` (every token it gets
-        sets ``req.last_token_us``)."""
-
-    def finished(self, req: Req, batch: Batch) -> None:
-        """``req`` finished at the end of ``batch``."""
-
-    def emitted(self, batch: Batch) -> None:
-        """Requests with a token before got one from ``batch`` (its ``gaps`` and ``late``)."""
-
-    def retracted(self, req: Req, held_tokens: int) -> None:
-        """``req`` went back to the queue with its outputs, freeing the ``held_tokens`` KV
-        slots it had (the tree keeps what it had inserted of them)."""
-
-    def preempted(self, req: Req) -> None:
-        """``req`` gave way to a higher-priority request and went back to the queue."""
-
-
 class Loop:
     """One SGLang server's scheduler (see the module docstring)."""
 
-    def __init__(self, config: LoopConfig, listener: Listener | None = None) -> None:
+    def __init__(self, config: LoopConfig, listener: Any = None) -> None:
         self.config = c = config
-        self.listener = listener or Listener()
+        self.listener: Any = Listener() if listener is None else listener  # (a Listener)
         self.pool = KvPool(
             c.max_total_num_tokens, c.page_size, c.max_running_requests, c.disable_radix_cache,
             c.hicache_tokens,

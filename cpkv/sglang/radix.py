@@ -61,6 +61,9 @@ class Node:
     def __lt__(self, other: Node) -> bool:
         return self.last_access < other.last_access
 
+    def __hash__(self) -> int:  # (by identity; compiled, a class with __lt__ has no hash)
+        return id(self)
+
 
 class Match(NamedTuple):
     """A match: the device prefix and its last node, then the host hit after it and the
@@ -242,10 +245,11 @@ class RadixTree:
         """``node`` and its ancestors were used now, the deeper the later (an ancestor is a
         device leaf too when its children are on the host only)."""
         stamp = self._tick()
-        while node is not None:
-            self._use(node, stamp)
+        on: Node | None = node
+        while on is not None:
+            self._use(on, stamp)
             stamp -= 0.00001
-            node = node.parent  # type: ignore[assignment]
+            on = on.parent
 
     def _split(self, child: Node, length: int) -> Node:
         """Split ``child`` after ``length`` tokens; returns the new parent of the rest."""

@@ -26,7 +26,8 @@ from array import array
 from typing import Any
 
 from cpkv.sglang.config import LoopConfig
-from cpkv.sglang.loop import DECODE, Batch, Listener, Loop
+from cpkv.sglang.listener import Listener
+from cpkv.sglang.loop import DECODE, Batch, Loop
 from cpkv.sglang.request import Req
 
 SGLANG_VERSION = "0.5.23"

@@ -262,7 +262,7 @@ class Engine(Instance):
         while arrivals.next_us <= now:
             r = arrivals.pop()
             if never(r):
-                self.reject(r, "exceeds_kv_capacity")
+                self.reject(r, "exceeds_kv_capacity", now)
                 continue
             r.state, r.fill_tokens = WAITING, r.prompt_tokens
             self.waiting.append(r)
@@ -611,7 +611,7 @@ class Engine(Instance):
             key = f"kv_growth_{phase}"
             counts[key] = counts.get(key, 0) + 1
             if self.settings.on_preempt == "abort":
-                self.reject(r, "preempted")
+                self.reject(r, "preempted", self.now)
                 continue
             r.fill_tokens = r.prompt_tokens + r.generated
             r.filled_tokens = r.device_prefix = r.host_hit = r.kv_tokens = 0

@@ -164,7 +164,7 @@ def receive(engine: Any) -> None:
     while arrivals.next_us <= now:
         r = arrivals.pop()
         if not built.fits_alone(r):
-            engine.reject(r, "exceeds_kv_capacity")
+            engine.reject(r, "exceeds_kv_capacity", now)
             continue
         r.state = WAITING
         built.queue.append(r)

@@ -29,11 +29,11 @@ def new_counters() -> dict[str, Any]:
 
 class Instance:
     """The part of a serving instance the driver sees besides its own ``advance(until_us)``
-    and ``close()``; a subclass sets ``arrivals``, ``counters`` and ``now``."""
+    and ``close()``; a subclass sets ``arrivals``, ``counters`` and ``sink``."""
 
     arrivals: Any
     counters: dict[str, Any]
-    now: float
+    sink: Any
 
     def deliver(self, r: Req) -> None:
         """``r`` arrived (at ``r.arrival_us``, not before the requests delivered so far); it
@@ -51,13 +51,14 @@ class Instance:
     def close(self) -> Any:  # pragma: no cover (each engine's own)
         raise NotImplementedError
 
-    def reject(self, r: Req, reason: str) -> None:
-        """``r`` cannot be served (``reason``): it ends now, counted by reason."""
-        r.state, r.reject_reason, r.finished_us = REJECTED, reason, self.now
+    def reject(self, r: Req, reason: str, now: float) -> None:
+        """``r`` cannot be served (``reason``): it ends ``now`` (the engine's clock),
+        counted by reason."""
+        r.state, r.reject_reason, r.finished_us = REJECTED, reason, now
         rejects = self.counters["rejects"]
         rejects[reason] = rejects.get(reason, 0) + 1
         self.ended(r)
 
     def ended(self, r: Req) -> None:
         """``r`` reached a terminal state (the engine's sink takes it)."""
-        self.sink.done(r)  # type: ignore[attr-defined]
+        self.sink.done(r)

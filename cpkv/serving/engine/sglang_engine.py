@@ -40,7 +40,7 @@ from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
-from cpkv.sglang import Batch, Listener, Loop, LoopConfig
+from cpkv.sglang import Batch, Loop, LoopConfig
 from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
 from cpkv.sglang.tokens import TokenRuns
@@ -96,7 +96,7 @@ def prompt_tokens(r: Req, trace_block: int | None) -> range | TokenRuns:
     return TokenRuns.of(runs)
 
 
-class SglangEngine(Instance, Listener):
+class SglangEngine(Instance):
     """One serving instance under SGLang's scheduler loop; the driver interface of
     :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
 
@@ -218,10 +218,10 @@ class SglangEngine(Instance, Listener):
             r = arrivals.pop()
             paged = -(-r.prompt_tokens // page) * page
             if paged > self.never_fits:
-                self.reject(r, "exceeds_kv_capacity")
+                self.reject(r, "exceeds_kv_capacity", now)
                 continue
             if r.prompt_tokens >= c.context_len:
-                self.reject(r, "exceeds_context_len")
+                self.reject(r, "exceeds_context_len", now)
                 continue
             r.state = WAITING
             prompt = prompt_tokens(r, trace_block)
@@ -234,7 +234,7 @@ class SglangEngine(Instance, Listener):
             self.live[r.index] = req
             self.loop.add_request(req)
 
-    # -- the loop's events (Listener) ------------------------------------------------------
+    # -- the loop's events (a Listener's) ---------------------------------------------------
     def launch(self, batch: Batch) -> None:
         loop, counters = self.loop, self.counters
         start = self.now

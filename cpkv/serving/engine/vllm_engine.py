@@ -128,7 +128,8 @@ class VllmEngine(Instance):
         self.scheduler = Scheduler(settings.config)
         self.arrivals = Arrivals(arrivals)
         self.reqs: dict[str, Req] = {}
-        self.now, self.iterations = 0.0, 0
+        self.now = 0.0
+        self.iterations = 0
         self.stop_counts: dict[str, int] = {}
         self.counters = new_counters()
         self.fast = True  # decode-only steps in closed form (False: every step in full)
@@ -173,7 +174,7 @@ class VllmEngine(Instance):
         while arrivals.next_us <= now:
             r = arrivals.pop()
             if r.prompt_tokens >= max_model_len:
-                self.reject(r, "exceeds_max_model_len")
+                self.reject(r, "exceeds_max_model_len", now)
                 continue
             r.state = WAITING
             request = Request.sized(
