@@ -100,8 +100,10 @@ class Scheduler:
         request.stop_at = min(
             self.config.max_model_len, request.num_prompt_tokens + request.max_tokens
         )
-        if self.config.enable_prefix_caching:
-            # (its blocks' keys, as vLLM hashes a prompt's blocks when the request is made)
+        if self.config.enable_prefix_caching and request.content is None:
+            # its blocks' keys, as vLLM hashes a prompt's blocks when the request is made (a
+            # request known by its blocks' names is keyed at its first lookup: a long queue
+            # of them holds no keys)
             self.kv.block_keys(request, request.stop_at // self.config.block_size)
         self.waiting.add(request)
         self.requests[request.request_id] = request
