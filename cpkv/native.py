@@ -1,5 +1,5 @@
-"""The modules compiled with mypyc (cpkv's serving loop, vLLM's scheduler model), and whether
-this process runs them compiled.
+"""The modules compiled with mypyc (the serving engines: cpkv's loop, SGLang's loop, vLLM's
+scheduler model), and whether this process runs them compiled.
 
 :data:`COMPILED` is the one list of them. ``setup.py`` reads it by parsing this file (without
 importing cpkv) and compiles the modules as one group: the group's shared library

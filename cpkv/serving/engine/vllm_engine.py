@@ -128,8 +128,7 @@ class VllmEngine(Instance):
         self.scheduler = Scheduler(settings.config)
         self.arrivals = Arrivals(arrivals)
         self.reqs: dict[str, Req] = {}
-        self.now = 0.0
-        self.iterations = 0
+        self.now, self.iterations = 0.0, 0
         self.stop_counts: dict[str, int] = {}
         self.counters = new_counters()
         self.fast = True  # decode-only steps in closed form (False: every step in full)

@@ -157,15 +157,11 @@ def synthetic_arrivals(
     from cpkv.workload.synthetic import synthetic_sampler
 
     draw_request = synthetic_sampler(spec)
-    poisson = arrivals.process == "poisson"
-    gaps = ExponentialSampler(random.Random(seed), arrivals.rate_rps) if poisson else None
-    t, us = 0.0, 0.0
+    times = arrival_times(None, arrivals, seed)
     for k in range(spec.synthetic.count):
         a, b, e, mx = draw_request()
         max_new = default_max_new_tokens if mx is None else mx
-        if gaps is not None:
-            t += gaps.draw() * 1000.0
-            us = t * 1000.0
+        us = 0.0 if times is None else next(times) * 1000.0
         yield k, f"s{k}", us, a + b + e, max_new, a, b, None
 
 
