@@ -43,6 +43,8 @@ COMPILED = (
     "cpkv.serving.cost.roofline",
     "cpkv.serving.input.arrivals",
     "cpkv.workload.sampling",
+    "cpkv.serving.record.spill",
+    "cpkv.serving.record.token_gaps",
     "cpkv.serving.record.iteration_log",
     "cpkv.serving.record.requests",
     "cpkv.serving.engine.stretch",

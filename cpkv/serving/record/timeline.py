@@ -12,8 +12,10 @@ spent in each. Per bucket (:meth:`TimelineSums.rows`): ``t_s`` (the bucket's sta
 ``waiting_mean`` (time-weighted over the bucket), ``<part>_ms``, ``busy_pct``, ``mfu_pct``
 (:func:`~cpkv.serving.cost.report.breakdown_row`).
 
-Most iterations lie inside one bucket: their sums are taken per bucket at once
-(``np.bincount``); the few that cross an edge are split one by one.
+Most iterations lie inside one bucket: the iterations come in time order, and each run of
+them that starts in one bucket is summed at once (``np.add.reduceat``); the few that cross
+an edge are then taken out of their first bucket and split one by one (the sums agree with
+adding each part in turn within rounding).
 """
 
 from __future__ import annotations
@@ -44,25 +46,32 @@ class TimelineSums:
         if not n:
             return
         self.seen = True
-        points, width = self.points, self.width
+        width = self.width
         bucket = np.minimum((t0 / width).astype(np.int64), self.last)
         stop = t0 + dt
         crossing = (bucket < self.last) & (stop > (bucket + 1) * width)
-        inside = ~crossing
-        k = bucket[inside]
+        # each run of iterations in one bucket (the iterations come in time order: a run a
+        # bucket) summed at once, every iteration into its first bucket ...
+        starts = np.concatenate(([0], np.flatnonzero(bucket[1:] != bucket[:-1]) + 1))
+        k = bucket[starts]
         for s, values in enumerate(series):
-            self.kv[:, s] += np.bincount(k, (values * dt)[inside], points)
-        np.maximum.at(self.peak, bucket, series[0])
+            np.add.at(self.kv[:, s], k, np.add.reduceat(values * dt, starts))
+        np.maximum.at(self.peak, k, np.maximum.reduceat(series[0], starts))
+        count = np.diff(np.append(starts, n))
         for c, column in enumerate(columns):
             if isinstance(column, float):
                 if column:
-                    self.parts[:, c] += column * np.bincount(k, minlength=points)
+                    np.add.at(self.parts[:, c], k, column * count)
             else:
-                self.parts[:, c] += np.bincount(k, column[inside], points)
+                np.add.at(self.parts[:, c], k, np.add.reduceat(column, starts))
+        # ... then an iteration that crosses an edge taken out of it and split over its buckets
         for i in np.flatnonzero(crossing).tolist():
             values = np.array([float(v[i]) for v in series])
             row = np.array([c if isinstance(c, float) else float(c[i]) for c in columns])
-            self._split(float(t0[i]), float(stop[i]), int(bucket[i]), values, row)
+            first = int(bucket[i])
+            self.kv[first] -= values * float(dt[i])
+            self.parts[first] -= row
+            self._split(float(t0[i]), float(stop[i]), first, values, row)
 
     def _split(self, t: float, stop: float, k: int, values: Any, row: Any) -> None:
         """An iteration from ``t`` to ``stop`` (first bucket ``k``) that crosses an edge."""

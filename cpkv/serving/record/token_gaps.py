@@ -48,11 +48,11 @@ class Gaps:
     """A batch of records, one array a field (``weight`` in float64: whole numbers, exact
     below 2**53)."""
 
-    iteration: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
-    n: np.ndarray
-    weight: np.ndarray
+    iteration: Any  # each a numpy array
+    a: Any
+    b: Any
+    n: Any
+    weight: Any
 
     @classmethod
     def of(cls, data: bytes) -> Gaps:
@@ -86,7 +86,6 @@ class GapLog:
     def __init__(self, keep: bool = False, spill_dir: Any = None) -> None:
         self.buffer = bytearray()
         self.pending = 0
-        self.pack = RECORD.pack
         self.spilled = Spill(keep, spill_dir, "cpkv-gaps-")
         self.withdrawn: list[tuple[int, int]] = []
         self.low, self.high = np.inf, -np.inf  # the least and the greatest value logged
@@ -95,7 +94,7 @@ class GapLog:
     def point(self, iteration: int, value: float, weight: int) -> None:
         """``weight`` gaps of ``value`` µs: of iteration ``iteration``'s duration, or one
         gap of several iterations (``iteration`` -1)."""
-        self.buffer += self.pack(iteration, value, 0.0, 1, weight)
+        self.buffer += RECORD.pack(iteration, value, 0.0, 1, weight)
         self.pending += 1
         if self.pending >= FLUSH_RECORDS:
             self.flush()
@@ -106,7 +105,7 @@ class GapLog:
         first value is kept as ``a + b first``, the others follow by ``b``)."""
         if stop <= first:
             return
-        self.buffer += self.pack(iteration, a + b * first, b, stop - first, weight)
+        self.buffer += RECORD.pack(iteration, a + b * first, b, stop - first, weight)
         self.pending += 1
         if self.pending >= FLUSH_RECORDS:
             self.flush()
