@@ -52,6 +52,7 @@ COMPILED = (
     "cpkv.serving.engine.engine",
     "cpkv.serving.engine.sglang_engine",
     "cpkv.serving.engine.vllm_engine",
+    "cpkv.serving.engine.vllm_stretch",
     "cpkv.sglang.config",
     "cpkv.sglang.request",
     "cpkv.sglang.radix",

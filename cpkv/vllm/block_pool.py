@@ -211,18 +211,19 @@ class BlockPool:
         """Cache a full block under ``key`` (beside any other block already cached under it)."""
         key_of, cached = self.key_of, self._cached
         old = key_of[block]
-        if old == key:
-            return
         entry: int | dict[int, None] | None
-        if old is not None:  # (a held block named again: it leaves its old key)
-            entry = cached.pop(old)
+        if old is not None:
+            if old == key:
+                return
+            entry = cached.pop(old)  # (a held block named again: it leaves its old key)
             if entry != block:
                 self._uncache_shared(old, entry, block)
         key_of[block] = key
-        entry = cached.get(key)
-        if entry is None:
-            cached[key] = block
-        elif type(entry) is int:
+        held = len(cached)
+        entry = cached.setdefault(key, block)
+        if len(cached) > held:  # (the key was not cached: the block is its one entry)
+            return
+        if type(entry) is int:
             cached[key] = {entry: None, block: None}
         else:
             entry[block] = None

@@ -40,6 +40,7 @@ from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
+from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.sglang import Batch, Loop, LoopConfig
 from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
@@ -101,7 +102,7 @@ class SglangEngine(Instance):
     :class:`~cpkv.serving.engine.engine.Engine` (``deliver``, ``advance``, ``run``, ``close``)."""
 
     def __init__(
-        self, settings: SglangSettings, *, sink: Any, samples: Any,
+        self, settings: SglangSettings, *, sink: Any, samples: IterationLog,
         arrivals: Iterable[Req] | None = None, stretches: bool = True,
     ) -> None:  # fmt: skip
         self.settings, self.sink, self.samples = settings, sink, samples
@@ -285,12 +286,21 @@ class SglangEngine(Instance):
         before), or the time since the token before."""
         if batch.gaps:
             self.gaps.point(batch.ct - 1, batch.end_us - batch.start_us, batch.gaps)
-        if batch.late:
-            counts: dict[float, int] = {}
-            for before in batch.late:
-                counts[before] = counts.get(before, 0) + 1
-            for before, count in counts.items():
-                self.gaps.point(-1, batch.end_us - before, count)
+        late = batch.late
+        if not late:
+            return
+        first = late[0]
+        for before in late:
+            if before != first:
+                break
+        else:  # (the usual case: every late token before came at one time)
+            self.gaps.point(-1, batch.end_us - first, len(late))
+            return
+        counts: dict[float, int] = {}
+        for before in late:
+            counts[before] = counts.get(before, 0) + 1
+        for before, count in counts.items():
+            self.gaps.point(-1, batch.end_us - before, count)
 
     def finished(self, req: LoopReq, batch: Batch) -> None:
         r = req.tag

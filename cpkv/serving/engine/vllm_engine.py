@@ -41,6 +41,7 @@ from cpkv.serving.engine.stretch import DecodeLines
 from cpkv.serving.engine.vllm_stretch import blocking, decode_stretches
 from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
+from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.vllm.config import SchedulerConfig
 from cpkv.vllm.request import Request, extend_own_keys, own_keys
 from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
@@ -120,7 +121,7 @@ class VllmEngine(Instance):
         settings: VllmSettings,
         *,
         sink: Any,
-        samples: Any,
+        samples: IterationLog,
         arrivals: Iterable[Req] | None = None,
     ) -> None:
         self.settings, self.sink, self.samples = settings, sink, samples

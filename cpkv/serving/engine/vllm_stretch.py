@@ -34,10 +34,14 @@ by one in the last bits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpkv.serving.model.request import FINISHED
 from cpkv.vllm.decode import DecodeSteps
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.vllm_engine import VllmEngine
+    from cpkv.vllm.request import Request
 
 
 def blocking(stop: str, config: Any) -> bool:
@@ -46,7 +50,7 @@ def blocking(stop: str, config: Any) -> bool:
     return stop == "max_num_seqs" or (stop == "kv_blocks" and config.scheduler_reserve_full_isl)
 
 
-def decode_stop(engine: Any, running: int) -> str | None:
+def decode_stop(engine: VllmEngine, running: int) -> str | None:
     """What stops admission in a decode-only step of ``running`` requests (None: the queue
     is empty, which the engine does not count), as :func:`~cpkv.vllm.scheduler.admission_stop`
     would name it."""
@@ -61,7 +65,7 @@ def decode_stop(engine: Any, running: int) -> str | None:
     return "kv_blocks"
 
 
-def decode_stretches(engine: Any, horizon: float) -> int:
+def decode_stretches(engine: VllmEngine, horizon: float) -> int:
     """The instance's decode-only steps from ``engine.now`` up to the next event (module
     docstring), stretch after stretch; how many steps ran (0: a full step comes next)."""
     scheduler = engine.scheduler
@@ -104,7 +108,9 @@ def decode_stretches(engine: Any, horizon: float) -> int:
     return ran
 
 
-def _gaps(engine: Any, running: list, k: int, now: float, first: float, slope: float) -> int:
+def _gaps(
+    engine: VllmEngine, running: list[Request], k: int, now: float, first: float, slope: float
+) -> int:
     """The token gaps of ``k`` decode-only steps from ``now`` (durations ``first + slope
     j``), and each running request's last token's iteration (the last step's): when every
     running request had its token before at the end of the step before, the gaps each step
@@ -129,7 +135,9 @@ def _gaps(engine: Any, running: list, k: int, now: float, first: float, slope: f
     return 0
 
 
-def _account(engine: Any, running: list, k: int, finished: list[str], end: float) -> None:
+def _account(
+    engine: VllmEngine, running: list[Request], k: int, finished: list[str], end: float
+) -> None:
     """The engine's side of ``k`` decode-only steps: tokens, iterations, the finishes."""
     reqs = engine.reqs
     for request in running:
