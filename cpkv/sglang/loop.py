@@ -385,13 +385,15 @@ class Loop:
                 )
             self.chunked_req = chunked = adder.add_chunked_req(chunked)
         adder.one_chunked = self.order == SHORTEST_PREFILL and chunked is not None
+        scanned_from = len(adder.can_run)  # (the chunked request, not a waiting one, before)
         self._scan(adder, running)
         can_run = adder.can_run
         if not can_run:
             self._requeue_preempted(adder)
             return None, running
-        taken = set(can_run)
-        self.waiting = [r for r in self.waiting if r not in taken]
+        # The scan admits the queue's head in order: each candidate it admits is the next
+        # waiting request, and the first it does not admit ends it.
+        del self.waiting[: len(can_run) - scanned_from]
         self._requeue_preempted(adder)
         if adder.new_chunked is not None:
             self.chunked_req = chunked = adder.new_chunked
