@@ -48,6 +48,7 @@ COMPILED = (
     "cpkv.serving.record.iteration_log",
     "cpkv.serving.record.requests",
     "cpkv.serving.engine.stretch",
+    "cpkv.serving.engine.handoff",
     "cpkv.serving.engine.instance",
     "cpkv.serving.engine.engine",
     "cpkv.serving.engine.sglang_engine",

@@ -65,8 +65,21 @@ class _Renumbered:
 
     def __init__(self, r: Req, index: int) -> None:
         self.index = index
-        for name in _Renumbered.__slots__[1:]:
-            setattr(self, name, getattr(r, name))
+        self.rid = r.rid
+        self.arrival_us = r.arrival_us
+        self.admitted_us = r.admitted_us
+        self.first_token_us = r.first_token_us
+        self.finished_us = r.finished_us
+        self.prompt_tokens = r.prompt_tokens
+        self.max_new_tokens = r.max_new_tokens
+        self.generated = r.generated
+        self.prefilled = r.prefilled
+        self.preemptions = r.preemptions
+        self.recomputed = r.recomputed
+        self.l1_hit = r.l1_hit
+        self.l2_hit = r.l2_hit
+        self.state = r.state
+        self.reject_reason = r.reject_reason
 
 
 @dataclass

@@ -40,10 +40,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cpkv.serving.model.request import WAITING, Req
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
+
+if TYPE_CHECKING:
+    from cpkv.serving.engine.engine import Engine
+    from cpkv.serving.model.kv_pool import KvPool
 
 INF = float("inf")
 
@@ -64,7 +68,7 @@ class HeldKv:
         heapq.heappush(self.heap, (release_us, self.seq, kv, reserved))
         self.next_us = self.heap[0][0]
 
-    def release_due(self, pool: Any, now: float) -> None:
+    def release_due(self, pool: KvPool, now: float) -> None:
         """Free the blocks whose sends ended by ``now``."""
         heap = self.heap
         while heap and heap[0][0] <= now:
@@ -72,7 +76,7 @@ class HeldKv:
             pool.release_kv(kv, reserved)
         self.next_us = heap[0][0] if heap else INF
 
-    def release_all(self, pool: Any) -> None:
+    def release_all(self, pool: KvPool) -> None:
         """The run ended: every send ends, every block is freed."""
         self.release_due(pool, INF)
 
@@ -122,7 +126,7 @@ class BuiltRequests:
         kv_blocks = -(-(r.prompt_tokens + 1) // self.block)
         return need <= self.capacity_tokens and kv_blocks * self.block <= self.capacity_tokens
 
-    def admit(self, engine: Any) -> None:
+    def admit(self, engine: Engine) -> None:
         """Admit the queue's head while the rule allows (module docstring)."""
         pool, queue, reserved = engine.pool, self.queue, self.reserved
         n = pool.n_running
@@ -157,7 +161,7 @@ def _clipped(r: Req) -> int:
     return min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS)
 
 
-def receive(engine: Any) -> None:
+def receive(engine: Engine) -> None:
     """The decode side's arrivals: requests whose KV landed by ``engine.now`` join the receive
     queue (one that the rule could not admit even into an empty pool is rejected)."""
     arrivals, now, built = engine.arrivals, engine.now, engine.built

@@ -90,8 +90,9 @@ class HandoffRecord:
         self.split: dict[str, array] = {name: array("d") for name in SPLIT}
 
     def _grow(self, index: int) -> None:
-        missing = index + 1 - len(self.handoff_us)
-        if missing > 0:
+        size = len(self.handoff_us)
+        if index >= size:  # (grown by doubling: the slots past the last handoff stay empty)
+            missing = max(index + 1, 2 * size) - size
             self.handoff_us.extend([NAN] * missing)
             self.landed_us.extend([NAN] * missing)
             self.kv_bytes.extend([-1] * missing)
