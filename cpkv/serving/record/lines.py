@@ -36,8 +36,10 @@ REASONS: list[str | None] = [
     "prefilling",
     "running",
     "exceeds_max_model_len",
+    "exceeds_context_len",
 ]
-"""Reasons: a rejection's; where a timed-out or cancelled request was."""
+"""Reasons: a rejection's; where a timed-out or cancelled request was (a record holds its
+position here: new reasons go last)."""
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json's own, in C
 _POW10 = 10 ** np.arange(19, dtype=np.int64)
 _PLAIN = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")

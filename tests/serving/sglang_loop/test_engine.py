@@ -4,6 +4,7 @@ differential suite checks against the real loop), and the config refusals."""
 
 from __future__ import annotations
 
+import json
 import random
 from functools import partial
 
@@ -305,6 +306,22 @@ def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> No
     (run,) = cli.run_dirs()
     sglang = cli.results(run)["summary"]["sglang"]
     assert (sglang["max_total_num_tokens"], sglang["hicache_tokens"]) == (75_536, 50_000)
+
+
+def test_a_prompt_at_the_context_length_is_rejected_and_its_line_names_why(cli) -> None:
+    # SGLang refuses a prompt that reaches context_len (its tokenizer manager's check): the
+    # request ends at once, counted and written with that reason
+    res = cli(
+        "admit", "admit.mode=serving", "admit.engine=sglang",
+        "admit.workload.source=synthetic", "admit.workload.synthetic.count=3", *NO_FIXED_HITS,
+        "admit.workload.synthetic.extend_tokens.choices=[64]", "admit.sglang.context_len=64",
+        "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    lines = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
+    assert [(x["status"], x["reason"]) for x in lines] == [("rejected", "exceeds_context_len")] * 3
+    assert cli.results(run)["summary"]["rejected_by_reason"] == {"exceeds_context_len": 3}
 
 
 def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
