@@ -195,12 +195,13 @@ class Cluster:
     def _request(self, r: Req) -> RoutedRequest:
         if not self.needs_prefix:
             return RoutedRequest(r.rid, r.prompt_tokens, r.max_new_tokens)
-        blocks = r.hash_ids
-        if blocks is None:
-            blocks = unique_blocks(r.rid, r.prompt_tokens, self.block_tokens)
-        return RoutedRequest(
-            r.rid, r.prompt_tokens, r.max_new_tokens, tuple(blocks), self.block_tokens
+        hashes = r.hash_ids
+        blocks = (
+            unique_blocks(r.rid, r.prompt_tokens, self.block_tokens)
+            if hashes is None
+            else tuple(hashes)
         )
+        return RoutedRequest(r.rid, r.prompt_tokens, r.max_new_tokens, blocks, self.block_tokens)
 
     def _forget(self, t: float) -> None:
         """Drop the requests the loads at ``t`` no longer count: those that ended by ``t``

@@ -18,11 +18,53 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 
+class UniqueBlocks(Sequence[Hashable]):
+    """The prefix-block keys ``(rid, i)`` of blocks ``start`` to ``stop - 1`` of a request that
+    shares no block with any other (a request without prefix information), held as the range:
+    a prompt of any length costs the same few bytes. Slices are ranges too; it equals any
+    sequence of the same keys."""
+
+    __slots__ = ("rid", "start", "stop")
+
+    def __init__(self, rid: Hashable, start: int, stop: int) -> None:
+        self.rid, self.start, self.stop = rid, start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            first, last, step = index.indices(len(self))
+            if step != 1:
+                return tuple(self[k] for k in range(first, last, step))
+            return UniqueBlocks(self.rid, self.start + first, self.start + last)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return (self.rid, self.start + index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, UniqueBlocks):
+            return len(self) == len(other) and (
+                not len(self) or (self.rid, self.start) == (other.rid, other.start)
+            )
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self)) if len(self) <= 1 else hash((self.rid, self.start, self.stop))
+
+    def __repr__(self) -> str:
+        return f"UniqueBlocks({self.rid!r}, {self.start}, {self.stop})"
+
+
 @dataclass(eq=False)
 class Node:
     """An edge of blocks, its children by first block, and its tenants' last access times."""
 
-    blocks: tuple[Hashable, ...]
+    blocks: Sequence[Hashable]
     parent: Node | None = None
     children: dict[Hashable, Node] = field(default_factory=dict)
     tenants: dict[int, float] = field(default_factory=dict)
@@ -88,7 +130,8 @@ class PrefixTree:
         while i < n:
             child = node.children.get(blocks[i])
             if child is None:
-                leaf = Node(tuple(blocks[i:]), node)
+                rest = blocks[i:]
+                leaf = Node(rest if isinstance(rest, UniqueBlocks) else tuple(rest), node)
                 node.children[blocks[i]] = leaf
                 self._hold(leaf, tenant, now_ms)
                 return
@@ -150,8 +193,11 @@ class PrefixTree:
         return total
 
 
-def _shared(edge: tuple[Hashable, ...], blocks: Sequence[Hashable], start: int) -> int:
+def _shared(edge: Sequence[Hashable], blocks: Sequence[Hashable], start: int) -> int:
     n = min(len(edge), len(blocks) - start)
+    if isinstance(edge, UniqueBlocks) and isinstance(blocks, UniqueBlocks):
+        same = n > 0 and edge.rid == blocks.rid and edge.start == blocks.start + start
+        return n if same else 0  # (a request's keys are consecutive: all or none)
     k = 0
     while k < n and edge[k] == blocks[start + k]:
         k += 1

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cpkv.core.registry import Registry
-from cpkv.serving.cluster.prefix_tree import PrefixTree
+from cpkv.serving.cluster.prefix_tree import PrefixTree, UniqueBlocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +81,14 @@ class RoutedRequest:
     rid: str
     prompt_tokens: int
     max_new_tokens: int = 0
-    prefix_blocks: tuple[Hashable, ...] = ()
+    prefix_blocks: Sequence[Hashable] = ()
     block_tokens: int = 1
 
 
-def unique_blocks(rid: str, prompt_tokens: int, block_tokens: int) -> tuple[Hashable, ...]:
+def unique_blocks(rid: str, prompt_tokens: int, block_tokens: int) -> UniqueBlocks:
     """Prefix-block keys no other request shares (a request without prefix information):
-    one per ``block_tokens`` tokens of the prompt, rounded up."""
-    return tuple((rid, i) for i in range(-(-prompt_tokens // block_tokens)))
+    one per ``block_tokens`` tokens of the prompt, rounded up, ``(rid, i)``, held as a range."""
+    return UniqueBlocks(rid, 0, -(-prompt_tokens // block_tokens))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+import sys
 
 from cpkv.serving.cluster.prefix_tree import PrefixTree
-from cpkv.serving.cluster.routers import RouterSettings, make_router
+from cpkv.serving.cluster.routers import RouterSettings, make_router, unique_blocks
 from tests.serving.cluster.test_routers import loads, req
 
 
@@ -80,3 +81,40 @@ def test_a_cache_miss_refreshes_the_matched_holder() -> None:
     r.route(req("d", "qq"), loads(0, 0), 1000.0)  # the eviction runs first
     assert 0 in r.tree.match(tuple("ab")).tenants
     assert r.tree.match(tuple("cd")).blocks == 0
+
+
+def test_a_request_without_prefix_information_is_held_as_a_range_and_routes_alike() -> None:
+    """A request's own blocks ``(rid, i)`` are held as a range, however long its prompt (a
+    prompt at the schema's bound used to take gigabytes): the keys are those of the explicit
+    tuple, and a tree fed the ranges or the tuples gives the same matches, tenants, sizes and
+    evictions, beside requests with trace blocks."""
+    huge = unique_blocks("r", 2**22, 1)
+    assert len(huge) == 2**22 and huge[0] == ("r", 0) and huge[-1] == ("r", 2**22 - 1)
+    assert huge[5:7] == (("r", 5), ("r", 6)) and sys.getsizeof(huge) < 256
+    assert unique_blocks("d", 5, 10) == (("d", 0),) and len(unique_blocks("e", 21, 10)) == 3
+    tree = PrefixTree(2)
+    tree.insert(huge, 1, 0.0)
+    assert tree.size_blocks[1] == 2**22 and tree.match(huge).blocks == 2**22
+    assert tree.match(unique_blocks("other", 2**22, 1)).blocks == 0
+    rng = random.Random(11)
+    for _ in range(20):
+        ranged, explicit = PrefixTree(3), PrefixTree(3)
+        for step in range(60):
+            rid = f"q{rng.randrange(8)}"  # (a rid seen again: its range shared in part)
+            own = unique_blocks(rid, rng.randint(1, 90), 10)
+            start = rng.randrange(len(own) + 1)
+            keys = own[start:] if rng.random() < 0.3 else own
+            trace = tuple(rng.choice("ab") for _ in range(rng.randint(1, 3)))
+            if rng.random() < 0.5:
+                trace = ()  # (a request without prefix information: its range alone)
+            a = keys if not trace else (*trace, *keys)
+            b = tuple(keys) if not trace else (*trace, *keys)
+            tenant = rng.randrange(3)
+            ma, mb = ranged.match(a), explicit.match(b)
+            assert (ma.blocks, ma.tenants) == (mb.blocks, mb.tenants)
+            ranged.insert(a, tenant, float(step))
+            explicit.insert(b, tenant, float(step))
+            assert ranged.size_blocks == explicit.size_blocks
+            if step % 15 == 14:
+                assert ranged.evict(20) == explicit.evict(20)
+                assert ranged.size_blocks == explicit.size_blocks
