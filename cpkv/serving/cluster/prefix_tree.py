@@ -54,7 +54,7 @@ class UniqueBlocks(Sequence[Hashable]):
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(tuple(self)) if len(self) <= 1 else hash((self.rid, self.start, self.stop))
+        return hash(tuple(self))  # (as the tuple it equals)
 
     def __repr__(self) -> str:
         return f"UniqueBlocks({self.rid!r}, {self.start}, {self.stop})"
@@ -130,8 +130,7 @@ class PrefixTree:
         while i < n:
             child = node.children.get(blocks[i])
             if child is None:
-                rest = blocks[i:]
-                leaf = Node(rest if isinstance(rest, UniqueBlocks) else tuple(rest), node)
+                leaf = Node(blocks[i:], node)
                 node.children[blocks[i]] = leaf
                 self._hold(leaf, tenant, now_ms)
                 return

@@ -22,6 +22,11 @@ COST = CostModel(
     fixed_us=FIXED, prefill_token_us=PER_TOKEN, decode_request_us=PER_DECODE, context_token_us=0.0
 )
 
+SGLANG_SYNTHETIC = (
+    "admit", "admit.mode=serving", "admit.engine=sglang", "admit.workload.source=synthetic",
+)  # fmt: skip
+"""A serving run under SGLang's loop of requests drawn by the synthetic source."""
+
 
 def serve(reqs: list[Req], trace_block: int | None = None, **knobs) -> list[Req]:
     config = LoopConfig(**{"max_total_num_tokens": 8192, "max_running_requests": 64,
@@ -160,8 +165,7 @@ def test_decisions_and_times_are_those_of_the_loop_models_scenario_runner(seed) 
 )
 def test_bad_sglang_config_is_one_line(cli, override, message) -> None:
     res = cli(
-        "admit", "admit.mode=serving", "admit.engine=sglang",
-        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *override.split(),
+        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=4", *override.split(),
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1
@@ -297,8 +301,7 @@ def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> No
     # cpkv's loop keeps L1 as a partition beside the running requests' 4096 x 16 tokens;
     # SGLang's loop has one pool: 65,536 + 10,000 tokens; the L2 of 50,000 is its host tier
     res = cli(
-        "admit", "admit.mode=serving", "admit.engine=sglang",
-        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
+        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
         "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
         "admit.workload.cache.l1_tokens=10000", "admit.workload.cache.l2_tokens=50000",
     )  # fmt: skip
@@ -312,8 +315,7 @@ def test_a_prompt_at_the_context_length_is_rejected_and_its_line_names_why(cli) 
     # SGLang refuses a prompt that reaches context_len (its tokenizer manager's check): the
     # request ends at once, counted and written with that reason
     res = cli(
-        "admit", "admit.mode=serving", "admit.engine=sglang",
-        "admit.workload.source=synthetic", "admit.workload.synthetic.count=3", *NO_FIXED_HITS,
+        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=3", *NO_FIXED_HITS,
         "admit.workload.synthetic.extend_tokens.choices=[64]", "admit.sglang.context_len=64",
         "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
     )  # fmt: skip
@@ -326,8 +328,7 @@ def test_a_prompt_at_the_context_length_is_rejected_and_its_line_names_why(cli) 
 
 def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
     res = cli(
-        "admit", "admit.mode=serving", "admit.engine=sglang",
-        "admit.workload.source=synthetic", "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
+        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
         "admit.enable_priority_scheduling=true",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
