@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from cpkv import __version__
+from cpkv.core import signals
 from cpkv.core.errors import CpkvError
 from cpkv.core.files.writes import remove_stale_tmp_files
 from cpkv.runs.rundir import (
@@ -23,6 +24,7 @@ from cpkv.runs.rundir import (
     MARKER,
     STATUS_COMPLETE,
     STATUS_FAILED,
+    STATUS_INCOMPLETE,
     iso,
     new_dir,
     remove_empty,
@@ -250,6 +252,28 @@ def reconcile(sweep_dir: Path, plan: SweepPlan, results: dict[int, PointResult])
                 results[point.index] = found
 
 
+def settle_stopped(
+    sweep_dir: Path, plan: SweepPlan, results: dict[int, PointResult], err: BaseException
+) -> None:
+    """After the executor stopped: a point it left between creating its directory and writing
+    ``meta.json`` is removed (nothing in it; ``ls`` and ``--resume`` could not see it), and
+    one whose ``meta.json`` still says ``running`` is marked incomplete with ``err``'s reason."""
+    from cpkv.runs.rundir import RunDir, read_meta
+
+    why = signals.reason(err) if isinstance(err, KeyboardInterrupt) else f"the sweep stopped: {err}"
+    for point in plan.points:
+        where = sweep_dir / point.name
+        if point.index in results or not where.is_dir():
+            continue
+        if not (where / "meta.json").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            continue
+        with contextlib.suppress(CpkvError):
+            meta = read_meta(where)
+            if meta.get("status") == "running":
+                RunDir(where, meta).fail(STATUS_INCOMPLETE, why)
+
+
 def _execute(
     sweep_dir: Path, plan: SweepPlan, results: dict[int, PointResult], launch: Launch
 ) -> SweepResult:
@@ -280,8 +304,9 @@ def _execute(
     phases = [Phase(together, launch.jobs), Phase(alone, 1)]
     try:
         EXECUTORS.get(launch.executor)([ph for ph in phases if ph.tasks], launch.address, record)
-    except BaseException:  # Ctrl-C, SIGTERM, an executor that failed: the executor has stopped
-        reconcile(sweep_dir, plan, results)  # its workers; the summary says what the disk holds
+    except BaseException as err:  # Ctrl-C, SIGTERM, an executor that failed: the executor has
+        settle_stopped(sweep_dir, plan, results, err)  # stopped its workers; the summary says
+        reconcile(sweep_dir, plan, results)  # what the disk holds
         with contextlib.suppress(CpkvError):
             write_summary(sweep_dir, plan, results)
         raise

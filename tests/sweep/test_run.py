@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import types
 from pathlib import Path
@@ -305,6 +306,47 @@ def test_a_failing_point_does_not_stop_the_others(cli, tmp_path: Path, fake_kind
     doc = summary(sweep)
     assert doc["points"][0]["error"] == "sweeptest.scale: must be >= 0, got -1.0"
     assert not (sweep / doc["points"][0]["name"]).exists()
+
+
+@pytest.mark.parametrize("wrote_meta", [False, True], ids=["before-meta", "after-meta"])
+def test_a_signal_as_a_point_starts_leaves_no_hidden_or_running_point(
+    cli,
+    tmp_path: Path,
+    fake_kind,
+    monkeypatch,
+    wrote_meta: bool,  # noqa: F811
+) -> None:
+    """A stop signal can land between a point's ``mkdir`` and its ``meta.json``, or between
+    ``meta.json`` (``running``) and the runner's handler: the stopped sweep removes the first
+    (``ls`` and ``--resume`` could not see it) and marks the second incomplete."""
+    from cpkv.core import signals
+    from cpkv.runs.rundir import RunDir
+
+    cfg = write(tmp_path, "e.yaml", ECHO)
+    created = RunDir.__dict__["create_at"].__func__
+
+    def stopped_as_it_starts(cls, path: Path, meta: dict) -> RunDir:
+        if wrote_meta:
+            created(cls, path, meta)
+        else:
+            path.mkdir()
+        raise signals.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(RunDir, "create_at", classmethod(stopped_as_it_starts))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep([cfg], ["sweeptest.scale=1,2"], root=cli.root)
+    sweep = only_sweep(cli.root)
+    point = sweep / summary(sweep)["points"][0]["name"]
+    if wrote_meta:
+        meta = json.loads((point / "meta.json").read_text())
+        assert (meta["status"], meta["error"]) == ("incomplete", "interrupted (SIGTERM)")
+        assert meta["end_utc"] is not None
+    else:
+        assert not point.exists()
+    monkeypatch.undo()
+    res = cli("sweep", "--resume", str(sweep), output=False)
+    assert res.exit_code == 0, res.output
+    assert [p["status"] for p in summary(sweep)["points"]] == ["complete", "complete"]
 
 
 def test_resume_after_an_interrupted_sweep(cli, tmp_path: Path, fake_kind) -> None:  # noqa: F811
