@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from cpkv.policies.victims import VICTIMS, Holder
+from cpkv.policies.victims import VICTIMS, Holder, scan_order
 from cpkv.serving.model.request import PREFILL, RUNNING, WAITING, Req
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 
@@ -41,6 +41,7 @@ class KvPool:
         self.block_size, self.capacity_blocks = block_size, capacity_blocks
         self.free_blocks, self.used_blocks = capacity_blocks, 0
         self.choose = VICTIMS.get(victim)
+        self.grower_yields = self.choose is scan_order  # (the grower is always the victim)
         self.decode_steps = 0
         self.running: dict[Req, None] = {}  # the running requests, in the order they joined
         self.n_running = self.n_unreserved = 0
@@ -204,10 +205,17 @@ class KvPool:
 
     def needed_blocks(self, steps: int) -> int:
         """Free blocks the next ``steps`` decode steps need."""
+        return self._blocks_over(steps, self.n_unreserved, self.unreserved_by_step)
+
+    def _blocks_over(self, steps: int, per_cycle: int, by_step: list[int]) -> int:
+        """The blocks the next ``steps`` decode steps take, ``by_step`` the counts of one
+        cycle of ``block_size`` steps in step order (``per_cycle``: their sum)."""
         block = self.block_size
-        whole, part = divmod(steps, block)
+        blocks = steps // block * per_cycle
         at = (self.decode_steps - 1) % block
-        return whole * self.n_unreserved + sum(self.unreserved_by_step[at : at + part])
+        for i in range(at, at + steps % block):
+            blocks += by_step[i]
+        return blocks
 
     def fitting_steps(self, limit: int) -> int:
         """The most decode steps, at most ``limit``, whose growth fits the free blocks."""
@@ -241,11 +249,8 @@ class KvPool:
     def advance(self, steps: int) -> None:
         """Take ``steps`` decode steps at once (their growth fits: :meth:`fitting_steps`);
         requests that reach their last token stay in the running set (the caller ends them)."""
-        block = self.block_size
-        whole, part = divmod(steps, block)
-        at = (self.decode_steps - 1) % block
-        self.free_blocks -= self.needed_blocks(steps)
-        self.used_blocks += whole * self.n_running + sum(self.running_by_step[at : at + part])
+        self.free_blocks -= self._blocks_over(steps, self.n_unreserved, self.unreserved_by_step)
+        self.used_blocks += self._blocks_over(steps, self.n_running, self.running_by_step)
         self.decode_steps += steps
         if self.clip_heap:
             self.migrate_clipped()
@@ -299,7 +304,7 @@ class KvPool:
             if (r.kv_base + step) % block == 0:
                 if not r.reserved_blocks:
                     if self.free_blocks < 1:
-                        self._make_room(r, "decode", self.running_reqs())
+                        self._make_room(r, "decode", ())
                         if r.state != RUNNING:
                             continue
                     self.free_blocks -= 1
@@ -317,7 +322,7 @@ class KvPool:
         if r.kv_tokens % self.block_size == 0:
             if not r.reserved_blocks:
                 if self.free_blocks < 1:
-                    self._make_room(r, "first_token", [*self.running_reqs(), r, *others])
+                    self._make_room(r, "first_token", (r, *others))
                     if r.state != PREFILL:
                         return False
                 self.free_blocks -= 1
@@ -327,29 +332,34 @@ class KvPool:
         self._event(r, "advanced")
         return True
 
-    def _make_room(self, grower: Req, phase: str, candidates: list[Req]) -> None:
-        """Preempt victims until a block is free or ``grower`` is the victim."""
-        block = self.block_size
+    def _make_room(self, grower: Req, phase: str, beside: Sequence[Req]) -> None:
+        """Preempt victims until a block is free or ``grower`` is the victim; the candidates
+        are the running requests, then ``beside`` (requests not running yet)."""
         while self.free_blocks < 1 and grower.state in (RUNNING, PREFILL):
-            alive = [
-                c
-                for c in dict.fromkeys(candidates)
-                if c.state == RUNNING or (c.state == PREFILL and c.filled_tokens >= c.fill_tokens)
-            ]
-            holders = {
-                c.stamp: Holder(
-                    c.stamp, c, c.prompt_tokens + self.gen_now(c), -(-self.kv_now(c) // block)
-                )
-                for c in alive
-            }
-            chosen = self.choose(list(holders.values()), holders[grower.stamp])
-            victim = next(c for c in alive if c.stamp == chosen.order)
+            victim = grower if self.grower_yields else self._victim(grower, beside)
             kv = self.leave(victim) if victim.state == RUNNING else self.release_prefill(victim)
             victim.state = WAITING
             victim.recomputed += kv
             victim.preemptions += 1
             self.preempted.append((victim, phase))
             self._event(victim, "preempted")
+
+    def _victim(self, grower: Req, beside: Sequence[Req]) -> Req:
+        """The victim order's choice among the candidates still holding KV."""
+        block = self.block_size
+        alive = [
+            c
+            for c in dict.fromkeys([*self.running, *beside])
+            if c.state == RUNNING or (c.state == PREFILL and c.filled_tokens >= c.fill_tokens)
+        ]
+        holders = {
+            c.stamp: Holder(
+                c.stamp, c, c.prompt_tokens + self.gen_now(c), -(-self.kv_now(c) // block)
+            )
+            for c in alive
+        }
+        chosen = self.choose(list(holders.values()), holders[grower.stamp])
+        return next(c for c in alive if c.stamp == chosen.order)
 
     def _event(self, r: Req, what: str) -> None:
         if self.events is not None:
