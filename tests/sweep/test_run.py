@@ -312,9 +312,9 @@ def test_a_failing_point_does_not_stop_the_others(cli, tmp_path: Path, fake_kind
 def test_a_signal_as_a_point_starts_leaves_no_hidden_or_running_point(
     cli,
     tmp_path: Path,
-    fake_kind,
+    fake_kind,  # noqa: F811
     monkeypatch,
-    wrote_meta: bool,  # noqa: F811
+    wrote_meta: bool,
 ) -> None:
     """A stop signal can land between a point's ``mkdir`` and its ``meta.json``, or between
     ``meta.json`` (``running``) and the runner's handler: the stopped sweep removes the first
