@@ -16,13 +16,20 @@ queue is a stack of unkeyed blocks (its top is the head) in front of a list of k
 (a read position moving towards its end; keyed blocks are appended). A hit takes a keyed block
 out of the list's middle by marking its entry stale (the block records the position of its
 live entry, ``pos``); allocation skips stale entries. The cache map holds a block, or an
-insertion-ordered dict of the blocks when several share a key.
+insertion-ordered dict of the blocks when several share a key. A request's own key
+(:func:`~cpkv.vllm.request.own_keys`, negative) names a block only that request holds: only that request
+looks it up, and only after a preemption (a request holding blocks looks nothing up), so such a
+block enters the map when its request is preempted (:meth:`BlockPool.map_blocks`), not when it
+is cached (``mapped`` says which blocks are in the map). Until then it is cached all the same:
+it keeps its key (the free queue puts it at the tail) and :meth:`BlockPool.cached_map` lists it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Iterable
+
+from cpkv.vllm.request import is_own_key
 
 NOT_IN_LIST = -1
 """``pos`` of a block that has no live entry in the keyed list."""
@@ -54,8 +61,8 @@ class BlockPool:
     """The blocks, the free queue (eviction order) and the prefix-cache map of one engine."""
 
     __slots__ = (
-        "num_blocks", "enable_caching", "ref", "key_of", "pos", "num_free", "_stack", "_list",
-        "_read", "_base", "_stale", "_cached",
+        "num_blocks", "enable_caching", "ref", "key_of", "mapped", "pos", "num_free", "_stack",
+        "_list", "_read", "_base", "_stale", "_cached",
     )  # fmt: skip
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
@@ -64,6 +71,7 @@ class BlockPool:
         self.ref = [0] * num_gpu_blocks
         self.ref[0] = 1  # the null block: held for ever
         self.key_of: list[Hashable | None] = [None] * num_gpu_blocks
+        self.mapped = [False] * num_gpu_blocks  # its key is in the cache map
         self._stack: list[int] = []  # unkeyed free blocks, the head of the queue last
         self._list: list[int] = list(range(1, num_gpu_blocks))  # then these, from _read on
         self._read = 0
@@ -89,15 +97,28 @@ class BlockPool:
 
     def cached_map(self) -> dict[Hashable, list[int]]:
         """Every cached key with its blocks in lookup order (the first is the one a hit takes)."""
-        return {
+        out = {
             key: [entry] if type(entry) is int else list(entry)
             for key, entry in self._cached.items()
         }
+        key_of = self.key_of
+        for block in self._unmapped():
+            out.setdefault(key_of[block], []).append(block)
+        return out
+
+    def _unmapped(self) -> list[int]:
+        """The cached blocks not in the map (own keys): at most one per key, cached after
+        the key's blocks in the map (those of its request's earlier runs)."""
+        key_of, mapped = self.key_of, self.mapped
+        return [b for b in range(self.num_blocks) if key_of[b] is not None and not mapped[b]]
 
     def cached_block(self, key: Hashable) -> int | None:
         """The first block cached under ``key``, or None."""
         entry = self._cached.get(key)
-        if entry is None or type(entry) is int:
+        if entry is None:
+            listed = self.cached_map().get(key)
+            return listed[0] if listed else None
+        if type(entry) is int:
             return entry
         return next(iter(entry))
 
@@ -119,7 +140,7 @@ class BlockPool:
             raise ValueError(f"cannot take {count} blocks, {self.num_free} free")
         self.num_free -= count
         stack = self._stack
-        if stack:
+        if stack and count:
             n = min(count, len(stack))
             out = stack[: -n - 1 : -1]
             del stack[-n:]
@@ -139,15 +160,17 @@ class BlockPool:
                 del self._list[:end]
                 self._base += end
                 self._read = 0
-        ref, key_of, cached = self.ref, self.key_of, self._cached
+        ref, key_of, mapped, cached = self.ref, self.key_of, self.mapped, self._cached
         for block in out:
             ref[block] = 1
             key = key_of[block]
             if key is not None:
                 key_of[block] = None
-                entry = cached.pop(key)
-                if entry != block:  # (several blocks under the key: this one leaves it)
-                    self._uncache_shared(key, entry, block)
+                if mapped[block]:
+                    mapped[block] = False
+                    entry = cached.pop(key)
+                    if entry != block:  # (several blocks under the key: this one leaves it)
+                        self._uncache_shared(key, entry, block)
         return out
 
     def _uncache_shared(self, key: Hashable, entry: dict[int, None], block: int) -> None:
@@ -208,17 +231,32 @@ class BlockPool:
         self.num_free += freed
 
     def cache(self, block: int, key: Hashable) -> None:
-        """Cache a full block under ``key`` (beside any other block already cached under it)."""
-        key_of, cached = self.key_of, self._cached
+        """Cache a full block under ``key`` (beside any other block already cached under it);
+        a request's own key enters the map later (module docstring)."""
+        key_of = self.key_of
         old = key_of[block]
-        entry: int | dict[int, None] | None
         if old is not None:
             if old == key:
                 return
-            entry = cached.pop(old)  # (a held block named again: it leaves its old key)
-            if entry != block:
-                self._uncache_shared(old, entry, block)
+            if self.mapped[block]:  # (a held block named again: it leaves its old key)
+                self._unmap(block, old)
         key_of[block] = key
+        if is_own_key(key):
+            return
+        self._map(block, key)
+
+    def map_blocks(self, blocks: Iterable[int]) -> None:
+        """Put the cached blocks among ``blocks`` that are not in the map into it, in order:
+        their request is preempted and may look them up when it is scheduled again."""
+        key_of, mapped = self.key_of, self.mapped
+        for block in blocks:
+            key = key_of[block]
+            if key is not None and not mapped[block]:
+                self._map(block, key)
+
+    def _map(self, block: int, key: Hashable) -> None:
+        self.mapped[block] = True
+        cached = self._cached
         held = len(cached)
         entry = cached.setdefault(key, block)
         if len(cached) > held:  # (the key was not cached: the block is its one entry)
@@ -227,6 +265,12 @@ class BlockPool:
             cached[key] = {entry: None, block: None}
         else:
             entry[block] = None
+
+    def _unmap(self, block: int, key: Hashable) -> None:
+        self.mapped[block] = False
+        entry = self._cached.pop(key)
+        if entry != block:
+            self._uncache_shared(key, entry, block)
 
     def cache_blocks(self, blocks: list[int], keys: list[Hashable]) -> None:
         """Cache each full block under its key, in order (:meth:`cache` of each)."""

@@ -130,9 +130,13 @@ class KVCacheManager:
         self.pool.cache_blocks(request.blocks[start:end], keys[start:end])
         request.num_cached_blocks = end
 
-    def free(self, request: Request) -> None:
-        """Return the request's blocks, tail first (so its tail is evicted first)."""
+    def free(self, request: Request, preempted: bool = False) -> None:
+        """Return the request's blocks, tail first (so its tail is evicted first); a
+        ``preempted`` request's cached blocks enter the cache map, all of them (its own
+        keys: :meth:`~cpkv.vllm.block_pool.BlockPool.map_blocks`)."""
         blocks = request.blocks
+        if preempted and request.num_cached_blocks:
+            self.pool.map_blocks(blocks[: request.num_cached_blocks])
         request.blocks = []
         request.num_cached_blocks = None
         if blocks:

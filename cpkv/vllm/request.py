@@ -20,22 +20,31 @@ first allocation with prefix caching on).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Protocol
+from typing import Final, Protocol
 
 WAITING = 0
 RUNNING = 1
 PREEMPTED = 2
 FINISHED = 3
 
-OWN_KEYS = 1 << 64
-"""Keys of blocks no other request holds start here: no interned key nor ``hash()`` value
-reaches it."""
+OWN_KEYS: Final = -(1 << 32)
+"""The key of block 0 of the request with index 0 among the blocks only it holds (see
+:func:`own_keys`): keys of such blocks are negative, other keys are not (interned keys count
+from 0, a serving request's names are hashes masked to :data:`NAME_BITS`)."""
+NAME_BITS: Final = (1 << 62) - 1
+"""The bits a block's name keeps of its hash (non-negative, and a native integer)."""
 
 
 def own_keys(index: int) -> int:
     """The key of block 0 of the request with ``index`` among the blocks only it holds; block
-    ``b`` takes this plus ``b`` (a request has fewer than 2**32 blocks)."""
-    return OWN_KEYS + (index << 32)
+    ``b`` takes this plus ``b`` (a request has fewer than 2**32 blocks): negative, and
+    distinct for every request and block."""
+    return OWN_KEYS * (index + 1)
+
+
+def is_own_key(key: Hashable) -> bool:
+    """Whether ``key`` names a block only its request holds (:func:`own_keys`)."""
+    return type(key) is int and key < 0
 
 
 def extend_own_keys(keys: list, own: int, num_full_blocks: int) -> None:

@@ -115,7 +115,7 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         request.discarded_tokens += request.num_computed_tokens
-        self.kv.free(request)
+        self.kv.free(request, preempted=True)
         request.status = PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1

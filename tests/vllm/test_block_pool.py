@@ -19,6 +19,7 @@ import pytest
 
 from cpkv.vllm import block_pool
 from cpkv.vllm.block_pool import BlockPool
+from cpkv.vllm.request import own_keys
 
 LARGE = 8
 """Batches above this many blocks count as large (one-block and many-block steps both run)."""
@@ -161,3 +162,82 @@ def test_a_long_run_trims_the_list_and_skips_stale_entries(monkeypatch) -> None:
     seen, pool = walk(99, num_blocks=50, ops=5000)
     assert seen["touch_free"] > 1000
     assert pool._base > 20 * 100  # (trimmed many times)
+
+
+def own_walk(seed: int, num_blocks: int, ops: int) -> dict[str, int]:
+    """Requests caching blocks under their own keys (:func:`own_keys`), preempted (their blocks
+    mapped, then freed), scheduled again (a hit on what is left of them, the rest taken and
+    cached anew: a key may then name two blocks), finished (freed unmapped), among requests
+    that cache nothing: after every step the pool shows the reference's queue and map, and
+    every hit agrees."""
+    rng = random.Random(seed)
+    pool, ref = BlockPool(num_blocks, True), ReferencePool(num_blocks, True)
+    running: dict[int, list[int]] = {}  # owner -> its blocks (each cached under its own key)
+    preempted: dict[int, int] = {}  # owner -> its number of blocks
+    plain: list[list[int]] = []
+    seen = {"hit": 0, "two_blocks_one_key": 0, "evicted_own": 0}
+    owners = 0
+
+    def key(owner: int, slot: int) -> int:
+        return own_keys(owner) + slot
+
+    for _ in range(ops):
+        roll = rng.random()
+        if roll < 0.35 and (preempted or rng.random() < 0.5):
+            if preempted and rng.random() < 0.7:
+                owner = rng.choice(sorted(preempted))
+                size = preempted.pop(owner)
+                wanted = [key(owner, s) for s in range(rng.randint(0, size))]
+                hit = pool.hit_blocks(wanted)
+                expected = []
+                for k in wanted:
+                    if ref.lookup(k) is None:
+                        break
+                    expected.append(ref.lookup(k))
+                assert hit == expected
+                seen["hit"] += bool(hit)
+            else:
+                owner, owners = owners, owners + 1
+                size, hit = rng.randint(1, 2 * LARGE), []
+            if size - len(hit) > len(ref.free) - sum(ref.ref[b] == 0 for b in hit):
+                preempted[owner] = size  # (it waits: tried again later)
+                continue
+            pool.touch(hit)
+            ref.touch(hit)
+            new = pool.take(size - len(hit))
+            assert new == ref.take(size - len(hit))
+            blocks = hit + new
+            for slot in range(len(hit), size):
+                seen["two_blocks_one_key"] += ref.lookup(key(owner, slot)) is not None
+                pool.cache(blocks[slot], key(owner, slot))
+                ref.cache(blocks[slot], key(owner, slot))
+            running[owner] = blocks
+        elif roll < 0.55 and running:
+            owner = rng.choice(sorted(running))
+            blocks = running.pop(owner)
+            if rng.random() < 0.6:  # preempted: its blocks enter the map, then go back
+                pool.map_blocks(blocks)
+                preempted[owner] = len(blocks)
+            pool.release(blocks[::-1])
+            ref.release(blocks[::-1])
+        elif roll < 0.8 and len(ref.free):
+            count = rng.randint(1, min(len(ref.free), LARGE))
+            before = len(ref.cached)
+            blocks = pool.take(count)
+            assert blocks == ref.take(count)
+            seen["evicted_own"] += len(ref.cached) < before
+            plain.append(blocks)
+        elif plain:
+            blocks = plain.pop(rng.randrange(len(plain)))
+            pool.release(blocks[::-1])
+            ref.release(blocks[::-1])
+        same(pool, ref)
+    return seen
+
+
+def test_own_keys_enter_the_map_when_their_request_is_preempted() -> None:
+    seen = {"hit": 0, "two_blocks_one_key": 0, "evicted_own": 0}
+    for seed in range(8):
+        for name, count in own_walk(seed, num_blocks=(24, 60)[seed % 2], ops=500).items():
+            seen[name] += count
+    assert all(count > 10 for count in seen.values()), seen

@@ -19,7 +19,7 @@ import pytest
 
 from cpkv.vllm import Scheduler, SchedulerConfig
 from cpkv.vllm.decode import DecodeSteps
-from cpkv.vllm.request import OWN_KEYS, Request
+from cpkv.vllm.request import OWN_KEYS, Request, is_own_key
 from cpkv.vllm.scenario import prompt_tokens, scenario_config
 from cpkv.vllm.scheduler import admission_stop
 from tests.vllm.scenarios import make_scenarios
@@ -34,7 +34,7 @@ def state(sched: Scheduler) -> tuple:
     chunks = {key: item for item, key in sched.kv.keys._ids.items()}
 
     def tokens_of(key: int) -> tuple:
-        if key >= OWN_KEYS:  # (a block holding generated tokens: its request's own key)
+        if is_own_key(key):  # (a block holding generated tokens: its request's own key)
             return ("own", key - OWN_KEYS)
         out: list = []
         while key != -1:

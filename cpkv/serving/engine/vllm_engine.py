@@ -43,7 +43,7 @@ from cpkv.serving.input.arrivals import Arrivals
 from cpkv.serving.model.request import FINISHED, PREFILL, RUNNING, WAITING, Req
 from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.vllm.config import SchedulerConfig
-from cpkv.vllm.request import Request, extend_own_keys, own_keys
+from cpkv.vllm.request import NAME_BITS, Request, extend_own_keys, own_keys
 from cpkv.vllm.scheduler import Scheduler, StepPlan, admission_stop
 
 
@@ -78,10 +78,10 @@ class BlockNames:
     the tokens of the trace blocks it spans: its key is the hash of (the key of the trace
     blocks up to the last it reaches, its end within that one), where a trace block's key
     chains its id to its parent's; two such keys are equal exactly when the prefixes are (up
-    to a 64-bit hash's collisions). Any other block (past the prompt or its trace blocks, or
-    of a request without ``hash_ids``) holds tokens no other request holds, and so does every
-    block after it: its key is the request's own
-    (:func:`~cpkv.vllm.request.extend_own_keys`)."""
+    to the collisions of a hash kept to 62 bits, :data:`~cpkv.vllm.request.NAME_BITS`). Any
+    other block (past the prompt or its trace blocks, or of a request without ``hash_ids``)
+    holds tokens no other request holds, and so does every block after it: its key is the
+    request's own (:func:`~cpkv.vllm.request.extend_own_keys`)."""
 
     __slots__ = ("own", "shared", "hashes", "block_size", "trace_block", "_chain")
 
@@ -108,7 +108,7 @@ class BlockNames:
                     chain.append(parent)
             for end in range((i + 1) * bs, shared * bs + 1, bs):
                 last = (end - 1) // trace
-                keys.append(hash((chain[last], end - last * trace)))
+                keys.append(hash((chain[last], end - last * trace)) & NAME_BITS)
         extend_own_keys(keys, self.own, num_full_blocks)
 
 
