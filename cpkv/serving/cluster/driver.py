@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from cpkv.serving.cluster.routers import (
     InstanceLoad,
     RoutedRequest,
@@ -44,6 +46,7 @@ from cpkv.serving.cluster.routers import (
     unique_blocks,
 )
 from cpkv.serving.model.request import FINISHED, PENDING, RUNNING, WAITING, Req
+from cpkv.serving.record.lines import integer_column, text_column
 from cpkv.serving.record.requests import RequestStats
 
 INF = float("inf")
@@ -297,24 +300,13 @@ class AnyOf:
         return any(key in part for part in self.parts)
 
 
-def with_instance(text: str, instance_of: Sequence[int], start: int) -> tuple[str, int]:
-    """``requests.jsonl`` lines (request ``start`` on, in input order) with ``"instance"``
-    added at the end of each object; the lines and the next request's number."""
-    lines = text.split("\n")
-    out = []
-    k = start
-    for line in lines[:-1]:
-        out.append(f'{line[:-1]},"instance":{instance_of[k]}}}')
-        k += 1
-    return "\n".join(out) + "\n" if out else "", k
+class InstanceColumns:
+    """The ``columns`` of the total :class:`RequestStats` that end each line with its
+    ``instance``."""
 
+    def __init__(self, instance_of: Sequence[int]) -> None:
+        self.instance_of = instance_of
 
-class InstanceLines:
-    """A ``write`` for the total :class:`RequestStats` that adds each line's instance."""
-
-    def __init__(self, write: Callable[[str], Any], instance_of: Sequence[int]) -> None:
-        self.write, self.instance_of, self.next = write, instance_of, 0
-
-    def __call__(self, text: str) -> None:
-        text, self.next = with_instance(text, self.instance_of, self.next)
-        self.write(text)
+    def __call__(self, first: int, n: int) -> list[np.ndarray]:
+        instances = np.array(self.instance_of[first : first + n], dtype=np.int64)
+        return [text_column(',"instance":', n), integer_column(instances)]

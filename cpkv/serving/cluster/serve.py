@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cpkv.core.files.jsonl import json_lines
-from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, shared_l2_caches
+from cpkv.serving.cluster.driver import Cluster, InstanceColumns, InstanceTally, shared_l2_caches
 from cpkv.serving.engine.clock import check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.sglang_engine import SglangEngine
@@ -69,7 +69,7 @@ def serve_cluster(
     block_tokens = workload.cache_block_size or settings.block_size
     cluster = Cluster(engines, tallies, spec.router, spec.router_settings(), seed, block_tokens)
     if n > 1:
-        total.write = InstanceLines(lines.write, cluster.instance_of)
+        total.columns = InstanceColumns(cluster.instance_of)
     try:
         run = cluster.run(workload.arriving(block.arrivals, seed))
         end = run.end_us

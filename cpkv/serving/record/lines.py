@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -46,15 +47,17 @@ _PLAIN = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 """Text that JSON writes as it is: printable ASCII but ``"`` and ``\\``."""
 
 
-def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> str:
-    """The ``requests.jsonl`` lines of records ``f`` (see the module docstring)."""
+def format_lines(
+    f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str], more: Sequence[np.ndarray] = (),
+) -> str:  # fmt: skip
+    """The ``requests.jsonl`` lines of records ``f`` (see the module docstring); ``more``:
+    columns (NUL-padded rows, :func:`text_column`, :func:`integer_column`,
+    :func:`time_column`) that end each line, before its closing brace."""
     n = len(f)
     columns: list[np.ndarray] = []
 
     def text(literal: str) -> None:
-        columns.append(
-            np.broadcast_to(np.frombuffer(literal.encode(), dtype=np.uint8), (n, len(literal)))
-        )
+        columns.append(text_column(literal, n))
 
     if _PLAIN.fullmatch("".join(rids)):  # nothing to escape: the rid itself, between quotes
         text('{"rid":"')
@@ -81,7 +84,7 @@ def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> 
     )
     for name, values in times:
         text(f',"{name}":')
-        columns.append(_rounded6(values))
+        columns.append(time_column(values))
     ints = (
         ("prompt_tokens", "prompt"), ("max_new_tokens", "max_new"), ("output_tokens", "output"),
         ("computed_prompt_tokens", "computed"), ("preemptions", "preemptions"),
@@ -89,7 +92,8 @@ def format_lines(f: np.ndarray, lat: dict[str, np.ndarray], rids: list[str]) -> 
     )  # fmt: skip
     for name, field in ints:
         text(f',"{name}":')
-        columns.append(_integers(f[field]))
+        columns.append(integer_column(f[field]))
+    columns.extend(more)
     text("}\n")
     lines = np.concatenate(columns, axis=1)
     return lines.tobytes().translate(None, b"\0").decode("ascii")
@@ -117,7 +121,12 @@ _TRAIL = _table(lambda d: d.rstrip("0"))  # the last three, without trailing zer
 _NULL = np.frombuffer(b"null" + b"\0" * 24, dtype=np.uint32)  # up to 7 groups (int64)
 
 
-def _rounded6(x: np.ndarray) -> np.ndarray:
+def text_column(literal: str, n: int) -> np.ndarray:
+    """``literal`` on each of ``n`` rows."""
+    return np.broadcast_to(np.frombuffer(literal.encode(), dtype=np.uint8), (n, len(literal)))
+
+
+def time_column(x: np.ndarray) -> np.ndarray:
     """``repr(round(v, 6))`` of each value (``null`` for NaN) as NUL-padded rows of bytes."""
     n = len(x)
     null = np.isnan(x)
@@ -166,7 +175,7 @@ def _times_million_rounded(x: np.ndarray) -> np.ndarray:
     return nearest.astype(np.int64)
 
 
-def _integers(v: np.ndarray) -> np.ndarray:
+def integer_column(v: np.ndarray) -> np.ndarray:
     """Non-negative integers (``null`` for -1) as NUL-padded rows of their digits."""
     n = len(v)
     null = v < 0

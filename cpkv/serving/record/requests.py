@@ -54,10 +54,16 @@ class RequestSummary:
 class RequestStats:
     """The requests of a run as they end (:meth:`done`): counts, latency series, goodput,
     and their ``requests.jsonl`` lines, handed to ``write`` in input order (None: lines not
-    made). A record waits in memory only while an earlier request is still live."""
+    made), each ending with the ``columns`` of its batch (``columns(first, n)``: of the
+    records ``first`` to ``first + n - 1``, in input order). A record waits in memory only
+    while an earlier request is still live."""
 
-    def __init__(self, slo: Any, write: Callable[[str], Any] | None = None) -> None:
-        self.slo, self.write = slo, write
+    def __init__(
+        self, slo: Any, write: Callable[[str], Any] | None = None,
+        columns: Callable[[int, int], list[np.ndarray]] | None = None,
+    ) -> None:  # fmt: skip
+        self.slo, self.write, self.columns = slo, write, columns
+        self.processed = 0  # records processed (their lines written), in input order
         self.pending: dict[int, tuple[bytes, str]] = {}
         self.next_index = 0
         self.packed = bytearray()
@@ -117,8 +123,11 @@ class RequestStats:
         """Records in input order: their statistics, their lines."""
         fields = np.frombuffer(packed, dtype=_DTYPE)
         lat = self._count(fields)
+        first, n = self.processed, len(rids)
+        self.processed = first + n
         if self.write is not None:
-            self.write(format_lines(fields, lat, rids))
+            more = self.columns(first, n) if self.columns is not None else []
+            self.write(format_lines(fields, lat, rids, more))
 
     def close(self) -> None:
         """Every request has ended: process the last records."""

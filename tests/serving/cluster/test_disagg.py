@@ -301,3 +301,41 @@ def test_token_gaps_on_the_decode_side_are_the_clients(cli, tmp_path) -> None:
     spans = sum(x["finish_ms"] - x["first_token_ms"] for x in done)
     gaps = sum(x["output_tokens"] - 1 for x in done)
     assert summary["itl_ms"]["mean"] == pytest.approx(spans / gaps, rel=1e-9)
+
+
+def test_the_handoff_columns_write_each_value_as_json_does() -> None:
+    """The columns that end a disaggregated run's lines, for a batch in the middle of the run,
+    against each value written out one by one: ``repr(round(us / 1000, 6))`` for the times
+    (null without a handoff), the instance numbers and bytes as integers, a request that
+    ended on its prefill instance with a null decode instance."""
+    import random
+
+    import numpy as np
+
+    from cpkv.serving.cluster.disagg.tallies import HandoffColumns, HandoffRecord
+
+    rng = random.Random(7)
+    record = HandoffRecord()
+    prefill_of, decode_of, expected = [], [], []
+    for index in range(300):
+        prefill_of.append(rng.randrange(4))
+        handed = rng.random() < 0.7
+        decode_of.append(rng.randrange(3) if handed else -1)
+        if handed:
+            request = type("R", (), {"index": index, "handoff_us": rng.uniform(0, 5e9)})()
+            landed = request.handoff_us + rng.choice([0.0, rng.uniform(0, 1e6), 1e-3])
+            size = rng.randrange(1 << 40)
+            record.handed(request, landed, size)
+            tail = (
+                f',"handoff_ms":{round(request.handoff_us / 1000.0, 6)!r},'
+                f'"kv_landed_ms":{round(landed / 1000.0, 6)!r},"kv_bytes":{size}'
+            )
+        else:
+            tail = ',"handoff_ms":null,"kv_landed_ms":null,"kv_bytes":0'
+        decode = "null" if decode_of[-1] < 0 else str(decode_of[-1])
+        expected.append(f',"prefill_instance":{prefill_of[-1]},"decode_instance":{decode}{tail}')
+    columns = HandoffColumns(prefill_of, decode_of, record)
+    first, n = 37, 250
+    rows = np.concatenate(columns(first, n), axis=1)
+    got = [row.tobytes().replace(b"\0", b"").decode() for row in rows]
+    assert got == expected[first : first + n]

@@ -3,9 +3,10 @@ derived by hand on a flat cost model, and one instance = the plain run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from cpkv.serving.cluster.driver import Cluster, InstanceLines, InstanceTally, with_instance
+from cpkv.serving.cluster.driver import Cluster, InstanceColumns, InstanceTally
 from cpkv.serving.cluster.routers import InstanceLoad, RouterSettings
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.engine.engine import Engine
@@ -129,16 +130,18 @@ def test_prefix_aware_sends_a_shared_prefix_to_its_instance():
 def test_round_robin_lines_carry_the_instance():
     parts: list[str] = []
     cluster, total = _cluster(3, "round_robin", _settings())
-    total.write = InstanceLines(parts.append, cluster.instance_of)
+    total.write, total.columns = parts.append, InstanceColumns(cluster.instance_of)
     cluster.run([_req(i, 0.1 * i) for i in range(7)])
     total.close()
     lines = "".join(parts).splitlines()
     assert [line.rsplit(",", 1)[1] for line in lines] == [f'"instance":{k % 3}}}' for k in range(7)]
 
 
-def test_with_instance_appends_the_field_to_each_object():
-    text, nxt = with_instance('{"a":1}\n{"a":2}\n', [5, 6, 7], 1)
-    assert (text, nxt) == ('{"a":1,"instance":6}\n{"a":2,"instance":7}\n', 3)
+def test_the_instance_column_ends_each_line_of_its_batch():
+    rows = np.concatenate(InstanceColumns([5, 6, 7, 1234])(1, 3), axis=1)
+    assert [r.tobytes().replace(b"\0", b"") for r in rows] == [
+        b',"instance":6', b',"instance":7', b',"instance":1234',
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

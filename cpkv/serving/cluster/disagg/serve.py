@@ -9,7 +9,7 @@ shared when ``admit.cluster.shared_l2``), the decode instances none.
 The outputs: the summary row over every request (a request's TTFT ends when a decode
 instance takes it in; its TPOT is the decode side's; the KV percentages are over both pools'
 blocks together); ``requests.jsonl`` with each line's handoff
-(:class:`~cpkv.serving.cluster.disagg.tallies.HandoffLines`); ``timeline.jsonl`` with one
+(:class:`~cpkv.serving.cluster.disagg.tallies.HandoffColumns`); ``timeline.jsonl`` with one
 series per instance (each point with its ``pool`` and ``instance``); ``instances.jsonl``,
 one line per instance; the summary's ``disaggregation`` block: per pool its instances,
 GPUs, router decisions, busy time (its iterations' time, summed; the share of the makespan
@@ -27,7 +27,7 @@ from cpkv.core.errors import ConfigError
 from cpkv.serving.cluster.disagg.driver import Disaggregated
 from cpkv.serving.cluster.disagg.link import Link
 from cpkv.serving.cluster.disagg.schema import pool_cost, pool_gpus
-from cpkv.serving.cluster.disagg.tallies import HandoffLines, HandoffRecord, PrefillTally
+from cpkv.serving.cluster.disagg.tallies import HandoffColumns, HandoffRecord, PrefillTally
 from cpkv.serving.cluster.driver import Cluster, InstanceTally, shared_l2_caches
 from cpkv.serving.cluster.serve import ClusterOutcome, _added, _added_counters, _added_time, _pct
 from cpkv.serving.engine.clock import check_end
@@ -110,7 +110,8 @@ def serve_disaggregated(
     trace = None if events is None else _trace(events, spec)
     prefill, p_logs = _prefill_side(block, pools, workload, total, trace, spill_dir, seed)
     decode, d_logs = _decode_side(block, pools, workload, total, record, trace, spill_dir, seed)
-    total.write = HandoffLines(lines.write, prefill.instance_of, decode.instance_of, record)
+    total.write = lines.write
+    total.columns = HandoffColumns(prefill.instance_of, decode.instance_of, record)
     bandwidth, latency = spec.link.numbers()
     lanes = min(pools.prefill_gpus, pools.decode_gpus)
     links = [Link.of(bandwidth, latency, lanes) for _ in prefill.sims]

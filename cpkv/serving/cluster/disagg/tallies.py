@@ -7,7 +7,7 @@
 * :class:`HandoffRecord`: every request's handoff (its prefill and decode instances, when
   it left the prefill instance, when its KV landed, its bytes) by its number in the run,
   the TTFT split of the requests a decode instance took in (queue, prefill, transfer,
-  decode wait), and the ``requests.jsonl`` fields it adds (:class:`HandoffLines`).
+  decode wait), and the ``requests.jsonl`` fields it adds (:class:`HandoffColumns`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cpkv.serving.model.request import FINISHED, PENDING, Req
+from cpkv.serving.record.lines import integer_column, text_column, time_column
 
 INF = float("inf")
 NAN = float("nan")
@@ -132,47 +133,52 @@ class HandoffRecord:
         return out
 
 
-class HandoffLines:
-    """A ``write`` for the run's request records that adds each line's handoff:
-    ``prefill_instance``, ``decode_instance`` (null: it ended on its prefill instance),
-    ``handoff_ms``, ``kv_landed_ms`` (null: no handoff), ``kv_bytes``."""
+class HandoffColumns:
+    """The ``columns`` of the run's request records (:class:`~cpkv.serving.record.requests.
+    RequestStats`) that end each line with its handoff: ``prefill_instance``,
+    ``decode_instance`` (null: it ended on its prefill instance), ``handoff_ms``,
+    ``kv_landed_ms`` (null: no handoff), ``kv_bytes`` (0: none)."""
 
-    def __init__(
-        self, write: Callable[[str], Any], prefill_of: list[int], decode_of: list[int],
-        record: HandoffRecord,
-    ) -> None:  # fmt: skip
-        self.write, self.prefill_of, self.decode_of, self.record = (
-            write,
-            prefill_of,
-            decode_of,
-            record,
+    def __init__(self, prefill_of: list[int], decode_of: list[int], record: HandoffRecord) -> None:
+        self.prefill_of, self.decode_of, self.record = prefill_of, decode_of, record
+
+    def __call__(self, first: int, n: int) -> list[np.ndarray]:
+        end = first + n
+        decode = np.full(n, -1, dtype=np.int64)
+        known = self.decode_of[first:end]
+        decode[: len(known)] = known
+        record = self.record
+        handed = np.full(n, -1, dtype=np.int64)
+        kv = np.frombuffer(record.kv_bytes, dtype=np.int64)[first:end]
+        handed[: len(kv)] = kv
+        some = handed >= 0
+        handoff = np.full(n, NAN)
+        landed = np.full(n, NAN)
+        handoff[: len(kv)] = np.frombuffer(record.handoff_us, dtype=np.float64)[first:end]
+        landed[: len(kv)] = np.frombuffer(record.landed_us, dtype=np.float64)[first:end]
+        handoff[~some] = NAN
+        landed[~some] = NAN
+        return [
+            text_column(',"prefill_instance":', n),
+            _ids(self.prefill_of[first:end]),
+            text_column(',"decode_instance":', n),
+            integer_column(decode),
+            text_column(',"handoff_ms":', n),
+            time_column(handoff / 1000.0),
+            text_column(',"kv_landed_ms":', n),
+            time_column(landed / 1000.0),
+            text_column(',"kv_bytes":', n),
+            integer_column(np.where(some, handed, 0)),
+        ]
+
+
+def _ids(instances: list[int]) -> np.ndarray:
+    """Instance numbers as a column (one that is not known yet, -1, written as it is)."""
+    values = np.array(instances, dtype=np.int64)
+    if len(values) and values.min() < 0:
+        return (
+            np.array([str(v).encode() for v in instances], dtype=np.bytes_)
+            .view(np.uint8)
+            .reshape(len(instances), -1)
         )
-        self.next = 0
-
-    def __call__(self, text: str) -> None:
-        lines = text.split("\n")
-        out = []
-        k = self.next
-        record, decode_of = self.record, self.decode_of
-        handed = len(record.handoff_us)
-        for line in lines[:-1]:
-            d = decode_of[k] if k < len(decode_of) else -1
-            if k < handed and record.kv_bytes[k] >= 0:
-                tail = (
-                    f',"handoff_ms":{_ms(record.handoff_us[k])},'
-                    f'"kv_landed_ms":{_ms(record.landed_us[k])},"kv_bytes":{record.kv_bytes[k]}'
-                )
-            else:
-                tail = ',"handoff_ms":null,"kv_landed_ms":null,"kv_bytes":0'
-            decode = "null" if d < 0 else str(d)
-            out.append(
-                f'{line[:-1]},"prefill_instance":{self.prefill_of[k]},'
-                f'"decode_instance":{decode}{tail}}}'
-            )
-            k += 1
-        self.next = k
-        self.write("\n".join(out) + "\n" if out else "")
-
-
-def _ms(us: float) -> str:
-    return repr(round(us / 1000.0, 6))
+    return integer_column(values)
