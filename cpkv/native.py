@@ -1,5 +1,5 @@
 """The modules compiled with mypyc (the serving engines: cpkv's loop, SGLang's loop, vLLM's
-scheduler model), and whether this process runs them compiled.
+scheduler model; the cluster's driver), and whether this process runs them compiled.
 
 :data:`COMPILED` is the one list of them. ``setup.py`` reads it by parsing this file (without
 importing cpkv) and compiles the modules as one group: the group's shared library
@@ -54,6 +54,10 @@ COMPILED = (
     "cpkv.serving.engine.sglang_engine",
     "cpkv.serving.engine.vllm_engine",
     "cpkv.serving.engine.vllm_stretch",
+    "cpkv.serving.cluster.driver",
+    "cpkv.serving.cluster.disagg.link",
+    "cpkv.serving.cluster.disagg.tallies",
+    "cpkv.serving.cluster.disagg.driver",
     "cpkv.sglang.config",
     "cpkv.sglang.request",
     "cpkv.sglang.radix",

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,6 +54,23 @@ NEEDS_TOKENS = frozenset({"least_tokens"})
 """Routers that read the instances' tokens (the others read request counts only)."""
 NEEDS_PREFIX = frozenset({"prefix_aware"})
 """Routers that read the request's prefix blocks."""
+
+
+class Tally(Protocol):
+    """What the driver reads and counts of an instance's requests (:class:`InstanceTally`, a
+    prefill instance's :class:`~cpkv.serving.cluster.disagg.tallies.PrefillTally`)."""
+
+    routed: int
+    ended: int
+    live: dict[int, tuple[Req, int]]
+    late: list[Req]
+    routing_us: float
+
+    def gone_us(self, r: Req) -> float:
+        """When ``r`` stopped being outstanding on the instance."""
+
+    def taken(self, r: Req) -> bool:
+        """Whether the instance took ``r`` delivered to it into its queue."""
 
 
 class _Renumbered:
@@ -133,7 +150,7 @@ class ClusterRun:
     router's decision counts, the instance of every request (input order) and the end."""
 
     results: list[Any]
-    tallies: list[InstanceTally]
+    tallies: list[Tally]
     router: RouterStats
     instance_of: list[int]
     end_us: float
@@ -145,7 +162,7 @@ class Cluster:
     def __init__(
         self,
         sims: Sequence[Any],
-        tallies: Sequence[InstanceTally],
+        tallies: Sequence[Tally],
         router_name: str,
         settings: Any,
         seed: int,
