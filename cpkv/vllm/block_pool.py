@@ -17,11 +17,12 @@ queue is a stack of unkeyed blocks (its top is the head) in front of a list of k
 out of the list's middle by marking its entry stale (the block records the position of its
 live entry, ``pos``); allocation skips stale entries. The cache map holds a block, or an
 insertion-ordered dict of the blocks when several share a key. A request's own key
-(:func:`~cpkv.vllm.request.own_keys`, negative) names a block only that request holds: only that request
-looks it up, and only after a preemption (a request holding blocks looks nothing up), so such a
-block enters the map when its request is preempted (:meth:`BlockPool.map_blocks`), not when it
-is cached (``mapped`` says which blocks are in the map). Until then it is cached all the same:
-it keeps its key (the free queue puts it at the tail) and :meth:`BlockPool.cached_map` lists it.
+(:func:`~cpkv.vllm.request.own_keys`, negative) names a block only that request holds: only
+that request looks it up, and only after a preemption (a request holding blocks looks nothing
+up), so such a block enters the map when its request is preempted
+(:meth:`BlockPool.map_blocks`), not when it is cached (``mapped`` says which blocks are in the
+map). Until then it is cached all the same: it keeps its key (the free queue puts it at the
+tail) and :meth:`BlockPool.cached_map` lists it.
 """
 
 from __future__ import annotations
