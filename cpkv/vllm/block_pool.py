@@ -115,13 +115,8 @@ class BlockPool:
 
     def cached_block(self, key: Hashable) -> int | None:
         """The first block cached under ``key``, or None."""
-        entry = self._cached.get(key)
-        if entry is None:
-            listed = self.cached_map().get(key)
-            return listed[0] if listed else None
-        if type(entry) is int:
-            return entry
-        return next(iter(entry))
+        listed = self.cached_map().get(key)
+        return listed[0] if listed else None
 
     def hit_blocks(self, keys: list[Hashable]) -> list[int]:
         """The blocks of the longest run of ``keys``, from the first, that are all cached

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -185,6 +186,19 @@ NO_FIXED_HITS = (
     "admit.workload.synthetic.l1_cached_tokens.choices=[0]",
     "admit.workload.synthetic.l2_cached_tokens.choices=[0]",
 )
+
+
+def sglang_run(cli, count: int, *overrides: str) -> Path:
+    """The run directory of a successful serving run under SGLang's loop of ``count``
+    synthetic requests without fixed hits."""
+    res = cli(
+        *SGLANG_SYNTHETIC, f"admit.workload.synthetic.count={count}", *NO_FIXED_HITS, *overrides
+    )
+    assert res.exit_code == 0, res.output
+    (run,) = cli.run_dirs()
+    return run
+
+
 ROOFLINE = None  # set below (the default cost model: decode iterations on a line in context)
 
 
@@ -300,13 +314,10 @@ def test_the_host_tier_loads_back_a_prefix_evicted_from_the_device():
 def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> None:
     # cpkv's loop keeps L1 as a partition beside the running requests' 4096 x 16 tokens;
     # SGLang's loop has one pool: 65,536 + 10,000 tokens; the L2 of 50,000 is its host tier
-    res = cli(
-        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
-        "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
+    run = sglang_run(
+        cli, 4, "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
         "admit.workload.cache.l1_tokens=10000", "admit.workload.cache.l2_tokens=50000",
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    (run,) = cli.run_dirs()
     sglang = cli.results(run)["summary"]["sglang"]
     assert (sglang["max_total_num_tokens"], sglang["hicache_tokens"]) == (75_536, 50_000)
 
@@ -314,25 +325,17 @@ def test_a_given_l1_l2_cache_joins_the_pool_and_becomes_the_host_tier(cli) -> No
 def test_a_prompt_at_the_context_length_is_rejected_and_its_line_names_why(cli) -> None:
     # SGLang refuses a prompt that reaches context_len (its tokenizer manager's check): the
     # request ends at once, counted and written with that reason
-    res = cli(
-        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=3", *NO_FIXED_HITS,
-        "admit.workload.synthetic.extend_tokens.choices=[64]", "admit.sglang.context_len=64",
+    run = sglang_run(
+        cli, 3, "admit.workload.synthetic.extend_tokens.choices=[64]", "admit.sglang.context_len=64",
         "admit.kv.capacity_blocks=4096", "admit.kv.block_size=16",
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    (run,) = cli.run_dirs()
     lines = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
     assert [(x["status"], x["reason"]) for x in lines] == [("rejected", "exceeds_context_len")] * 3
     assert cli.results(run)["summary"]["rejected_by_reason"] == {"exceeds_context_len": 3}
 
 
 def test_priority_scheduling_is_read_from_the_admit_block(cli) -> None:
-    res = cli(
-        *SGLANG_SYNTHETIC, "admit.workload.synthetic.count=4", *NO_FIXED_HITS,
-        "admit.enable_priority_scheduling=true",
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    (run,) = cli.run_dirs()
+    run = sglang_run(cli, 4, "admit.enable_priority_scheduling=true")
     assert cli.results(run)["summary"]["engine"] == "sglang"
 
 

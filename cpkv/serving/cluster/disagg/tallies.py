@@ -143,42 +143,28 @@ class HandoffColumns:
         self.prefill_of, self.decode_of, self.record = prefill_of, decode_of, record
 
     def __call__(self, first: int, n: int) -> list[np.ndarray]:
-        end = first + n
-        decode = np.full(n, -1, dtype=np.int64)
-        known = self.decode_of[first:end]
-        decode[: len(known)] = known
         record = self.record
-        handed = np.full(n, -1, dtype=np.int64)
-        kv = np.frombuffer(record.kv_bytes, dtype=np.int64)[first:end]
-        handed[: len(kv)] = kv
-        some = handed >= 0
-        handoff = np.full(n, NAN)
-        landed = np.full(n, NAN)
-        handoff[: len(kv)] = np.frombuffer(record.handoff_us, dtype=np.float64)[first:end]
-        landed[: len(kv)] = np.frombuffer(record.landed_us, dtype=np.float64)[first:end]
-        handoff[~some] = NAN
-        landed[~some] = NAN
+        kv = _window(record.kv_bytes, first, n, -1, np.int64)  # (-1: no handoff)
+        handed = kv >= 0
+        handoff = np.where(handed, _window(record.handoff_us, first, n, NAN, np.float64), NAN)
+        landed = np.where(handed, _window(record.landed_us, first, n, NAN, np.float64), NAN)
         return [
             text_column(',"prefill_instance":', n),
-            _ids(self.prefill_of[first:end]),
+            integer_column(_window(self.prefill_of, first, n, -1, np.int64)),
             text_column(',"decode_instance":', n),
-            integer_column(decode),
+            integer_column(_window(self.decode_of, first, n, -1, np.int64)),
             text_column(',"handoff_ms":', n),
             time_column(handoff / 1000.0),
             text_column(',"kv_landed_ms":', n),
             time_column(landed / 1000.0),
             text_column(',"kv_bytes":', n),
-            integer_column(np.where(some, handed, 0)),
+            integer_column(np.where(handed, kv, 0)),
         ]
 
 
-def _ids(instances: list[int]) -> np.ndarray:
-    """Instance numbers as a column (one that is not known yet, -1, written as it is)."""
-    values = np.array(instances, dtype=np.int64)
-    if len(values) and values.min() < 0:
-        return (
-            np.array([str(v).encode() for v in instances], dtype=np.bytes_)
-            .view(np.uint8)
-            .reshape(len(instances), -1)
-        )
-    return integer_column(values)
+def _window(values: Any, first: int, n: int, missing: float, dtype: Any) -> np.ndarray:
+    """``values[first : first + n]`` as an array of ``n``, ``missing`` past their end."""
+    out = np.full(n, missing, dtype=dtype)
+    known = np.asarray(values[first : first + n], dtype=dtype)
+    out[: len(known)] = known
+    return out
