@@ -221,7 +221,7 @@ def test_decode_stretches_change_nothing_on_a_trace_slice(policy) -> None:
 
 def _segments(res) -> int:
     """Segments the run's iteration log holds (a stretch is one, whatever its length)."""
-    from cpkv.serving.record.iteration_log import SEGMENT
+    from cpkv.serving.record.segments import SEGMENT
 
     return sum(len(records) // SEGMENT.size for records, _ in res.samples.read())
 

@@ -25,10 +25,11 @@ from cpkv.serving.engine.clock import check_end
 from cpkv.serving.engine.engine import Engine
 from cpkv.serving.engine.sglang_engine import SglangEngine
 from cpkv.serving.engine.vllm_engine import VllmEngine
-from cpkv.serving.record.iteration_log import Integrals, IterationLog
+from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
 from cpkv.serving.record.requests import RequestStats
+from cpkv.serving.record.segments import Integrals
 from cpkv.serving.record.trace_events import TraceEvents
 
 INSTANCE_COLUMNS = (

@@ -30,9 +30,9 @@ FIELDS = 8  # time, the six parts, FLOPs
 
 
 class TimeTotals:
-    """The breakdown summed over every iteration of a run, in iteration order, float for
-    float ``sum()`` of each column over the whole run's rows: fed the columns of each batch
-    (:func:`breakdown_columns`) as the run goes."""
+    """The breakdown summed over every iteration of a run: fed the columns of each batch
+    (:func:`breakdown_columns`) as the run goes, each column's batch summed by numpy
+    (pairwise) and the batches' sums added in order."""
 
     def __init__(self) -> None:
         import numpy as np
@@ -40,19 +40,13 @@ class TimeTotals:
         self.sums = np.zeros(FIELDS)
 
     def add(self, columns: list[Any], n: int) -> None:
-        """The next ``n`` iterations' columns (arrays, or one float for all ``n``). Summed in
-        place: the arrays are this call's to overwrite."""
-        import numpy as np
-
+        """The next ``n`` iterations' columns (arrays, or one float for all ``n``)."""
         sums = self.sums
         for j, column in enumerate(columns):
             if isinstance(column, float):
-                if column == 0.0:  # adding 0.0 changes no sum (never -0.0: it starts at +0.0)
-                    continue
-                column = np.full(n, column)
-            if n:
-                column[0] += sums[j]  # (a + x0) + x1 + ...: the sum from ``a``, one by one
-                sums[j] = np.cumsum(column, out=column)[-1]
+                sums[j] += column * n
+            elif n:
+                sums[j] += column.sum()
 
 
 def breakdown_columns(model: Any, *arguments: Any) -> list[Any]:

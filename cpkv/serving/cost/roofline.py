@@ -441,8 +441,8 @@ class RooflineCost:
         keys, where = np.unique(key[heads], return_inverse=True)
         dense = self._dense_of(keys)
         lengths = np.diff(np.append(heads, n))
-        where = where.reshape(-1)
-        return tuple(np.repeat(dense[where, j], lengths) for j in range(DENSE_PARTS))
+        each = np.repeat(where.reshape(-1), lengths)  # each iteration's row of ``dense``
+        return tuple(np.ascontiguousarray(dense[:, j])[each] for j in range(DENSE_PARTS))
 
     def _dense_of(self, keys: Any) -> Any:
         """:meth:`_dense` of each packed ``tokens << 32 | head tokens`` of ``keys`` (sorted,

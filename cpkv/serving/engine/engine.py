@@ -60,7 +60,8 @@ from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane, remove_in_order
 from cpkv.serving.model.request import FINISHED, PENDING, PREFILL, WAITING, Req
 from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
-from cpkv.serving.record.iteration_log import Integrals, IterationLog
+from cpkv.serving.record.iteration_log import IterationLog
+from cpkv.serving.record.segments import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
 from cpkv.serving.schedulers.plan import Plan
 

@@ -46,9 +46,9 @@ from typing import Any
 
 from cpkv.runs.results import metric, outcome
 from cpkv.serving.model.request import FINISHED, Req
-from cpkv.serving.record.iteration_log import Integrals
 from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.requests import PERCENTILES, RequestStats, RequestSummary, percentile
+from cpkv.serving.record.segments import Integrals
 from cpkv.serving.schema import SloSpec
 
 __all__ = ["PERCENTILES", "percentile"]  # (the latency statistics' own, read here too)
