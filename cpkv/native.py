@@ -24,6 +24,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 
 COMPILED = (
     "cpkv.admission.token_ratio",
+    "cpkv.admission.cp_limit",
     "cpkv.serving.model.request",
     "cpkv.serving.model.kv_pool",
     "cpkv.serving.model.prefill_lane",

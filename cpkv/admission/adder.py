@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import time
 
-from cpkv.admission.budgets import cp_limit_broken
+from cpkv.admission.cp_limit import cp_limit_broken
 from cpkv.admission.records import (
     BATCH_FULL,
     NO_TOKEN,
@@ -90,7 +90,7 @@ class PrefillAdderModel(AdmissionState):
         eviction on load-back), starts from a mixed batch's decode offsets, pulls candidates
         lazily from the live prefix cache and records no per-tick events; both are hot loops
         where a shared per-candidate call would cost what it saves. The rare CP check is
-        shared (:func:`cpkv.admission.budgets.cp_limit_broken`)."""
+        shared (:func:`cpkv.admission.cp_limit.cp_limit_broken`)."""
         start_ns = time.perf_counter_ns()
         page = self.page_size
         fill_tokens, device_prefix, host_hit = self.fill_tokens, self.device_prefix, self.host_hit

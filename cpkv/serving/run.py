@@ -222,7 +222,7 @@ def _execute_cluster(
     lines = ctx.stream("requests.jsonl")  # written as requests end
     events = None
     if block.serving.trace_events:  # written as events happen
-        from cpkv.serving.record.trace_file import least_bytes, mb, open_trace
+        from cpkv.serving.record.trace.file import least_bytes, mb, open_trace
 
         events = open_trace(ctx.stream("trace.json").write, count, ctx.run_dir)
         ctx.report(0, 1, f"serving {count} requests; trace.json: at least {mb(least_bytes(count))}")
@@ -259,7 +259,7 @@ def _execute_disaggregated(
     lines = ctx.stream("requests.jsonl")
     events = None
     if block.serving.trace_events:
-        from cpkv.serving.record.trace_file import least_bytes, mb, open_trace
+        from cpkv.serving.record.trace.file import least_bytes, mb, open_trace
 
         events = open_trace(ctx.stream("trace.json").write, count, ctx.run_dir)
         ctx.report(0, 1, f"serving {count} requests; trace.json: at least {mb(least_bytes(count))}")

@@ -100,7 +100,7 @@ class ServingSpec:
     * ``ratio_min_factor``, ``ratio_decay_steps``: SGLang's adaptive ``new_token_ratio``
       (policy ``prefill_adder``; it starts at ``admit.new_token_ratio``);
     * ``trace_events``: write ``trace.json``, the run's timeline in the Chrome trace-event
-      format (:mod:`cpkv.serving.record.trace_events`; Perfetto, chrome://tracing).
+      format (:mod:`cpkv.serving.record.trace.events`; Perfetto, chrome://tracing).
     """
 
     on_preempt: Literal["requeue", "swap", "abort"] = "requeue"

@@ -18,7 +18,7 @@ from cpkv.serving.engine.settings import EngineSettings
 from cpkv.serving.model.request import Req
 from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.serving.record.requests import RequestStats
-from cpkv.serving.record.trace_events import TraceEvents
+from cpkv.serving.record.trace.events import TraceEvents
 from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schema import SloSpec
 from tests.helpers.same_run import REL, assert_same_counters, assert_same_timeline

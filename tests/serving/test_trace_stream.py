@@ -14,9 +14,10 @@ import pytest
 
 from cpkv.core.errors import OutputError
 from cpkv.serving.model.request import FINISHED, REJECTED
-from cpkv.serving.record import trace_events, trace_file
-from cpkv.serving.record.trace_events import TraceEvents
-from cpkv.serving.record.trace_file import REQUEST_EVENTS_MIN_BYTES, DiskRoom, open_trace
+from cpkv.serving.record.trace import events as trace_events
+from cpkv.serving.record.trace import file as trace_file
+from cpkv.serving.record.trace.events import TraceEvents
+from cpkv.serving.record.trace.file import REQUEST_EVENTS_MIN_BYTES, DiskRoom, open_trace
 from tests.helpers.paths import MOONCAKE_TRACE, REPO
 
 needs_trace = pytest.mark.skipif(

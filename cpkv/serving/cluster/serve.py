@@ -30,7 +30,7 @@ from cpkv.serving.record.itl import ItlStats, itl_stats
 from cpkv.serving.record.metrics import ServingRow, added_counts, log_report, row_of
 from cpkv.serving.record.requests import RequestStats
 from cpkv.serving.record.segments import Integrals
-from cpkv.serving.record.trace_events import TraceEvents
+from cpkv.serving.record.trace.events import TraceEvents
 
 INSTANCE_COLUMNS = (
     "routed", "finished", "slo_attainment_pct", "goodput_requests_per_s", "ttft_p50_ms",

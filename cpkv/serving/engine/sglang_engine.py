@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cpkv.admission.budgets import cp_limit_broken
+from cpkv.admission.cp_limit import cp_limit_broken
 from cpkv.serving.cost.stretch import line_total
 from cpkv.serving.engine.engine import EngineResult, SimulationStalled
 from cpkv.serving.engine.instance import Instance, new_counters

@@ -34,6 +34,7 @@ from cpkv.serving.record.token_gaps import GapLog
 
 FLUSH_SEGMENTS = 8192
 """Segments held before a batch is written out."""
+SEGMENT_BYTES = SEGMENT.size
 
 
 class IterationLog:
@@ -49,9 +50,10 @@ class IterationLog:
         cost: Any = None,
     ) -> None:
         self.capacity_blocks, self.block_size, self.cost = capacity_blocks, block_size, cost
-        self.records = bytearray()
+        self.records = bytearray(FLUSH_SEGMENTS * SEGMENT_BYTES)  # the batch's segments
+        self.pack_into = SEGMENT.pack_into
         self.counts = array("q")
-        self.segments = 0
+        self.segments = 0  # in ``records``
         self.keep = keep
         self.spilled = Spill(keep, spill_dir, "cpkv-iterations-")  # (segments, counts) each
         self.kept: tuple[list, ...] | None = None
@@ -66,9 +68,10 @@ class IterationLog:
     ) -> None:  # fmt: skip
         """One full iteration (its blocks after its allocations) and its one-iteration token
         gaps."""
-        self.records += SEGMENT.pack(
-            1, start, start + duration, running, waiting, decode, used, free, prefill,
-            decode_context, prefill_context, pairs, 0, loaded, 1, gaps, 0.0, 0.0,
+        self.pack_into(
+            self.records, self.segments * SEGMENT_BYTES, 1, start, start + duration, running,
+            waiting, decode, used, free, prefill, decode_context, prefill_context, pairs, 0,
+            loaded, 1, gaps, 0.0, 0.0,
         )  # fmt: skip
         self.counts.append(0)
         self.segments += 1
@@ -87,10 +90,10 @@ class IterationLog:
         needs when that differs; ``gaps`` one-iteration token gaps in each of its
         iterations, of durations ``gap_a + gap_b j``."""
         m = len(grow)
-        self.records += SEGMENT.pack(
-            steps, start, end, running, waiting, running, used, free, prefill,
-            decode_context, prefill_context, pairs, pairs_step, 0, m if need is None else -m,
-            gaps, gap_a, gap_b,
+        self.pack_into(
+            self.records, self.segments * SEGMENT_BYTES, steps, start, end, running, waiting,
+            running, used, free, prefill, decode_context, prefill_context, pairs, pairs_step, 0,
+            m if need is None else -m, gaps, gap_a, gap_b,
         )  # fmt: skip
         self.counts.fromlist(grow)
         if need is not None:
@@ -103,8 +106,9 @@ class IterationLog:
         """Write the segments logged so far out (or keep them)."""
         if not self.segments:
             return
-        self.spilled.append(bytes(self.records), self.counts.tobytes())
-        self.records.clear()
+        filled = memoryview(self.records)[: self.segments * SEGMENT_BYTES]
+        self.spilled.append(filled.tobytes(), self.counts.tobytes())
+        filled.release()
         del self.counts[:]
         self.segments = 0
 

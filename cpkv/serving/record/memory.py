@@ -4,8 +4,8 @@ the run's :class:`~cpkv.core.memory.MemoryNeed`).
 * ``timeline.jsonl``: ``admit.serving.timeline_points`` buckets per instance, each summed in
   arrays, then a row and a line of text, all held at the end of the run
   (:data:`BYTES_PER_TIMELINE_POINT`);
-* ``trace.json``: streamed (:mod:`cpkv.serving.record.trace_events`): at most
-  :data:`~cpkv.serving.record.trace_events.FLUSH_EVENTS` events wait to be written, whatever
+* ``trace.json``: streamed (:mod:`cpkv.serving.record.trace.events`): at most
+  :data:`~cpkv.serving.record.trace.events.FLUSH_EVENTS` events wait to be written, whatever
   the run's length (:data:`TRACE_PENDING_BYTES`);
 * ``requests.jsonl`` and the iteration log are written as the run goes: nothing here.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.record.trace_events import FLUSH_EVENTS
+from cpkv.serving.record.trace.events import FLUSH_EVENTS
 
 BYTES_PER_TIMELINE_POINT = 1800
 """A timeline bucket of one instance at the end of a run: its sums (numpy), its row (a dict of

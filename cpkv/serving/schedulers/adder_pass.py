@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
-from cpkv.admission.budgets import cp_limit_broken
+from cpkv.admission.cp_limit import cp_limit_broken
 from cpkv.workload.request import ceil_page
 
 NO_CAP = 1 << 62
@@ -116,7 +116,7 @@ def adder_pass(
 
     The rules are those of :meth:`cpkv.admission.adder.PrefillAdderModel.run_pass` (which
     says why the two loops are not one); the CP check is the shared
-    :func:`cpkv.admission.budgets.cp_limit_broken`."""
+    :func:`cpkv.admission.cp_limit.cp_limit_broken`."""
     page = budgets.page
     admitted: list[tuple[int, int, bool]] = []
     stop: str | None = None

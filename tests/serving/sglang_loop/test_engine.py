@@ -279,7 +279,7 @@ def test_cp_limits_on_top_of_the_loop_cap_each_prefill_batch():
     # cpkv's CP shared-KV limits (not SGLang's), applied to SGLang's loop when asked: six
     # 100-token requests at once fill one prefill batch without them; with at most 2
     # requests a batch they need three prefill batches (a request alone is never stopped)
-    from cpkv.admission.budgets import cp_limit_broken
+    from cpkv.admission.cp_limit import cp_limit_broken
 
     reqs = [req(i, 100, 3) for i in range(6)]
     plain = serve(reqs, overlap=False)

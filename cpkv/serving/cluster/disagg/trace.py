@@ -1,5 +1,5 @@
 """The Chrome trace of a disaggregated run (``admit.serving.trace_events``): the instances of
-:mod:`cpkv.serving.record.trace_events`, named by pool, and the handoffs.
+:mod:`cpkv.serving.record.trace.events`, named by pool, and the handoffs.
 
 Prefill instance ``k`` is process ``k`` (``prefill k``), decode instance ``k`` process
 ``prefill instances + k`` (``decode k``); each has its iterations, counters and, for the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpkv.serving.record.trace_events import InstanceTrace, TraceEvents, _dumps, _us
+from cpkv.serving.record.trace.events import InstanceTrace, TraceEvents, _dumps, _us
 
 
 class DisaggTrace:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cpkv.core.errors import OutputError
-from cpkv.serving.record.trace_events import TraceEvents
+from cpkv.serving.record.trace.events import TraceEvents
 
 REQUEST_EVENTS_MIN_BYTES = 360
 """The fewest bytes a request's events take in the file: its slice's begin and end, its
