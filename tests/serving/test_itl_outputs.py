@@ -65,10 +65,10 @@ def record_full_iterations(monkeypatch, engine: str):
     finished: set[str] = set()
     done = requests_module.RequestStats.done
 
-    def counted(stats, r):
+    def counted(stats, r, *index):
         if r.state == FINISHED:
             finished.add(r.rid)
-        return done(stats, r)
+        return done(stats, r, *index)
 
     monkeypatch.setattr(requests_module.RequestStats, "done", counted)
     if engine == "cpkv":

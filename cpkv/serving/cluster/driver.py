@@ -73,35 +73,6 @@ class Tally(Protocol):
         """Whether the instance took ``r`` delivered to it into its queue."""
 
 
-class _Renumbered:
-    """A request as an instance's own :class:`RequestStats` sees it: numbered in the order it
-    was routed there (those stats take requests in that order, from 0)."""
-
-    __slots__ = (
-        "index", "rid", "arrival_us", "admitted_us", "first_token_us", "finished_us",
-        "prompt_tokens", "max_new_tokens", "generated", "prefilled", "preemptions",
-        "recomputed", "l1_hit", "l2_hit", "state", "reject_reason",
-    )  # fmt: skip
-
-    def __init__(self, r: Req, index: int) -> None:
-        self.index = index
-        self.rid = r.rid
-        self.arrival_us = r.arrival_us
-        self.admitted_us = r.admitted_us
-        self.first_token_us = r.first_token_us
-        self.finished_us = r.finished_us
-        self.prompt_tokens = r.prompt_tokens
-        self.max_new_tokens = r.max_new_tokens
-        self.generated = r.generated
-        self.prefilled = r.prefilled
-        self.preemptions = r.preemptions
-        self.recomputed = r.recomputed
-        self.l1_hit = r.l1_hit
-        self.l2_hit = r.l2_hit
-        self.state = r.state
-        self.reject_reason = r.reject_reason
-
-
 @dataclass
 class InstanceTally:
     """One instance's requests as they end (the sink its engine reports to)."""
@@ -132,7 +103,7 @@ class InstanceTally:
     def done(self, r: Req) -> None:
         _, number = self.live.pop(r.index)
         self.total.done(r)
-        self.own.done(_Renumbered(r, number))
+        self.own.done(r, number)  # (numbered in the order it was routed here)
         self.ended += 1
         if r.finished_us > self.routing_us:
             self.late.append(r)

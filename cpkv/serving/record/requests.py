@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT
+from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT, Req
 from cpkv.serving.record.lines import REASONS, format_lines
 
 SERIES = ("queue", "ttft", "tpot", "e2e")
@@ -69,16 +69,19 @@ class RequestStats:
         self.packed = bytearray()
         self.rids: list[str] = []
         self.series = {name: array("d") for name in SERIES}
+        self.pack = RECORD.pack
         self.requests = self.finished = self.rejected = self.admitted = 0
         self.preemptions = self.recomputed = self.generated = self.good = 0
         self.timed_out = self.cancelled = 0
         self.longest_wait_ms: float | None = None
 
-    def done(self, r: Any) -> None:
-        """``r`` finished or was rejected: pack its record (processed in input order)."""
+    def done(self, r: Req, index: int = -1) -> None:
+        """``r`` finished or was rejected: pack its record, processed in input order: ``r``'s
+        own index's place, or ``index``'s (a request numbered apart, as an instance of a
+        cluster numbers those routed to it)."""
         admitted, first, end = r.admitted_us, r.first_token_us, r.finished_us
         l1, l2, reason = r.l1_hit, r.l2_hit, r.reject_reason
-        record = RECORD.pack(
+        record = self.pack(
             r.arrival_us,
             NAN if admitted is None else admitted,
             NAN if first is None else first,
@@ -96,7 +99,9 @@ class RequestStats:
         )
         if r.state not in _STATUS_CODE:
             raise ValueError(f"request {r.rid} has not ended")
-        if r.index == self.next_index:
+        if index < 0:
+            index = r.index
+        if index == self.next_index:
             self.packed += record
             self.rids.append(r.rid)
             self.next_index += 1
@@ -109,7 +114,7 @@ class RequestStats:
             if len(self.rids) >= BATCH:
                 self.flush()
         else:
-            self.pending[r.index] = (record, r.rid)
+            self.pending[index] = (record, r.rid)
 
     def flush(self) -> None:
         """Process the records that are in order."""
