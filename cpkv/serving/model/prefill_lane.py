@@ -86,7 +86,8 @@ class PrefillLane:
             _, _, token, r = heapq.heappop(heap)
             if r.lane_token == token:
                 due.append((token, r))
-        due.sort(key=_stamp)
+        if len(due) > 1:
+            due.sort(key=_stamp)
         self.due, self.due_at = due, self.steps
         return [r for _, r in due]
 
