@@ -180,8 +180,12 @@ def _blocks(
     offset = np.cumsum(width) - width
     where = offset[seg] + j % m[seg]
     grow = counts[where]
-    need = counts[where + np.where(apart, m, 0)[seg]] if apart.any() else grow
-    grown, needed = np.cumsum(grow), np.cumsum(need)
+    grown = np.cumsum(grow)
+    if apart.any():
+        need = counts[where + np.where(apart, m, 0)[seg]]
+        needed = np.cumsum(need)
+    else:
+        need, needed = grow, grown
     used = (rec["used"] - (grown - grow)[first])[seg] + grown
     free = (rec["free"] + (needed - need)[first])[seg] - needed
     return used, capacity_blocks - free
