@@ -21,7 +21,7 @@ iteration's gap is its duration, ``end - start``, a stretch's are the line
 ``gap_a + gap_b j``): :func:`segment_gaps` turns a batch's into the gap log's records.
 
 This module is numpy from end to end and runs interpreted (it is not in
-:data:`cpkv.native.COMPILED`): compiled, its calls into numpy were slower.
+:data:`cpkv.native.COMPILED`): compiled, its calls into numpy are slower.
 """
 
 from __future__ import annotations
