@@ -12,7 +12,7 @@ validates the name against the registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,18 +39,20 @@ class Holder:
         return self.length_tokens - self.request.prompt_tokens
 
 
-Victim = Callable[[Sequence[Holder], Holder], Holder]
+Victim = Callable[[Iterable[Holder], Holder], Holder]
+"""A victim order: ``(active, grower)`` to the victim's holder. Each order reads ``active``
+at most once, and ``scan_order`` not at all: a caller may pass it lazily."""
 VICTIMS: Registry[Victim] = Registry("victim order")
 
 
 @VICTIMS.register("scan_order", help="the request whose growth does not fit (the default)")
-def scan_order(active: Sequence[Holder], grower: Holder) -> Holder:
+def scan_order(active: Iterable[Holder], grower: Holder) -> Holder:
     """The request that just grew past the capacity."""
     return grower
 
 
 @VICTIMS.register("newest_first", help="the most recently admitted active request")
-def newest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+def newest_first(active: Iterable[Holder], grower: Holder) -> Holder:
     """The active request admitted last."""
     return max(active, key=lambda h: h.order)
 
@@ -58,7 +60,7 @@ def newest_first(active: Sequence[Holder], grower: Holder) -> Holder:
 @VICTIMS.register(
     "largest_first", help="the active request holding the most blocks (newest on ties)"
 )
-def largest_first(active: Sequence[Holder], grower: Holder) -> Holder:
+def largest_first(active: Iterable[Holder], grower: Holder) -> Holder:
     """The active request holding the most blocks; the newest among equals."""
     return max(active, key=lambda h: (h.blocks, h.order))
 
@@ -67,6 +69,6 @@ def largest_first(active: Sequence[Holder], grower: Holder) -> Holder:
     "least_progress",
     help="fewest generated tokens, then longest prompt, then newest (SGLang retract order)",
 )
-def least_progress(active: Sequence[Holder], grower: Holder) -> Holder:
+def least_progress(active: Iterable[Holder], grower: Holder) -> Holder:
     """Fewest generated tokens, then the longest prompt, then the newest."""
     return min(active, key=lambda h: (h.generated_tokens, -h.request.prompt_tokens, -h.order))

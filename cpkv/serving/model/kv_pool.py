@@ -25,9 +25,11 @@ is free or it is the victim itself.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import chain
+from typing import cast
 
-from cpkv.policies.victims import VICTIMS, Holder, scan_order
+from cpkv.policies.victims import VICTIMS, Holder
 from cpkv.serving.model.request import PREFILL, RUNNING, WAITING, Req
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 
@@ -41,7 +43,6 @@ class KvPool:
         self.block_size, self.capacity_blocks = block_size, capacity_blocks
         self.free_blocks, self.used_blocks = capacity_blocks, 0
         self.choose = VICTIMS.get(victim)
-        self.grower_yields = self.choose is scan_order  # (the grower is always the victim)
         self.decode_steps = 0
         self.running: dict[Req, None] = {}  # the running requests, in the order they joined
         self.n_running = self.n_unreserved = 0
@@ -336,7 +337,7 @@ class KvPool:
         """Preempt victims until a block is free or ``grower`` is the victim; the candidates
         are the running requests, then ``beside`` (requests not running yet)."""
         while self.free_blocks < 1 and grower.state in (RUNNING, PREFILL):
-            victim = grower if self.grower_yields else self._victim(grower, beside)
+            victim = self._victim(grower, beside)
             kv = self.leave(victim) if victim.state == RUNNING else self.release_prefill(victim)
             victim.state = WAITING
             victim.recomputed += kv
@@ -345,21 +346,25 @@ class KvPool:
             self._event(victim, "preempted")
 
     def _victim(self, grower: Req, beside: Sequence[Req]) -> Req:
-        """The victim order's choice among the candidates still holding KV."""
-        block = self.block_size
-        alive = [
-            c
-            for c in dict.fromkeys([*self.running, *beside])
-            if c.state == RUNNING or (c.state == PREFILL and c.filled_tokens >= c.fill_tokens)
-        ]
-        holders = {
-            c.stamp: Holder(
-                c.stamp, c, c.prompt_tokens + self.gen_now(c), -(-self.kv_now(c) // block)
-            )
-            for c in alive
-        }
-        chosen = self.choose(list(holders.values()), holders[grower.stamp])
-        return next(c for c in alive if c.stamp == chosen.order)
+        """The victim order's choice among the candidates still holding KV, read as the
+        order asks for them (the default names the grower and reads none)."""
+        chosen = self.choose(self._holders(beside), self._holder(grower))
+        return cast(Req, chosen.request)
+
+    def _holders(self, beside: Sequence[Req]) -> Iterator[Holder]:
+        """The running requests, then ``beside``, each once, those still holding KV."""
+        seen: set[Req] = set()
+        for c in chain(self.running, beside):
+            if c in seen:
+                continue
+            seen.add(c)
+            if c.state == RUNNING or (c.state == PREFILL and c.filled_tokens >= c.fill_tokens):
+                yield self._holder(c)
+
+    def _holder(self, r: Req) -> Holder:
+        return Holder(
+            r.stamp, r, r.prompt_tokens + self.gen_now(r), -(-self.kv_now(r) // self.block_size)
+        )
 
     def _event(self, r: Req, what: str) -> None:
         if self.events is not None:
