@@ -51,7 +51,7 @@ def record_full_iterations(monkeypatch, engine: str):
     """Every engine runs every iteration in full, its tokens stamped; the recorder, and the
     ids of the requests that finished."""
     monkeypatch.setattr(engine_module, "decode_stretches", lambda e, horizon: 0)
-    monkeypatch.setattr(engine_module, "run_stretch", lambda e, horizon: 0)
+    monkeypatch.setattr(engine_module, "run_stretch", lambda e, horizon, bound: 0)
     monkeypatch.setattr(sglang_engine.SglangEngine, "_decode_stretch", lambda e, horizon: 0)
     monkeypatch.setattr(vllm_engine, "decode_stretches", lambda e, horizon: 0)
     stepping: list = []  # the vLLM instance whose step runs

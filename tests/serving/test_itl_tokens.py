@@ -21,6 +21,7 @@ import pytest
 from cpkv.admission.schedule_policy.config import SchedulePolicyConfig
 from cpkv.serving.cost.model import CostModel
 from cpkv.serving.cost.spec import CostSpec
+from cpkv.serving.cost.stretch import AffinePieces, Looped
 from cpkv.serving.engine.settings import EngineSettings
 from cpkv.serving.engine.sglang_engine import SglangEngine, SglangSettings
 from cpkv.serving.engine.simulate import KeepRequests, simulate
@@ -29,6 +30,7 @@ from cpkv.serving.input.workload import ServingRequest
 from cpkv.serving.model.request import FINISHED, Req
 from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.serving.record.itl import itl_stats
+from cpkv.serving.record.token_gaps import GapLog
 from cpkv.serving.schedulers.adder_pass import AdderBudgets
 from cpkv.serving.schedulers.options import PolicyOptions
 from cpkv.sglang import LoopConfig
@@ -167,6 +169,31 @@ def test_cpkv_loop_two_piece_and_looped_stretches(monkeypatch):
         check_cpkv(monkeypatch, serving_requests(30, 5), settings)
 
 
+def test_cpkv_loop_gaps_with_arrivals_inside_stretches(monkeypatch):
+    """A queue that waits for blocks: arrivals join it inside the stretches (their segments
+    split there), under one- and two-piece roofline stretches and a looped model's."""
+    from cpkv.serving.engine import stretch as stretch_module
+
+    taken = []
+    original = stretch_module._arrivals_within
+
+    def counted(*args):
+        ran = original(*args)
+        taken.append(ran)
+        return ran
+
+    monkeypatch.setattr(stretch_module, "_arrivals_within", counted)
+    for spec, spread in (
+        (CostSpec(model="llama-3-8b"), 4.0),
+        (CostSpec(model="deepseek-v3.2", tp=8), 40.0),
+    ):
+        taken.clear()
+        settings = cpkv_settings("prefill_adder", cost=spec.build(), capacity_blocks=60)
+        requests = [replace(r, arrival_ms=r.arrival_ms * spread) for r in serving_requests(60, 6)]
+        check_cpkv(monkeypatch, requests, settings)
+        assert sum(1 for ran in taken if ran) >= 3, (spec.model, taken)
+
+
 # -- SGLang's loop ----------------------------------------------------------------------------
 def run_sglang(requests, stretches: bool, **knobs):
     config = LoopConfig(**{"max_total_num_tokens": 2048, "max_running_requests": 64,
@@ -262,3 +289,24 @@ def test_vllm_gaps_are_its_tokens(monkeypatch, case):
         assert lines > 0
         if sum(r.preemptions for r in full_requests):
             assert long > 0  # a recompute's gap spans steps
+
+
+@pytest.mark.parametrize("start", range(9))
+def test_a_stretchs_gaps_from_an_iteration_inside_it(start):
+    """The gaps of durations ``start`` .. ``start + steps - 1`` of a stretch, logged from
+    inside it, are those durations one by one (affine pieces and a looped model's)."""
+    pieces = AffinePieces([(0, 10.0, 1.0), (3, 20.0, 0.5), (6, 40.0, 0.25)])
+    looped = Looped(CostModel(fixed_us=7.0, decode_request_us=2.0), (0, 3, 5, 0, 0, 0, 0))
+    for durations in (pieces, looped):
+        for steps in range(1, 6):
+            log = GapLog(keep=True)
+            log.stretch(100, durations, steps, 3, start)
+            got = [
+                (int(g.iteration[i]) + j, float(g.a[i] + g.b[i] * j), int(g.weight[i]))
+                for g in log.records()
+                for i in range(len(g))
+                for j in range(int(g.n[i]))
+            ]
+            want = [(100 + j, durations.duration(start + j), 3) for j in range(steps)]
+            assert [(i, w) for i, _, w in got] == [(i, w) for i, _, w in want]
+            assert [v for _, v, _ in got] == pytest.approx([v for _, v, _ in want], rel=1e-12)

@@ -143,6 +143,9 @@ class Engine(Instance):
         # (a stretch may end with an iteration that completes prompts: not when anything
         # but the engine hears of first tokens or prices iterations apart)
         self.completes_in_stretch = lifecycle is None and not self.padded
+        # (a stretch takes in arrivals that find the queue not empty: not when anything but
+        # the queue hears of an arrival)
+        self.arrivals_wait = lifecycle is None and self.scheduler.arrivals_wait
         self.bare = (
             cache is None
             and lifecycle is None
@@ -166,6 +169,7 @@ class Engine(Instance):
         ``built``'s queue by SGLang's decode-side rule."""
         self.built = built
         self.arrivals = Handoffs()
+        self.arrivals_wait = False
 
     def deliver_built(self, r: Req, landed_us: float) -> None:
         """``r``'s KV (its prompt) and first token land at ``landed_us``."""
@@ -210,7 +214,7 @@ class Engine(Instance):
         held, built = self.held, self.built
         while self.now < until_us:
             if arrivals.next_us <= self.now:
-                self._arrive()
+                self.arrive()
             if held is not None and held.next_us <= self.now:
                 held.release_due(pool, self.now)
             if built is not None and built.queue:
@@ -226,13 +230,14 @@ class Engine(Instance):
                 self.ratio = self.ratio.reset()
                 continue
             if busy and self.fast:
-                horizon = min(arrivals.next_us, until_us)
+                bound = until_us
                 if held is not None:
-                    horizon = min(horizon, held.next_us)
+                    bound = min(bound, held.next_us)
                 if lifecycle is not None:
-                    horizon = min(horizon, lifecycle.horizon())
+                    bound = min(bound, lifecycle.horizon())
+                horizon = min(arrivals.next_us, bound)
                 if self.waiting or self.prefilling:
-                    if run_stretch(self, horizon):
+                    if run_stretch(self, horizon, bound):
                         continue
                 elif decode_stretches(self, horizon):
                     continue
@@ -255,7 +260,8 @@ class Engine(Instance):
         )  # fmt: skip
 
     # -- requests coming and going -----------------------------------------------------------
-    def _arrive(self) -> None:
+    def arrive(self) -> None:
+        """The requests that arrived by now join the queue (or are rejected)."""
         if self.built is not None:  # the decode side: arrivals join the receive queue
             receive(self)
             return

@@ -139,9 +139,11 @@ class DecodeLines:
         return steps, line_total(first, slope, steps), first, slope
 
 
-def run_stretch(engine: Engine, horizon: float) -> int:
+def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     """Run the quiet iterations from ``engine.now`` up to the next event (module docstring);
-    how many ran (0: none, the engine runs a full iteration)."""
+    how many ran (0: none, the engine runs a full iteration). ``horizon``: the next event's
+    time; ``bound``: the same without the next arrival (an arrival that finds the queue not
+    empty joins it inside the stretch when the scheduler's quiet plans read only its head)."""
     pool = engine.pool
     now = engine.now
     if not now < horizon:
@@ -178,7 +180,8 @@ def run_stretch(engine: Engine, horizon: float) -> int:
     durations = stretch_durations(
         cost, prefill, running, decode_context, prefill_context, pairs, prefill, pairs_step
     )
-    k = durations.steps_within(horizon - now, limit)
+    absorbs = bound > horizon and engine.arrivals_wait and len(engine.waiting) > 0
+    k = durations.steps_within((bound if absorbs else horizon) - now, limit)
     ended, ahead = None, 0  # the prompts the last iteration completes; lane steps taken
     if k == completing + 1:
         lane.advance(k - 1)
@@ -189,12 +192,17 @@ def run_stretch(engine: Engine, horizon: float) -> int:
                 return 0
     shape = (prefill, decode_context, prefill_context, pairs, pairs_step)
     quiet_steps = k - 1 if ended else k
-    end = _log(engine, durations, quiet_steps, running, shape) if quiet_steps else now
+    taken = _arrivals_within(engine, durations, quiet, k, shape) if absorbs else 0
+    end = now + durations.total(quiet_steps)
+    if quiet_steps > taken:
+        _log(engine, durations, now, taken, quiet_steps - taken, shape)
     if engine.padded:
         cost.stretch_ran(prefill, running, decode_context, k, durations)
-    _advance(engine, quiet, k, running, prefill, 0 if ended or not prefill else k - ahead)
+    _advance(engine, quiet, k - taken, running, prefill)
     if ended:
         end = engine.complete_prompts(ended, end, durations.duration(k - 1), running, shape, k - 1)
+    elif prefill:
+        lane.advance(k - ahead)
     engine.now = end
     if finish is not None and step + k == finish and not ended:
         for r in pool.finishing():
@@ -203,36 +211,62 @@ def run_stretch(engine: Engine, horizon: float) -> int:
     return k
 
 
-def _log(engine: Engine, durations: Any, k: int, running: int, shape: tuple) -> float:
-    """The first ``k`` iterations of the stretch into the iteration log (one segment) and
-    the token gaps; when they end."""
-    pool, now = engine.pool, engine.now
+def _arrivals_within(engine: Engine, durations: Any, quiet: Quiet, steps: int, shape: tuple) -> int:
+    """The arrivals that come before the last of the stretch's ``steps`` iterations starts
+    join the queue at the start of the first iteration after them (each at least one
+    iteration after the one before, as the engine's loop takes them); the iterations before
+    each are logged and run first. How many ran."""
+    arrivals, now, taken = engine.arrivals, engine.now, 0
+    running = engine.pool.n_running
+    while True:
+        at = durations.steps_within(arrivals.next_us - now, steps)
+        if at >= steps:
+            return taken
+        if at <= taken:
+            at = taken + 1
+            if at >= steps:
+                return taken
+        _log(engine, durations, now, taken, at - taken, shape)
+        _advance(engine, quiet, at - taken, running, shape[0])
+        taken = at
+        engine.now = now + durations.total(at)
+        engine.arrive()
+        engine.now = now
+
+
+def _log(engine: Engine, durations: Any, now: float, start: int, k: int, shape: tuple) -> None:
+    """Iterations ``start`` to ``start + k - 1`` of the stretch that began at ``now`` into
+    the iteration log (one segment) and the token gaps (the pool's state is that before
+    iteration ``start``)."""
+    pool = engine.pool
+    running = pool.n_running
     prefill, decode_context, prefill_context, pairs, pairs_step = shape
-    end = now + durations.total(k)
+    if start:
+        decode_context += running * start
+        prefill_context += prefill * start
+        pairs += pairs_step * start
     grow, need = pool.growth(k) if running else ([0], None)
     pieces = getattr(durations, "pieces", ())
-    line = pieces[0] if len(pieces) == 1 else (0, 0.0, 0.0)  # (else logged apart)
+    if len(pieces) == 1:
+        _, a, b = pieces[0]
+        gaps, a = running, a + b * start
+    else:  # (logged apart)
+        gaps, a, b = 0, 0.0, 0.0
     engine.samples.stretch(
-        now, k, end, running, len(engine.waiting), pool.used_blocks, pool.free_blocks,
-        prefill, decode_context, prefill_context, pairs, pairs_step, grow, need,
-        running if len(pieces) == 1 else 0, line[1], line[2],
+        now + durations.total(start), k, now + durations.total(start + k), running,
+        len(engine.waiting), pool.used_blocks, pool.free_blocks, prefill, decode_context,
+        prefill_context, pairs, pairs_step, grow, need, gaps, a, b,
     )  # fmt: skip
     if running and len(pieces) != 1:
-        engine.gaps.stretch(engine.iterations, durations, k, running)
-    return end
+        engine.gaps.stretch(engine.iterations, durations, k, running, start)
 
 
-def _advance(
-    engine: Engine, quiet: Quiet, k: int, running: int, prefill: int, lane_steps: int
-) -> None:
-    """The state after ``k`` quiet iterations (but the clock, the finishes and the lane's
-    own ``lane_steps``)."""
+def _advance(engine: Engine, quiet: Quiet, k: int, running: int, prefill: int) -> None:
+    """The state after ``k`` quiet iterations (but the clock, the finishes and the lane)."""
     if running:
         engine.pool.advance(k)
         engine.ratio = engine.ratio.after_decode_steps(k)
         engine.stalled = 0
-    if lane_steps:
-        engine.lane.advance(lane_steps)
     counters = engine.counters
     counters["decode_tokens"] += running * k
     counters["prefill_tokens"] += prefill * k

@@ -14,7 +14,9 @@ step of the running set, then asks its scheduler, in this order:
 Between events the engine does not ask: :meth:`Scheduler.quiet` says for how many of the
 next iterations the plan is known (admit nothing, the same chunks), and the engine runs them
 in closed form (:mod:`cpkv.serving.engine.stretch`). A scheduler that cannot tell returns
-:data:`~cpkv.serving.schedulers.plan.NOT_QUIET` and is asked every iteration.
+:data:`~cpkv.serving.schedulers.plan.NOT_QUIET` and is asked every iteration. A scheduler
+whose quiet plans read nothing of a waiting queue but its head (:attr:`Scheduler.head_only`)
+lets requests arrive at the back of it inside a stretch.
 
 :data:`SCHEDULERS` maps ``admit.policy`` to the scheduler class.
 """
@@ -42,6 +44,10 @@ class Scheduler:
     uses_lane = False
     """Whether the engine keeps the prefilling requests in a
     :class:`~cpkv.serving.model.prefill_lane.PrefillLane` for this scheduler's uniform plans."""
+    head_only = False
+    """Whether :meth:`quiet` reads nothing of a waiting queue but its head, so that while the
+    queue is not empty a request joining its back changes none of the quiet plans (when no
+    queue order or priority preemption is configured: :attr:`arrivals_wait`)."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
@@ -56,6 +62,8 @@ class Scheduler:
             if opts.schedule.priority_preemption:
                 self.priority = PriorityPreemption(opts, settings.adder.max_running_requests)
         self.never_blocks = settings.capacity_blocks - self.margin
+        # (an arrival that finds the queue not empty leaves the quiet plans as they are)
+        self.arrivals_wait = self.head_only and self.queue_order is None and self.priority is None
 
     # -- arrivals ------------------------------------------------------------------------
     def never_fits(self, r: Req) -> bool:

@@ -24,6 +24,7 @@ class IterationScheduler(BlockScheduler):
     """Admit first come, first served within the iteration's token budget (module docstring)."""
 
     name = "iteration"
+    head_only = True
 
     def plan(self, engine: Engine, decoded: int) -> Plan:
         chunk = self.budget.chunk

@@ -41,6 +41,7 @@ class PrefillAdderScheduler(Scheduler):
     """One SGLang PrefillAdder pass per iteration (module docstring)."""
 
     name = "prefill_adder"
+    head_only = True
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)

@@ -4,6 +4,7 @@ saturated loads, chunked prompts, prefix hits, policy options; and they are take
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import replace
 
 import pytest
@@ -114,3 +115,39 @@ def test_stretches_are_taken(monkeypatch):
             full.clear()
             res = simulate(workload(100, rate, (200, 300), (100, 200), seed=1), settings(policy))
             assert len(full) < res.iterations / 3, (policy, rate, len(full), res.iterations)
+
+
+def test_arrivals_join_a_waiting_queue_inside_a_stretch(monkeypatch):
+    """A saturated prefill_adder queue: arrivals that find requests waiting join the queue
+    inside stretches (the stretches do not end at them), and the decisions, times and
+    timeline are those of full iterations."""
+    inside = []
+    original = engine_module.Engine.arrive
+    from cpkv.serving.engine import stretch as stretch_module
+
+    def counted(self):
+        inside.append(sys._getframe(1).f_code is stretch_module._arrivals_within.__code__)
+        return original(self)
+
+    monkeypatch.setattr(engine_module.Engine, "arrive", counted)
+    requests = workload(150, 0.05, (200, 300), (100, 200), seed=4)
+    fast, _full = same_decisions(requests, settings("prefill_adder"))
+    assert sum(inside) > len(requests) / 3, (sum(inside), len(inside))
+
+
+def test_arrivals_end_a_stretch_when_the_scheduler_reads_the_whole_queue(monkeypatch):
+    """A scanning policy (conservative) may admit a later request: an arrival ends the
+    stretch, never joins inside one."""
+    from cpkv.serving.engine import stretch as stretch_module
+
+    called = []
+    original = stretch_module._arrivals_within
+
+    def counted(*args):
+        called.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(stretch_module, "_arrivals_within", counted)
+    requests = workload(150, 0.05, (200, 300), (100, 200), seed=4)
+    same_decisions(requests, settings("conservative"))
+    assert not called
