@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _NEVER = 1 << 62  # the second piece's first iteration when there is one piece (none reaches it)
@@ -276,10 +276,15 @@ def stretch_durations(
     attention_pairs_step: int,
 ) -> AffinePieces | Looped:
     """The durations of a stretch (module docstring) under ``cost``."""
-    args = (
+    return durations_of(cost)(
         prefill_tokens, decode_requests, decode_context, prefill_context, attention_pairs,
         prefill_context_step, attention_pairs_step,
     )  # fmt: skip
+
+
+def durations_of(cost: Any) -> Callable[..., AffinePieces | Looped]:
+    """What gives a stretch's durations under ``cost`` from its seven arguments
+    (:func:`stretch_durations`'): the model's own ``stretch``, else a :class:`Looped`."""
     if getattr(type(cost), "stretch", None) is not None:
-        return cost.stretch(*args)
-    return Looped(cost, args)
+        return cost.stretch  # type: ignore[no-any-return]
+    return lambda *args: Looped(cost, args)

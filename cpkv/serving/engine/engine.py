@@ -49,6 +49,7 @@ from typing import Any
 
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
+from cpkv.serving.cost.stretch import durations_of
 from cpkv.serving.engine.handoff import BuiltRequests, Handoffs, HeldKv, receive
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.lifecycle import Lifecycle
@@ -139,6 +140,7 @@ class Engine(Instance):
         lifecycle = self._policy_parts(s)  # (read as a local: set by a method call)
         self.fast = not events and trace is None and self.invariants is None
         self.decode_lines = DecodeLines(settings.cost)
+        self.stretch_durations = durations_of(settings.cost)
         self.padded = getattr(type(s.cost), "stretch_ran", None) is not None
         # (a stretch may end with an iteration that completes prompts: not when anything
         # but the engine hears of first tokens or prices iterations apart)

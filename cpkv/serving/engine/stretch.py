@@ -39,7 +39,6 @@ from cpkv.serving.cost.stretch import (
     AffinePieces,
     line_steps_within,
     line_total,
-    stretch_durations,
 )
 from cpkv.serving.model.decode_ahead import decode_steps_ahead
 from cpkv.serving.schedulers.plan import FOREVER, Quiet
@@ -176,9 +175,8 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     if limit <= 0 or not (running or prefill):
         return 0
     decode_context = pool.context_base_sum + running * step
-    cost = engine.settings.cost
-    durations = stretch_durations(
-        cost, prefill, running, decode_context, prefill_context, pairs, prefill, pairs_step
+    durations = engine.stretch_durations(
+        prefill, running, decode_context, prefill_context, pairs, prefill, pairs_step
     )
     absorbs = bound > horizon and engine.arrivals_wait and len(engine.waiting) > 0
     k = durations.steps_within((bound if absorbs else horizon) - now, limit)
@@ -197,7 +195,7 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     if quiet_steps > taken:
         _log(engine, durations, now, taken, quiet_steps - taken, shape)
     if engine.padded:
-        cost.stretch_ran(prefill, running, decode_context, k, durations)
+        engine.settings.cost.stretch_ran(prefill, running, decode_context, k, durations)
     _advance(engine, quiet, k - taken, running, prefill)
     if ended:
         end = engine.complete_prompts(ended, end, durations.duration(k - 1), running, shape, k - 1)

@@ -219,12 +219,8 @@ class VllmEngine(Instance):
             prefill, decoded, decode_context, prefill_context, pairs, 0
         )
         self.now = end = start + duration
-        free = scheduler.free_blocks
-        sample = (
-            start, duration, len(scheduler.running), len(scheduler.waiting),
-            self.settings.capacity_blocks - free, free, prefill, decoded, decode_context,
-            prefill_context, pairs, 0,
-        )  # fmt: skip
+        free = scheduler.free_blocks  # (the step's state as it was scheduled)
+        running, waiting = len(scheduler.running), len(scheduler.waiting)
         finished = scheduler.update(plan)
         step = self.iterations
         self.iterations += 1
@@ -245,7 +241,10 @@ class VllmEngine(Instance):
                 r.first_token_us = end
                 firsts += 1
             r.state = RUNNING
-        self.samples.iteration(*sample, consecutive)
+        self.samples.iteration(
+            start, duration, running, waiting, self.settings.capacity_blocks - free, free,
+            prefill, decoded, decode_context, prefill_context, pairs, 0, consecutive,
+        )  # fmt: skip
         for before, count in late.items():
             self.gaps.point(-1, end - before, count)
         for request_id in finished:
