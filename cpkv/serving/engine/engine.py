@@ -64,7 +64,7 @@ from cpkv.serving.model.token_runs import run_left, run_restarted, withdraw
 from cpkv.serving.record.iteration_log import IterationLog
 from cpkv.serving.record.segments import Integrals
 from cpkv.serving.schedulers.base import Scheduler, make_scheduler
-from cpkv.serving.schedulers.plan import Plan
+from cpkv.serving.schedulers.plan import Admit, Plan
 
 
 class SimulationStalled(CpkvError):
@@ -148,6 +148,7 @@ class Engine(Instance):
         # (a stretch takes in arrivals that find the queue not empty: not when anything but
         # the queue hears of an arrival)
         self.arrivals_wait = lifecycle is None and self.scheduler.arrivals_wait
+        self.joins_in_stretch = lifecycle is None  # (admissions a stretch may take: joining)
         self.bare = (
             cache is None
             and lifecycle is None
@@ -277,6 +278,18 @@ class Engine(Instance):
             self.waiting.append(r)
             if self.lifecycle is not None:
                 self.lifecycle.arrived(r)
+
+    def join_lane(self, joins: list[tuple[Req, Admit]]) -> None:
+        """``joins`` (each with its lookup) are admitted at the start of the coming iteration
+        and join the prefill lane (:meth:`Scheduler.joining`): a stretch runs that iteration."""
+        lane = self.lane
+        assert lane is not None
+        for r, admit in joins:
+            self._admit(r, admit.device_prefix, admit.host_hit, admit.reserve_tokens)
+            self.prefilling.append(r)
+            lane.join(r)
+        self.counters["admissions"] += len(joins)
+        self._leave_queue([r for r, _ in joins])
 
     def ended(self, r: Req) -> None:
         """``r`` reached a terminal state: it is forgotten and goes to the sink (its token

@@ -41,7 +41,7 @@ from cpkv.serving.cost.stretch import (
     line_total,
 )
 from cpkv.serving.model.decode_ahead import decode_steps_ahead
-from cpkv.serving.schedulers.plan import FOREVER, Quiet
+from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Quiet
 
 if TYPE_CHECKING:
     from cpkv.serving.engine.engine import Engine
@@ -149,7 +149,9 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
         return 0
     quiet = engine.scheduler.quiet(engine)
     if quiet.steps <= 0:
-        return 0
+        quiet = _join_lane(engine)
+        if quiet.steps <= 0:
+            return 0
     running, step = pool.n_running, pool.decode_steps
     finish = pool.next_finish_step() if running else None
     limit = decode_steps_ahead(pool) if running else FOREVER
@@ -207,6 +209,27 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
             pool.leave(r)
             engine.finish(r, end)
     return k
+
+
+def _join_lane(engine: Engine) -> Quiet:
+    """The coming iteration's admissions when each joins the prefill lane with a whole chunk
+    (:meth:`~cpkv.serving.schedulers.base.Scheduler.joining`) and that iteration's decode
+    step fits: they are admitted now and the iteration is the first of the stretch; the
+    scheduler's quiet steps after them (NOT_QUIET: none were admitted)."""
+    pool = engine.pool
+    if not engine.joins_in_stretch or (pool.n_running and decode_steps_ahead(pool) <= 0):
+        return NOT_QUIET
+    scheduler = engine.scheduler
+    joins = scheduler.joining(engine)
+    if not joins:
+        return NOT_QUIET
+    engine.join_lane(joins)
+    quiet = scheduler.quiet(engine)
+    if quiet.steps <= 0 or not quiet.uniform:
+        raise RuntimeError(
+            "internal error: the iteration after admissions that join the lane is not quiet"
+        )
+    return quiet
 
 
 def _arrivals_within(engine: Engine, durations: Any, quiet: Quiet, steps: int, shape: tuple) -> int:

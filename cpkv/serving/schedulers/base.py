@@ -16,7 +16,9 @@ next iterations the plan is known (admit nothing, the same chunks), and the engi
 in closed form (:mod:`cpkv.serving.engine.stretch`). A scheduler that cannot tell returns
 :data:`~cpkv.serving.schedulers.plan.NOT_QUIET` and is asked every iteration. A scheduler
 whose quiet plans read nothing of a waiting queue but its head (:attr:`Scheduler.head_only`)
-lets requests arrive at the back of it inside a stretch.
+lets requests arrive at the back of it inside a stretch; one whose next iteration only
+admits requests that join the prefill lane with whole chunks names them
+(:meth:`Scheduler.joining`), and that iteration is the stretch's first.
 
 :data:`SCHEDULERS` maps ``admit.policy`` to the scheduler class.
 """
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cpkv.core.registry import Registry
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.options import PolicyOptions, PriorityPreemption, QueueOrder
-from cpkv.serving.schedulers.plan import NOT_QUIET, Plan, Quiet
+from cpkv.serving.schedulers.plan import NOT_QUIET, Admit, Plan, Quiet
 
 if TYPE_CHECKING:
     from cpkv.serving.engine.engine import Engine
@@ -102,6 +104,13 @@ class Scheduler:
         :mod:`cpkv.serving.schedulers.plan` (a scheduler that looks ahead need look no
         further than :func:`~cpkv.serving.model.decode_ahead.decode_steps_ahead`)."""
         return NOT_QUIET
+
+    def joining(self, engine: Engine) -> list[tuple[Req, Admit]]:
+        """The requests the next iteration admits when that iteration is otherwise quiet and
+        each of them joins the prefilling requests' lane with a whole chunk (the engine
+        admits them and runs the iteration in closed form, :mod:`cpkv.serving.engine.stretch`);
+        [] when that is not so (the iteration runs in full)."""
+        return []
 
     def quiet_options(self, engine: Engine) -> bool:
         """Whether the policy options leave the next iterations' plans to the scheduler

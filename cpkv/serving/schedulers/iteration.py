@@ -5,7 +5,10 @@ admission first, :mod:`cpkv.serving.schedulers.budget`); then, while budget is l
 queue's head is admitted (on its current prompt blocks, like ``optimistic``: growth that
 does not fit preempts) when its blocks are free, and starts its prefill with what is left.
 A head whose blocks are not free stops admission (``kv_blocks``); it stays stopped until
-blocks are freed, which only an event does, so the iterations in between are quiet.
+blocks are freed, which only an event does, so the iterations in between are quiet. An
+iteration that admits requests which each compute a whole chunk in it and have more than a
+chunk left (they join the lane as its members compute theirs), with no prompt ending in it,
+is quiet but for those admissions (:meth:`IterationScheduler.joining`).
 """
 
 from __future__ import annotations
@@ -78,3 +81,29 @@ class IterationScheduler(BlockScheduler):
         if pool.blocks_for(r.fill_tokens - device, None) <= free_after:
             return NOT_QUIET
         return Quiet(FOREVER, "kv_blocks", True)
+
+    def joining(self, engine: Engine) -> list[tuple[Req, Admit]]:
+        left = self.quiet_budget(engine)
+        if left is None or left <= 0 or self.margin or not engine.waiting:
+            return []
+        lane, pool = engine.lane, engine.pool
+        if engine.prefilling and lane.next_due()[0] == 0:
+            return []  # (a prompt ends in it)
+        chunk, in_prefill = lane.chunk, len(engine.prefilling)
+        free = pool.free_blocks - pool.needed_blocks(1)  # (after its decode step)
+        joins: list[tuple[Req, Admit]] = []
+        for r in engine.waiting:  # (the plan's admission loop, with each row a whole chunk)
+            if left <= 0 or self.slots_full(engine, in_prefill):
+                break
+            device, host = engine.hit(r)
+            need = pool.blocks_for(r.fill_tokens - device, None)
+            if need > free:
+                break
+            admit = Admit(device, host)
+            if left < chunk or r.fill_tokens - device <= chunk or loaded(engine, admit):
+                return []
+            free -= need
+            left -= chunk
+            in_prefill += 1
+            joins.append((r, admit))
+        return joins

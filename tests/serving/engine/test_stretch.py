@@ -151,3 +151,38 @@ def test_arrivals_end_a_stretch_when_the_scheduler_reads_the_whole_queue(monkeyp
     requests = workload(150, 0.05, (200, 300), (100, 200), seed=4)
     same_decisions(requests, settings("conservative"))
     assert not called
+
+
+@pytest.mark.parametrize("chunk", [16, 64, 256])
+def test_admissions_that_join_the_lane_run_in_stretches(monkeypatch, chunk):
+    """`iteration`: an iteration whose admissions each compute a whole chunk and have more
+    left is the first of a stretch (the requests join the lane), with the decisions, times
+    and timeline of full iterations; a chunk the budget cannot give whole (256 of a budget
+    of 256 less the decode rows) is never taken so."""
+    joined, full = [], []
+    join_lane, iteration = engine_module.Engine.join_lane, engine_module.Engine._iteration
+
+    def counted_join(self, joins):
+        joined.append(len(joins))
+        return join_lane(self, joins)
+
+    def counted_iteration(self):
+        full.append(1)
+        return iteration(self)
+
+    rng = random.Random(11)
+    t, requests = 0.0, []
+    for i in range(150):
+        t += rng.expovariate(0.01)
+        requests.append(ServingRequest(f"r{i}", t, 64 * rng.randint(2, 10), rng.randint(20, 200)))
+    s = settings("iteration", chunk_tokens=chunk, capacity_blocks=2000)
+    monkeypatch.setattr(engine_module.Engine, "join_lane", counted_join)
+    same_decisions(requests, s)
+    monkeypatch.setattr(engine_module.Engine, "_iteration", counted_iteration)
+    joined.clear()
+    simulate(requests, s)
+    if chunk == 256:
+        assert not joined
+    else:
+        assert sum(joined) > len(requests) / 2, (chunk, sum(joined))
+        assert len(full) < len(requests) / 2, (chunk, len(full))
