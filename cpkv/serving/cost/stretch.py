@@ -13,9 +13,9 @@ sums over any number of iterations and the number of iterations that fit before 
 then closed forms, whatever the stretch's length. Any other model's stretch is evaluated
 iteration by iteration (:class:`Looped`). :func:`stretch_durations` picks.
 
-Both offer ``duration(j)``, ``total(k)`` (the first ``k`` durations summed) and
-``steps_within(budget, limit)`` (the least ``k >= 1`` with ``total(k) >= budget``, else
-``limit``). The models' ``stretch`` also takes ``decode_context_step`` (keyword, default
+Both are :class:`Durations`: ``duration(j)``, ``total(k)`` (the first ``k`` durations
+summed) and ``steps_within(budget, limit)`` (the least ``k >= 1`` with ``total(k) >=
+budget``, else ``limit``). The models' ``stretch`` also takes ``decode_context_step`` (keyword, default
 ``D``): the decode context's growth per step when it is not ``D``, as for a CUDA-graph
 padded batch (:mod:`cpkv.serving.cost.graph_padding`), whose padding requests read no
 context.
@@ -31,7 +31,26 @@ from typing import Any
 _NEVER = 1 << 62  # the second piece's first iteration when there is one piece (none reaches it)
 
 
-class AffinePieces:
+class Durations:
+    """A stretch's iteration durations (module docstring)."""
+
+    __slots__ = ()
+
+    def duration(self, j: int) -> float:
+        """Iteration ``j``'s duration."""
+        raise NotImplementedError
+
+    def total(self, steps: int) -> float:
+        """The first ``steps`` iterations' durations, summed (0 for ``steps <= 0``)."""
+        raise NotImplementedError
+
+    def steps_within(self, budget: float, limit: int) -> int:
+        """The iterations that start before ``budget`` (µs after the stretch's start), at
+        most ``limit``: the least ``k >= 1`` with ``total(k) >= budget``, else ``limit``."""
+        raise NotImplementedError
+
+
+class AffinePieces(Durations):
     """Durations ``a + b j`` for ``j`` from each piece's first iteration on: ``pieces`` is
     ``[(first, a, b), ...]`` with the first piece's ``first`` 0 and increasing firsts;
     every duration must be positive (the clock moves on) and ``b`` is meant to be
@@ -212,7 +231,7 @@ def _settle(total: Any, k: int, lo: int, hi: int, budget: float) -> int:
     return top
 
 
-class Looped:
+class Looped(Durations):
     """A stretch of any model, iteration by iteration (its ``batch_us``): the durations and
     their running sums are kept as far as they were asked for. ``decode_context_step``:
     the decode context's growth per step (default: the decode requests)."""
@@ -274,7 +293,7 @@ def stretch_durations(
     attention_pairs: int,
     prefill_context_step: int,
     attention_pairs_step: int,
-) -> AffinePieces | Looped:
+) -> Durations:
     """The durations of a stretch (module docstring) under ``cost``."""
     return durations_of(cost)(
         prefill_tokens, decode_requests, decode_context, prefill_context, attention_pairs,
@@ -282,7 +301,7 @@ def stretch_durations(
     )  # fmt: skip
 
 
-def durations_of(cost: Any) -> Callable[..., AffinePieces | Looped]:
+def durations_of(cost: Any) -> Callable[..., Durations]:
     """What gives a stretch's durations under ``cost`` from its seven arguments
     (:func:`stretch_durations`'): the model's own ``stretch``, else a :class:`Looped`."""
     if getattr(type(cost), "stretch", None) is not None:

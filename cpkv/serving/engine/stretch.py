@@ -35,11 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cpkv.serving.cost.stretch import (
-    AffinePieces,
-    line_steps_within,
-    line_total,
-)
+from cpkv.serving.cost.stretch import AffinePieces, Durations, line_steps_within, line_total
 from cpkv.serving.model.decode_ahead import decode_steps_ahead
 from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Quiet
 
@@ -154,7 +150,7 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
             return 0
     running, step = pool.n_running, pool.decode_steps
     finish = pool.next_finish_step() if running else None
-    limit = decode_steps_ahead(pool) if running else FOREVER
+    limit = FOREVER if finish is None else decode_steps_ahead(pool, finish)
     if limit <= 0:
         return 0
     limit = min(limit, quiet.steps)
@@ -232,7 +228,9 @@ def _join_lane(engine: Engine) -> Quiet:
     return quiet
 
 
-def _arrivals_within(engine: Engine, durations: Any, quiet: Quiet, steps: int, shape: tuple) -> int:
+def _arrivals_within(
+    engine: Engine, durations: Durations, quiet: Quiet, steps: int, shape: tuple
+) -> int:
     """The arrivals that come before the last of the stretch's ``steps`` iterations starts
     join the queue at the start of the first iteration after them (each at least one
     iteration after the one before, as the engine's loop takes them); the iterations before
@@ -255,7 +253,9 @@ def _arrivals_within(engine: Engine, durations: Any, quiet: Quiet, steps: int, s
         engine.now = now
 
 
-def _log(engine: Engine, durations: Any, now: float, start: int, k: int, shape: tuple) -> None:
+def _log(
+    engine: Engine, durations: Durations, now: float, start: int, k: int, shape: tuple
+) -> None:
     """Iterations ``start`` to ``start + k - 1`` of the stretch that began at ``now`` into
     the iteration log (one segment) and the token gaps (the pool's state is that before
     iteration ``start``)."""
@@ -267,9 +267,9 @@ def _log(engine: Engine, durations: Any, now: float, start: int, k: int, shape: 
         prefill_context += prefill * start
         pairs += pairs_step * start
     grow, need = pool.growth(k) if running else ([0], None)
-    pieces = getattr(durations, "pieces", ())
-    if len(pieces) == 1:
-        _, a, b = pieces[0]
+    line = isinstance(durations, AffinePieces) and len(durations.pieces) == 1
+    if line:
+        _, a, b = durations.pieces[0]
         gaps, a = running, a + b * start
     else:  # (logged apart)
         gaps, a, b = 0, 0.0, 0.0
@@ -278,7 +278,7 @@ def _log(engine: Engine, durations: Any, now: float, start: int, k: int, shape: 
         len(engine.waiting), pool.used_blocks, pool.free_blocks, prefill, decode_context,
         prefill_context, pairs, pairs_step, grow, need, gaps, a, b,
     )  # fmt: skip
-    if running and len(pieces) != 1:
+    if running and not line:
         engine.gaps.stretch(engine.iterations, durations, k, running, start)
 
 

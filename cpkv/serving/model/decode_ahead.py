@@ -11,13 +11,16 @@ from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.serving.model.kv_pool import KvPool
 
 
-def decode_steps_ahead(pool: KvPool) -> int:
+def decode_steps_ahead(pool: KvPool, finish_step: int = -1) -> int:
     """The decode steps the running requests take before an event of theirs: up to the
-    first one's last token, while their growth fits (0 when none runs)."""
+    first one's last token (at ``finish_step``, the pool's next finish step when known, -1:
+    looked up), while their growth fits (0 when none runs)."""
     if not pool.n_running:
         return 0
-    finish_step = pool.next_finish_step()
-    assert finish_step is not None  # (a request runs)
+    if finish_step < 0:
+        next_finish = pool.next_finish_step()
+        assert next_finish is not None  # (a request runs)
+        finish_step = next_finish
     return pool.fitting_steps(finish_step - pool.decode_steps)
 
 

@@ -97,9 +97,16 @@ class PrefillLane:
         computes a whole chunk in it (its tokens left a multiple of the chunk: that
         iteration takes the same tokens as those before it)."""
         chunk, steps = self.chunk, self.steps
-        due = self.due_members()
-        if due:
-            return 0, min(r.fill_tokens - r.lane_base for r in due) == chunk * (steps + 1)
+        if self.due_at != steps:
+            self.due_members()  # (takes the due members off the heap)
+        least = -1  # the least of the due members' fill - base
+        for token, r in self.due:
+            if r.lane_token == token:
+                left = r.fill_tokens - r.lane_base
+                if least < 0 or left < least:
+                    least = left
+        if least >= 0:
+            return 0, least == chunk * (steps + 1)
         heap = self.heap
         while heap and heap[0][3].lane_token != heap[0][2]:
             heapq.heappop(heap)

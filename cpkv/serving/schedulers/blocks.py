@@ -119,8 +119,10 @@ class BlockScheduler(Scheduler):
         used = len(engine.prefilling) * lane.chunk
         if used > budget or not self.quiet_options(engine):
             return None
-        if engine.prefilling and lane.next_due() == (0, False):
-            return None  # (a prompt ends in the next iteration with less than a chunk)
+        if engine.prefilling:
+            before, whole = lane.next_due()
+            if before == 0 and not whole:
+                return None  # (a prompt ends in the next iteration with less than a chunk)
         return budget - used
 
 
