@@ -145,6 +145,8 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
         return 0
     quiet = engine.scheduler.quiet(engine)
     if quiet.steps <= 0:
+        if not quiet.admits:
+            return 0
         quiet = _join_lane(engine)
         if quiet.steps <= 0:
             return 0

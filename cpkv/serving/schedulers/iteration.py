@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from cpkv.serving.model.request import Req
 from cpkv.serving.schedulers.blocks import BlockScheduler, loaded
-from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
+from cpkv.serving.schedulers.plan import ADMITS, FOREVER, NOT_QUIET, Admit, Plan, Prefill, Quiet
 
 if TYPE_CHECKING:
     from cpkv.serving.engine.engine import Engine
@@ -79,7 +79,7 @@ class IterationScheduler(BlockScheduler):
         device, _host = engine.hit(r)
         free_after = pool.free_blocks - pool.needed_blocks(1)
         if pool.blocks_for(r.fill_tokens - device, None) <= free_after:
-            return NOT_QUIET
+            return ADMITS if left >= engine.lane.chunk else NOT_QUIET  # (a whole chunk: joining)
         return Quiet(FOREVER, "kv_blocks", True)
 
     def joining(self, engine: Engine) -> list[tuple[Req, Admit]]:

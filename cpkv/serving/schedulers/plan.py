@@ -60,14 +60,20 @@ class Quiet:
     arrival, finish, completed prompt or preemption): ``steps`` of them (0: ask every
     iteration), each admitting nothing, recording ``stop`` (or nothing), and, ``uniform``,
     each prefilling request computing its lane's chunk (without it, none may be
-    prefilling)."""
+    prefilling). ``admits`` (with no steps): the next iteration admits, and the scheduler
+    may name its admissions (:meth:`~cpkv.serving.schedulers.base.Scheduler.joining`)."""
 
-    def __init__(self, steps: int, stop: str | None = None, uniform: bool = False) -> None:
+    def __init__(
+        self, steps: int, stop: str | None = None, uniform: bool = False, admits: bool = False
+    ) -> None:
         self.steps = steps
         self.stop = stop
         self.uniform = uniform
+        self.admits = admits
 
 
 NOT_QUIET = Quiet(0)
+ADMITS = Quiet(0, admits=True)
+"""No quiet steps: the next iteration admits (the queue's head fits)."""
 FOREVER = 1 << 62
 """``Quiet.steps`` when only an event can change the scheduler's decision."""
