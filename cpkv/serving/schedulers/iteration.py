@@ -30,37 +30,46 @@ class IterationScheduler(BlockScheduler):
     head_only = True
 
     def plan(self, engine: Engine, decoded: int) -> Plan:
-        chunk = self.budget.chunk
         prefills: list[Prefill] = []
-        admitted: list[tuple[Req, Admit]] = []
-        stops: list[str] = []
         held, budget, in_prefill = self.prefill_rows(
             engine, self.budget.prefill_tokens(decoded), prefills
         )
-        pool, waiting = engine.pool, engine.waiting
-        free, taken = pool.free_blocks, 0
-        while budget > 0 and taken < len(waiting):
-            r = waiting[taken]
+        admitted, rows, stop, budget = self._admissions(
+            engine, budget, engine.pool.free_blocks, in_prefill
+        )
+        prefills.extend(rows)
+        stops = [] if stop is None else [stop]
+        if self.options is not None and budget <= 0 and len(admitted) < len(engine.waiting):
+            stops.append("token_budget")
+        return Plan(admitted, prefills, stops, held is not None, held or 0)
+
+    def _admissions(
+        self, engine: Engine, budget: int, free: int, in_prefill: int
+    ) -> tuple[list[tuple[Req, Admit]], list[Prefill], str | None, int]:
+        """First come, first served from the queue's head while ``budget`` lasts, with
+        ``free`` blocks and ``in_prefill`` requests prefilling: the admissions, their first
+        prefill rows, what stopped them (None: the budget or the queue ran out), the budget
+        left."""
+        chunk, pool, waiting = self.budget.chunk, engine.pool, engine.waiting
+        admitted: list[tuple[Req, Admit]] = []
+        rows: list[Prefill] = []
+        while budget > 0 and len(admitted) < len(waiting):
+            r = waiting[len(admitted)]
             if self.slots_full(engine, in_prefill):
-                stops.append("max_running_requests")
-                break
+                return admitted, rows, "max_running_requests", budget
             device, host = engine.hit(r)
             need = pool.blocks_for(r.fill_tokens - device, None)
             if need > free:
-                stops.append(self.kv_stop(r.fill_tokens - device, free))
-                break
+                return admitted, rows, self.kv_stop(r.fill_tokens - device, free), budget
             free -= need
-            taken += 1
             admit = Admit(device, host)
             left = r.fill_tokens - device - loaded(engine, admit)
             tokens = chunk(left, budget)
             budget -= tokens
             in_prefill += tokens < left
             admitted.append((r, admit))
-            prefills.append(Prefill(r, tokens))
-        if self.options is not None and budget <= 0 and taken < len(waiting):
-            stops.append("token_budget")
-        return Plan(admitted, prefills, stops, held is not None, held or 0)
+            rows.append(Prefill(r, tokens))
+        return admitted, rows, None, budget
 
     def quiet(self, engine: Engine) -> Quiet:
         left = self.quiet_budget(engine)
@@ -89,21 +98,13 @@ class IterationScheduler(BlockScheduler):
         lane, pool = engine.lane, engine.pool
         if engine.prefilling and lane.next_due()[0] == 0:
             return []  # (a prompt ends in it)
-        chunk, in_prefill = lane.chunk, len(engine.prefilling)
-        free = pool.free_blocks - pool.needed_blocks(1)  # (after its decode step)
-        joins: list[tuple[Req, Admit]] = []
-        for r in engine.waiting:  # (the plan's admission loop, with each row a whole chunk)
-            if left <= 0 or self.slots_full(engine, in_prefill):
-                break
-            device, host = engine.hit(r)
-            need = pool.blocks_for(r.fill_tokens - device, None)
-            if need > free:
-                break
-            admit = Admit(device, host)
-            if left < chunk or r.fill_tokens - device <= chunk or loaded(engine, admit):
+        admitted, rows, _stop, _left = self._admissions(
+            engine, left, pool.free_blocks - pool.needed_blocks(1), len(engine.prefilling)
+        )  # (the plan's, after the iteration's decode step)
+        chunk = lane.chunk
+        for k, (r, admit) in enumerate(admitted):
+            if rows[k].tokens != chunk or r.fill_tokens - admit.device_prefix <= chunk:
+                return []  # (a part of a chunk, or a prompt that ends in it)
+            if loaded(engine, admit):
                 return []
-            free -= need
-            left -= chunk
-            in_prefill += 1
-            joins.append((r, admit))
-        return joins
+        return admitted
