@@ -170,8 +170,8 @@ def test_cpkv_loop_two_piece_and_looped_stretches(monkeypatch):
 
 
 def test_cpkv_loop_gaps_with_arrivals_inside_stretches(monkeypatch):
-    """A queue that waits for blocks: arrivals join it inside the stretches (their segments
-    split there), under one- and two-piece roofline stretches and a looped model's."""
+    """A queue that waits for blocks: arrivals join it inside the stretches (logged in their
+    segments), under one- and two-piece roofline stretches and a looped model's."""
     from cpkv.serving.engine import stretch as stretch_module
 
     taken = []
@@ -291,22 +291,21 @@ def test_vllm_gaps_are_its_tokens(monkeypatch, case):
             assert long > 0  # a recompute's gap spans steps
 
 
-@pytest.mark.parametrize("start", range(9))
-def test_a_stretchs_gaps_from_an_iteration_inside_it(start):
-    """The gaps of durations ``start`` .. ``start + steps - 1`` of a stretch, logged from
-    inside it, are those durations one by one (affine pieces and a looped model's)."""
+def test_a_stretchs_gaps_are_its_durations_one_by_one():
+    """The gaps of a stretch's first ``steps`` durations are those durations one by one
+    (affine pieces, cut at any step, and a looped model's)."""
     pieces = AffinePieces([(0, 10.0, 1.0), (3, 20.0, 0.5), (6, 40.0, 0.25)])
     looped = Looped(CostModel(fixed_us=7.0, decode_request_us=2.0), (0, 3, 5, 0, 0, 0, 0))
     for durations in (pieces, looped):
-        for steps in range(1, 6):
+        for steps in range(1, 10):
             log = GapLog(keep=True)
-            log.stretch(100, durations, steps, 3, start)
+            log.stretch(100, durations, steps, 3)
             got = [
                 (int(g.iteration[i]) + j, float(g.a[i] + g.b[i] * j), int(g.weight[i]))
                 for g in log.records()
                 for i in range(len(g))
                 for j in range(int(g.n[i]))
             ]
-            want = [(100 + j, durations.duration(start + j), 3) for j in range(steps)]
+            want = [(100 + j, durations.duration(j), 3) for j in range(steps)]
             assert [(i, w) for i, _, w in got] == [(i, w) for i, _, w in want]
             assert [v for _, v, _ in got] == pytest.approx([v for _, v, _ in want], rel=1e-12)

@@ -190,13 +190,14 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
                 return 0
     shape = (prefill, decode_context, prefill_context, pairs, pairs_step)
     quiet_steps = k - 1 if ended else k
-    taken = _arrivals_within(engine, durations, quiet, k, shape) if absorbs else 0
+    waiting = len(engine.waiting)
+    joins = _arrivals_within(engine, durations, k, quiet_steps) if absorbs else None
     end = now + durations.total(quiet_steps)
-    if quiet_steps > taken:
-        _log(engine, durations, now, taken, quiet_steps - taken, shape)
+    if quiet_steps:
+        _log(engine, durations, now, quiet_steps, shape, waiting, joins)
     if engine.padded:
         engine.settings.cost.stretch_ran(prefill, running, decode_context, k, durations)
-    _advance(engine, quiet, k - taken, running, prefill)
+    _advance(engine, quiet, k, running, prefill)
     if ended:
         end = engine.complete_prompts(ended, end, durations.duration(k - 1), running, shape, k - 1)
     elif prefill:
@@ -230,58 +231,56 @@ def _join_lane(engine: Engine) -> Quiet:
     return quiet
 
 
-def _arrivals_within(
-    engine: Engine, durations: Durations, quiet: Quiet, steps: int, shape: tuple
-) -> int:
+def _arrivals_within(engine: Engine, durations: Durations, steps: int, logged: int) -> list[int]:
     """The arrivals that come before the last of the stretch's ``steps`` iterations starts
     join the queue at the start of the first iteration after them (each at least one
-    iteration after the one before, as the engine's loop takes them); the iterations before
-    each are logged and run first. How many ran."""
-    arrivals, now, taken = engine.arrivals, engine.now, 0
-    running = engine.pool.n_running
+    iteration after the one before, as the engine's loop takes them): for each request that
+    joins among the first ``logged`` iterations, the iteration it joins at."""
+    arrivals, waiting, now = engine.arrivals, engine.waiting, engine.now
+    joins: list[int] = []
+    last = 0
     while True:
         at = durations.steps_within(arrivals.next_us - now, steps)
         if at >= steps:
-            return taken
-        if at <= taken:
-            at = taken + 1
+            break
+        if at <= last:
+            at = last + 1
             if at >= steps:
-                return taken
-        _log(engine, durations, now, taken, at - taken, shape)
-        _advance(engine, quiet, at - taken, running, shape[0])
-        taken = at
+                break
+        before = len(waiting)
         engine.now = now + durations.total(at)
         engine.arrive()
-        engine.now = now
+        if at < logged:
+            joins.extend([at] * (len(waiting) - before))
+        last = at
+    engine.now = now
+    return joins
 
 
 def _log(
-    engine: Engine, durations: Durations, now: float, start: int, k: int, shape: tuple
-) -> None:
-    """Iterations ``start`` to ``start + k - 1`` of the stretch that began at ``now`` into
-    the iteration log (one segment) and the token gaps (the pool's state is that before
-    iteration ``start``)."""
+    engine: Engine, durations: Durations, now: float, k: int, shape: tuple, waiting: int,
+    joins: list[int] | None,
+) -> None:  # fmt: skip
+    """The stretch's first ``k`` iterations into the iteration log (one segment; ``waiting``
+    the queue at its start, ``joins`` the iterations at whose start requests join it) and
+    the token gaps."""
     pool = engine.pool
     running = pool.n_running
     prefill, decode_context, prefill_context, pairs, pairs_step = shape
-    if start:
-        decode_context += running * start
-        prefill_context += prefill * start
-        pairs += pairs_step * start
     grow, need = pool.growth(k) if running else ([0], None)
     line = isinstance(durations, AffinePieces) and len(durations.pieces) == 1
     if line:
         _, a, b = durations.pieces[0]
-        gaps, a = running, a + b * start
+        gaps = running
     else:  # (logged apart)
         gaps, a, b = 0, 0.0, 0.0
     engine.samples.stretch(
-        now + durations.total(start), k, now + durations.total(start + k), running,
-        len(engine.waiting), pool.used_blocks, pool.free_blocks, prefill, decode_context,
-        prefill_context, pairs, pairs_step, grow, need, gaps, a, b,
+        now, k, now + durations.total(k), running, waiting, pool.used_blocks,
+        pool.free_blocks, prefill, decode_context, prefill_context, pairs, pairs_step, grow,
+        need, gaps, a, b, joins or None,
     )  # fmt: skip
     if running and not line:
-        engine.gaps.stretch(engine.iterations, durations, k, running, start)
+        engine.gaps.stretch(engine.iterations, durations, k, running)
 
 
 def _advance(engine: Engine, quiet: Quiet, k: int, running: int, prefill: int) -> None:

@@ -71,7 +71,7 @@ class IterationLog:
         self.pack_into(
             self.records, self.segments * SEGMENT_BYTES, 1, start, start + duration, running,
             waiting, decode, used, free, prefill, decode_context, prefill_context, pairs, 0,
-            loaded, 1, gaps, 0.0, 0.0,
+            loaded, 1, 0, gaps, 0.0, 0.0,
         )  # fmt: skip
         self.counts.append(0)
         self.segments += 1
@@ -82,22 +82,26 @@ class IterationLog:
         self, start: float, steps: int, end: float, running: int, waiting: int, used: int,
         free: int, prefill: int, decode_context: int, prefill_context: int, pairs: int,
         pairs_step: int, grow: list[int], need: list[int] | None, gaps: int = 0,
-        gap_a: float = 0.0, gap_b: float = 0.0,
+        gap_a: float = 0.0, gap_b: float = 0.0, joins: list[int] | None = None,
     ) -> None:  # fmt: skip
         """``steps`` iterations of a stretch (:mod:`cpkv.serving.engine.stretch`): the
-        first's arguments; its blocks before its growth; ``grow``: the blocks each of the
-        first ``len(grow)`` steps uses (repeating after), ``need``: the free blocks each
-        needs when that differs; ``gaps`` one-iteration token gaps in each of its
-        iterations, of durations ``gap_a + gap_b j``."""
+        first's arguments (``waiting``: its queue); its blocks before its growth; ``grow``:
+        the blocks each of the first ``len(grow)`` steps uses (repeating after), ``need``:
+        the free blocks each needs when that differs; ``gaps`` one-iteration token gaps in
+        each of its iterations, of durations ``gap_a + gap_b j``; ``joins``: for each
+        request that joins the queue within it, the iteration (from 0) at whose start it
+        joins."""
         m = len(grow)
         self.pack_into(
             self.records, self.segments * SEGMENT_BYTES, steps, start, end, running, waiting,
             running, used, free, prefill, decode_context, prefill_context, pairs, pairs_step, 0,
-            m if need is None else -m, gaps, gap_a, gap_b,
+            m if need is None else -m, 0 if joins is None else len(joins), gaps, gap_a, gap_b,
         )  # fmt: skip
         self.counts.fromlist(grow)
         if need is not None:
             self.counts.fromlist(need)
+        if joins is not None:
+            self.counts.fromlist(joins)
         self.segments += 1
         if self.segments >= FLUSH_SEGMENTS:
             self.flush()

@@ -36,20 +36,21 @@ from cpkv.serving.cost.report import TimeTotals, breakdown_columns
 from cpkv.serving.record.timeline import TimelineSums
 from cpkv.serving.record.token_gaps import GapLog, Gaps
 
-SEGMENT = struct.Struct("<qddqqqqqqqqqqqqqdd")
-"""One segment: steps, start, end (µs), running, waiting, decode requests, used and free
-blocks (after a full iteration's allocations; before a stretch's first step's growth),
-prefill tokens, decode context, prefill context, attention pairs, the pairs' step, loaded
-tokens, the number of growth counts logged for it (whose needed-block counts follow
-them when negative), its one-iteration token gaps per iteration and, for a stretch, their
-line's two numbers."""
+SEGMENT = struct.Struct("<qddqqqqqqqqqqqqqqdd")
+"""One segment: steps, start, end (µs), running, waiting (at its first iteration), decode
+requests, used and free blocks (after a full iteration's allocations; before a stretch's
+first step's growth), prefill tokens, decode context, prefill context, attention pairs, the
+pairs' step, loaded tokens, the number of growth counts logged for it (whose needed-block
+counts follow them when negative), the number of requests that join the queue within it
+(the iterations at whose start each joins follow the counts), its one-iteration token gaps
+per iteration and, for a stretch, their line's two numbers."""
 SEGMENT_DTYPE = np.dtype(
     [
         ("steps", "<i8"), ("start", "<f8"), ("end", "<f8"), ("running", "<i8"),
         ("waiting", "<i8"), ("decode", "<i8"), ("used", "<i8"), ("free", "<i8"),
         ("prefill", "<i8"), ("decode_context", "<i8"), ("prefill_context", "<i8"),
         ("pairs", "<i8"), ("pairs_step", "<i8"), ("loaded", "<i8"), ("counts", "<i8"),
-        ("gaps", "<i8"), ("gap_a", "<f8"), ("gap_b", "<f8"),
+        ("joins", "<i8"), ("gaps", "<i8"), ("gap_a", "<f8"), ("gap_b", "<f8"),
     ]
 )  # fmt: skip
 assert SEGMENT_DTYPE.itemsize == SEGMENT.size
@@ -148,8 +149,9 @@ def expand(
     columns = breakdown_columns(cost, *arguments)
     dt = np.broadcast_to(columns[0], j.shape).astype(float)
     t0 = _starts(rec, first, steps, seg, dt)
-    used, held = _blocks(rec, first, seg, j, np.frombuffer(counts, np.int64), capacity_blocks)
-    out = (t0, dt, used, held, each("running"), each("waiting"))
+    logged = np.frombuffer(counts, np.int64)
+    used, held = _blocks(rec, first, seg, j, logged, capacity_blocks)
+    out = (t0, dt, used, held, each("running"), _waiting(rec, first, seg, logged, each))
     return (*out, columns) if breakdown else out
 
 
@@ -169,6 +171,24 @@ def _starts(rec: Any, first: Any, steps: Any, seg: Any, dt: Any) -> Any:
     return t0
 
 
+def _waiting(rec: Any, first: Any, seg: Any, counts: Any, each: Any) -> Any:
+    """Each iteration's waiting requests: its segment's first iteration's, plus those that
+    joined the queue at the start of its iterations so far (logged after the counts)."""
+    waiting = each("waiting")
+    joins = rec["joins"]
+    if not joins.any():
+        return waiting
+    m = np.abs(rec["counts"])
+    width = np.where(rec["counts"] < 0, 2 * m, m) + joins
+    after = np.cumsum(width) - joins  # where each segment's join iterations start
+    which = np.repeat(np.arange(len(rec)), joins)
+    at = counts[after[which] + np.arange(len(which)) - (np.cumsum(joins) - joins)[which]]
+    joined = np.zeros(len(seg) + 1, np.int64)
+    np.add.at(joined, first[which] + at, 1)
+    so_far = np.cumsum(joined[:-1])
+    return waiting + so_far - (so_far - joined[:-1])[first][seg]
+
+
 def _blocks(
     rec: Any, first: Any, seg: Any, j: Any, counts: Any, capacity_blocks: int
 ) -> tuple[Any, Any]:
@@ -176,7 +196,7 @@ def _blocks(
     far (the logged counts, repeating)."""
     m = np.abs(rec["counts"])
     apart = rec["counts"] < 0
-    width = np.where(apart, 2 * m, m)
+    width = np.where(apart, 2 * m, m) + rec["joins"]
     offset = np.cumsum(width) - width
     where = offset[seg] + j % m[seg]
     grow = counts[where]

@@ -110,26 +110,20 @@ class GapLog:
         if self.pending >= FLUSH_RECORDS:
             self.flush()
 
-    def stretch(
-        self, iteration: int, durations: Any, steps: int, weight: int, start: int = 0
-    ) -> None:
-        """``weight`` gaps of each of a stretch's durations ``start`` to ``start + steps - 1``,
-        the first at iteration ``iteration`` (:mod:`cpkv.serving.cost.stretch`: affine
-        pieces, one record a piece, or any other model's durations one by one)."""
+    def stretch(self, iteration: int, durations: Any, steps: int, weight: int) -> None:
+        """``weight`` gaps of each of the first ``steps`` durations of a stretch that starts
+        at iteration ``iteration`` (:mod:`cpkv.serving.cost.stretch`: affine pieces, one
+        record a piece, or any other model's durations one by one)."""
         pieces = getattr(durations, "pieces", None)
         if pieces is None:
             for j in range(steps):
-                self.point(iteration + j, durations.duration(start + j), weight)
+                self.point(iteration + j, durations.duration(j), weight)
             return
-        end = start + steps
         for i, (first, a, b) in enumerate(pieces):
-            if first >= end:
+            if first >= steps:
                 break
-            stop = pieces[i + 1][0] if i + 1 < len(pieces) else end
-            if stop <= start:
-                continue
-            begin = first if first > start else start
-            self.line(iteration + begin - start, a, b, begin, min(stop, end), weight)
+            stop = pieces[i + 1][0] if i + 1 < len(pieces) else steps
+            self.line(iteration + first, a, b, first, min(stop, steps), weight)
 
     def add(self, gaps: Gaps) -> None:
         """Many records at once."""
