@@ -3,9 +3,9 @@ torch, device, host, CPU."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -46,11 +46,28 @@ def cpu_model() -> str:
 
 
 def package_version(name: str) -> str | None:
-    """Installed version of ``name`` without importing it (None when absent)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """Installed version of ``name`` without importing it (None when absent): the version
+    in the name of its ``<name>-<version>.dist-info`` (or ``.egg-info``) folder, the first
+    on ``sys.path`` (as ``importlib.metadata`` finds it, without its 20 ms import)."""
+    wanted = _project(name)
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for item in names:
+            stem, dot, kind = item.rpartition(".")
+            if not dot or kind not in ("dist-info", "egg-info"):
+                continue
+            project, dash, version = stem.partition("-")
+            if dash and version and _project(project) == wanted:
+                return version
+    return None
+
+
+def _project(name: str) -> str:
+    """A project name as packaging normalises it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def device_info(device: str | None) -> dict[str, Any]:

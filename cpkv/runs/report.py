@@ -8,8 +8,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 from cpkv.runs.results import RunRecord
 
 FORMATS = ("text", "markdown", "json", "csv")
@@ -42,17 +40,23 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: str = 
     body = [[cell(row.get(c)) for c in columns] for row in rows]
     if fmt == "text" and _plain(body, columns):
         return _simple(body, columns)
+    from tabulate import tabulate  # (imported when a table needs it: 30 ms)
+
     style = "github" if fmt == "markdown" else "simple"
     return tabulate(body, headers=list(columns), tablefmt=style, disable_numparse=True)
 
 
 def _plain(body: list[list[Any]], columns: Sequence[str]) -> bool:
-    """Every cell and header a string of printable ASCII characters (what :func:`_simple`
-    lays out as tabulate does; anything else goes to tabulate)."""
+    """Every cell and header a string or an integer (which tabulate, told not to parse
+    numbers, lays out as its text), of printable ASCII characters: what :func:`_simple` lays
+    out as tabulate does (the integers made text here); anything else goes to tabulate."""
     pieces = [str(c) for c in columns]
     for cells in body:
-        for value in cells:
-            if type(value) is not str:
+        for k, value in enumerate(cells):
+            kind = type(value)
+            if kind is int:
+                cells[k] = value = str(value)
+            elif kind is not str:
                 return False
         pieces.extend(cells)
     text = "".join(pieces)

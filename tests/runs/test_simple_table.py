@@ -1,17 +1,21 @@
-"""Text tables of string cells are laid out without tabulate, character for character as
-tabulate's ``simple`` format lays them out; anything else still goes to tabulate."""
+"""Text tables of string and integer cells are laid out without tabulate, character for
+character as tabulate's ``simple`` format lays them out; anything else still goes to
+tabulate."""
 
 from __future__ import annotations
 
+import tabulate as tabulate_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tabulate import tabulate
 
-from cpkv.runs import report
 from cpkv.runs.report import table
 
 WORDS = ["True", "False", "None", "inf", "nan", "1e5", "-", "1,000", " 12 ", "", "a b", "3.14"]
-cells = st.one_of(st.sampled_from(WORDS), st.text(alphabet="ab c-=.,:/_1 ", max_size=12))
+cells = st.one_of(
+    st.sampled_from(WORDS), st.text(alphabet="ab c-=.,:/_1 ", max_size=12),
+    st.integers(-(10**12), 10**12),
+)  # fmt: skip
 headers = st.text(alphabet="ab c_", min_size=1, max_size=8)
 
 
@@ -30,17 +34,18 @@ def test_string_tables_are_tabulates(table_and_rows) -> None:
 
 def test_other_tables_go_to_tabulate(monkeypatch) -> None:
     calls = []
-    real = report.tabulate
+    real = tabulate_module.tabulate
 
     def spy(*args, **kwargs):
         calls.append(kwargs["tablefmt"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(report, "tabulate", spy)
+    monkeypatch.setattr(tabulate_module, "tabulate", spy)
     table([{"a": "x"}], ["a"])
     table([{"a": 1.5}], ["a"])  # cell() writes a float as text
-    assert calls == []  # string cells: laid out here
-    table([{"a": 3}], ["a"])  # an int stays a number (right-aligned by tabulate)
+    table([{"a": 3}, {"a": -12}], ["a"])  # integers: their text, as tabulate lays them out
+    assert calls == []  # string and integer cells: laid out here
+    table([{"a": object()}], ["a"])  # anything else is tabulate's
     table([{"a": "é"}], ["a"])  # not ASCII: widths are tabulate's business
     table([{"a": "x\ny"}], ["a"])  # several lines
     table([{"a": "x"}], ["a"], "markdown")
