@@ -16,19 +16,25 @@ tables (:mod:`cpkv.serving.cost.fitting.allreduce`) both call it.
 
 **The engines' own all-reduce.** SGLang and vLLM do not send a decode step's small messages
 through NCCL: their custom all-reduce kernels (one-shot and two-shot, over NVLink peer
-memory) take a few microseconds. Their published latencies on H100
-(sgl-project/sglang#2904, 512 B to 1 MiB at 2, 4 and 8 GPUs, both engines' kernels) fit one
-latency and one bandwidth per GPU count (relative least squares, :data:`CUSTOM_ALLREDUCE`:
-median errors 1.4–11.8 %, worst 3.6–17.4 %); a message up to the largest size measured,
-:data:`CUSTOM_MAX_BYTES`, takes that line, a larger one NCCL's time above::
+memory) take a few microseconds. Both engines' kernels are timed by SGLang's kernel test
+(``sgl-kernel/tests/test_trt_reduce.py``: ``n`` float32 values, so ``4n`` bytes, from 2 KiB
+to 4 MiB) on H100 (sgl-project/sglang#2904, at 2, 4 and 8 GPUs) and on A100
+(sgl-project/sglang#2688, 2 KiB to 8 MiB at 2 GPUs, to 4 MiB at 4, and 2 and 16 KiB at 8).
+Each table fits one latency and one bandwidth per GPU count (relative least squares,
+:data:`CUSTOM_ALLREDUCE`: median errors 1.4–11.8 %, worst 3.6–17.4 %; at 8 A100s, with two
+small sizes only, the latency with the 4-GPU bandwidth); a message up to the largest size
+both tables measured at every count they fit, :data:`CUSTOM_MAX_BYTES`, takes that line, a
+larger one NCCL's time above::
 
-    custom_us = latency_us + 2(n−1)/n · B / (bw_eff · L)      (B <= 1 MiB)
+    custom_us = latency_us + 2(n−1)/n · B / (bw_eff · L)      (B <= 4 MiB)
 
 ``admit.cost.allreduce`` picks the kernels: ``nccl``, ``sglang`` (TensorRT-LLM's kernels, as
-SGLang runs them) or ``vllm``; null follows ``admit.cost.cpu.engine`` (``none``: NCCL). The
-fits are H100's; the other GPUs take them (the latency is a kernel launch and an NVLink round
-trip; the bandwidth a share of the GPU's own link). Over more GPUs than measured, or a number
-between, the next measured count above is used; beyond 8 GPUs (one NVLink node), NCCL.
+SGLang runs them) or ``vllm``; null follows ``admit.cost.cpu.engine`` (``none``: NCCL). A GPU
+takes the table of its generation (:attr:`~cpkv.serving.cost.gpus.Gpu.custom_allreduce`: the
+A100s and the GPUs calibrated as A100s take A100's, the others H100's; the latency is a
+kernel launch and an NVLink round trip, the bandwidth a share of the GPU's own link). Over
+more GPUs than measured, or a number between, the next measured count above is used;
+beyond 8 GPUs (one NVLink node), NCCL.
 """
 
 from __future__ import annotations
@@ -100,29 +106,49 @@ def _regimes_us(
     return regimes.latency_us + sent * (small / regimes.small_bw_eff + large / regimes.bw_eff)
 
 
-CUSTOM_MAX_BYTES = 1 << 20
-"""The largest message the custom kernels' fits were measured at (sglang#2904's table)."""
-CUSTOM_ALLREDUCE = {
-    "sglang": {2: (3.82, 0.1406), 4: (4.04, 0.1145), 8: (6.06, 0.1299)},
-    "vllm": {2: (8.74, 0.1323), 4: (8.68, 0.0999), 8: (10.02, 0.1032)},
-}
-"""``(latency_us, bw_eff)`` of each engine's custom all-reduce by GPU count, fitted to
-sgl-project/sglang#2904's H100 latencies (module docstring)."""
+CUSTOM_MAX_BYTES = 4 << 20
+"""The largest message the custom kernels' fits price: 1,048,576 float32 values, the largest
+both tables measured at 2 and 4 GPUs (the engines' own limit is 8 MiB)."""
+CUSTOM_VALUES = (512, 4096, 32768, 262144, 524288, 1048576, 2097152)
+"""The message sizes of SGLang's kernel test, in float32 values (4 bytes each)."""
 CUSTOM_LATENCIES_US = {
-    "sglang": {2: (3.7, 3.9, 4.5, 7.9, 12.5, 19.9), 4: (4.8, 3.7, 4.8, 13.9, 20.2, 31.1),
-               8: (5.9, 5.7, 7.8, 16.7, 22.1, 33.8)},
-    "vllm": {2: (9.5, 8.8, 8.7, 12.9, 17.7, 26.6), 4: (9.1, 8.5, 9.2, 20.6, 26.9, 40.2),
-             8: (10.1, 9.3, 11.8, 24.1, 30.4, 45.0)},
+    "h100": {
+        "sglang": {2: (3.7, 3.9, 4.5, 7.9, 12.5, 19.9), 4: (4.8, 3.7, 4.8, 13.9, 20.2, 31.1),
+                   8: (5.9, 5.7, 7.8, 16.7, 22.1, 33.8)},
+        "vllm": {2: (9.5, 8.8, 8.7, 12.9, 17.7, 26.6), 4: (9.1, 8.5, 9.2, 20.6, 26.9, 40.2),
+                 8: (10.1, 9.3, 11.8, 24.1, 30.4, 45.0)},
+    },
+    "a100": {
+        "sglang": {2: (11.9, 13.6, 12.2, 17.0, 22.8, 32.6, 54.3),
+                   4: (11.9, 14.0, 13.7, 20.6, 30.6, 45.5), 8: (13.7, 16.5)},
+        "vllm": {2: (13.0, 11.3, 12.1, 17.6, 22.3, 32.5, 55.3),
+                 4: (13.5, 12.1, 13.5, 23.9, 31.3, 47.1), 8: (14.0, 14.2)},
+    },
 }  # fmt: skip
-"""The published latencies (us) the fits come from, at :data:`CUSTOM_SIZES` bytes."""
-CUSTOM_SIZES = (512, 4096, 32768, 262144, 524288, 1048576)
+"""The published latencies (µs) the fits come from, by GPU generation, kernels and GPU
+count, at the first sizes of :data:`CUSTOM_VALUES`."""
+CUSTOM_LINK_GB_PER_S = {"h100": 450.0, "a100": 300.0}
+"""The NVLink bandwidth (one way) each table's ``bw_eff`` is a share of."""
+CUSTOM_ALLREDUCE = {
+    "h100": {
+        "sglang": {2: (3.819, 0.5623), 4: (4.043, 0.458), 8: (6.062, 0.5198)},
+        "vllm": {2: (8.735, 0.529), 4: (8.681, 0.3996), 8: (10.023, 0.413)},
+    },
+    "a100": {
+        "sglang": {2: (12.188, 0.6749), 4: (12.683, 0.6252), 8: (14.769, 0.6252)},
+        "vllm": {2: (11.833, 0.656), 4: (12.715, 0.5738), 8: (14.006, 0.5738)},
+    },
+}
+"""``(latency_us, bw_eff)`` of each engine's custom all-reduce by GPU generation and GPU count,
+fitted to :data:`CUSTOM_LATENCIES_US` (module docstring)."""
 ALLREDUCE_KINDS = ("nccl", "sglang", "vllm")
 
 
-def custom_line(kind: str, workers: int) -> tuple[float, float] | None:
-    """``(latency_us, bw_eff)`` of ``kind``'s custom all-reduce over ``workers`` GPUs (the next
-    measured count at or above), or None where NCCL runs (``nccl``, or beyond a node)."""
-    fits = CUSTOM_ALLREDUCE.get(kind)
+def custom_line(kind: str, workers: int, table: str = "h100") -> tuple[float, float] | None:
+    """``(latency_us, bw_eff)`` of ``kind``'s custom all-reduce over ``workers`` GPUs of the
+    generation ``table`` names (the next measured count at or above), or None where NCCL
+    runs (``nccl``, or beyond a node)."""
+    fits = CUSTOM_ALLREDUCE[table].get(kind)
     if fits is None or workers <= 1:
         return None
     for count in sorted(fits):

@@ -93,6 +93,7 @@ class Gpu:
     profile_prefix: str = ""  # how Vidur's profile folders name it (a100_..., h100_...)
     fp8_tflops: float | None = None  # dense FP8 tensor-core FLOP/s, in 1e12 (None: no FP8)
     allreduce_by_workers: tuple[tuple[int, AllReduceRegimes], ...] = ()  # measured counts
+    custom_allreduce: str = "h100"  # whose table the engines' custom all-reduce takes
 
     def calibration_for(self, tp: int) -> Calibration:
         """The default calibration at ``tp`` GPUs: the all-reduce keys fitted to that worker
@@ -159,6 +160,7 @@ GPUS.register(
             **_MODELLED,
         ),
         profile_prefix="a100",
+        custom_allreduce="a100",
         allreduce_by_workers=(
             (2, AllReduceRegimes(3.712, 0.001, 10240, 0.5431)),
             (4, AllReduceRegimes(20.48, 0.293, 4786176, 0.6244)),
@@ -208,14 +210,26 @@ H100 = GPUS.get("h100-sxm")
 GPUS.register(
     "a100-40gb",
     Gpu(
-        312.0, 1555.0, 32.0, 300.0, A100.calibration, allreduce_by_workers=A100.allreduce_by_workers
+        312.0,
+        1555.0,
+        32.0,
+        300.0,
+        A100.calibration,
+        allreduce_by_workers=A100.allreduce_by_workers,
+        custom_allreduce="a100",
     ),
     help="NVIDIA A100 40GB SXM: 312 TFLOP/s BF16, 1,555 GB/s HBM2; the A100-80GB's calibration",
 )
 GPUS.register(
     "a40",
     Gpu(
-        149.7, 696.0, 32.0, 56.25, A100.calibration, allreduce_by_workers=A100.allreduce_by_workers
+        149.7,
+        696.0,
+        32.0,
+        56.25,
+        A100.calibration,
+        allreduce_by_workers=A100.allreduce_by_workers,
+        custom_allreduce="a100",
     ),
     help="NVIDIA A40 48GB: 149.7 TFLOP/s BF16, 696 GB/s GDDR6, NVLink bridge; the A100's calibration (not measured)",
 )
@@ -229,6 +243,7 @@ GPUS.register(
         A100.calibration,
         fp8_tflops=733.0,
         allreduce_by_workers=A100.allreduce_by_workers,
+        custom_allreduce="a100",
     ),
     help="NVIDIA L40S 48GB: 362 TFLOP/s BF16, 864 GB/s GDDR6, PCIe Gen4 only; the A100's calibration (not measured)",
 )

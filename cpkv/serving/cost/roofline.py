@@ -89,6 +89,13 @@ def active_params(shape: ModelShape) -> int:
     return total + shape.hidden * shape.vocab
 
 
+GPU_SPEC_LEFT_OUT = frozenset(
+    {"calibration", "profile_prefix", "fp8_tflops", "allreduce_by_workers", "custom_allreduce"}
+)
+"""The fields of a :class:`~cpkv.serving.cost.gpus.Gpu` that the summary's ``gpu_spec`` leaves
+out (not datasheet numbers; FP8's peak is ``gemm_fp8_tflops`` when used)."""
+
+
 class RooflineCost:
     """The roofline model of one deployment (shape, GPU, parallelism, calibration, CPU); every
     constant of :meth:`breakdown` is computed here once."""
@@ -484,11 +491,7 @@ class RooflineCost:
             "ep": self.ep,
             "allreduce": self.allreduce,
             "shape": {k: v for k, v in to_dict(self.shape).items() if k != "hf_id"},
-            "gpu_spec": {
-                k: v
-                for k, v in to_dict(self.gpu).items()
-                if k not in ("calibration", "profile_prefix", "fp8_tflops", "allreduce_by_workers")
-            },
+            "gpu_spec": {k: v for k, v in to_dict(self.gpu).items() if k not in GPU_SPEC_LEFT_OUT},
             "calibration": to_dict(self.calibration),
             "cpu": to_dict(self.cpu),
             "kv_bytes_per_token": self.kv_bytes_per_token,

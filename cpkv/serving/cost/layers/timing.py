@@ -85,7 +85,7 @@ class DeploymentTimes:
         gemm_tflops: float | None = None, allreduce: str = "nccl",
     ) -> None:  # fmt: skip
         self.shape, self.gpu, self.tp, self.ep, self.cal = shape, gpu, tp, ep, cal
-        self.custom = custom_line(allreduce, tp)
+        self.custom = custom_line(allreduce, tp, gpu.custom_allreduce)
         flops_us = gpu.peak_tflops * 1e6  # FLOPs per microsecond at peak
         self.bytes_us = gpu.hbm_gb_per_s * 1e3  # bytes per microsecond at peak
         gemm_peak = flops_us if gemm_tflops is None else gemm_tflops * 1e6
