@@ -129,11 +129,19 @@ class PrefillLane:
         self.steps += steps
 
 
+SCAN_UP_TO = 32
+"""Lists up to this long are searched by a scan (identity, in C), longer ones by bisection."""
+
+
 def remove_in_order(requests: list[Req], gone: list[Req]) -> None:
     """Remove ``gone`` (each in ``requests``, a list in admission order, as the prefilling
-    requests are) from ``requests``, found by bisection on their admission stamps."""
+    requests are) from ``requests``: a short list scanned, a long one bisected on their
+    admission stamps."""
     for r in gone:
-        del requests[bisect_left(requests, r.stamp, key=admission_stamp)]
+        if len(requests) <= SCAN_UP_TO:
+            requests.remove(r)
+        else:
+            del requests[bisect_left(requests, r.stamp, key=admission_stamp)]
 
 
 def admission_stamp(r: Req) -> int:

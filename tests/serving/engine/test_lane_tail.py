@@ -102,3 +102,22 @@ def test_a_held_tail_decides_as_rows_for_every_request(policy, monkeypatch):
         assert (a.first_token_us, a.finished_us) == pytest.approx(
             (b.first_token_us, b.finished_us), rel=1e-9
         )
+
+
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.integers(0, 80), st.data())
+def test_removing_completed_requests_keeps_admission_order(size, data):
+    """Short lists (scanned) and long ones (bisected on the stamps) lose exactly the requests
+    gone, the others staying in admission order."""
+    from cpkv.serving.model.prefill_lane import SCAN_UP_TO, remove_in_order
+
+    requests = []
+    for k in range(size):
+        r = Req(k, f"r{k}", 0.0, 64, 1)
+        r.stamp = 5 + 2 * k
+        requests.append(r)
+    gone = data.draw(st.lists(st.sampled_from(requests), unique=True) if requests else st.just([]))
+    kept = [r for r in requests if all(r is not g for g in gone)]
+    remove_in_order(requests, gone)
+    assert [r.rid for r in requests] == [r.rid for r in kept]
+    assert SCAN_UP_TO < 80  # (both ways drawn)
