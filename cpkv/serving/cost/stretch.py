@@ -15,10 +15,10 @@ iteration by iteration (:class:`Looped`). :func:`stretch_durations` picks.
 
 Both are :class:`Durations`: ``duration(j)``, ``total(k)`` (the first ``k`` durations
 summed) and ``steps_within(budget, limit)`` (the least ``k >= 1`` with ``total(k) >=
-budget``, else ``limit``). The models' ``stretch`` also takes ``decode_context_step`` (keyword, default
-``D``): the decode context's growth per step when it is not ``D``, as for a CUDA-graph
-padded batch (:mod:`cpkv.serving.cost.graph_padding`), whose padding requests read no
-context.
+budget``, else ``limit``). The models' ``stretch`` also takes ``decode_context_step``
+(keyword, default ``D``): the decode context's growth per step when it is not ``D``, as for
+a CUDA-graph padded batch (:mod:`cpkv.serving.cost.graph_padding`), whose padding requests
+read no context.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     joins = _arrivals_within(engine, durations, k, quiet_steps) if absorbs else None
     end = now + durations.total(quiet_steps)
     if quiet_steps:
-        _log(engine, durations, now, quiet_steps, shape, waiting, joins)
+        _log(engine, durations, now, end, quiet_steps, shape, waiting, joins)
     if engine.padded:
         engine.settings.cost.stretch_ran(prefill, running, decode_context, k, durations)
     _advance(engine, quiet, k, running, prefill)
@@ -258,12 +258,12 @@ def _arrivals_within(engine: Engine, durations: Durations, steps: int, logged: i
 
 
 def _log(
-    engine: Engine, durations: Durations, now: float, k: int, shape: tuple, waiting: int,
-    joins: list[int] | None,
+    engine: Engine, durations: Durations, now: float, end: float, k: int, shape: tuple,
+    waiting: int, joins: list[int] | None,
 ) -> None:  # fmt: skip
-    """The stretch's first ``k`` iterations into the iteration log (one segment; ``waiting``
-    the queue at its start, ``joins`` the iterations at whose start requests join it) and
-    the token gaps."""
+    """The stretch's first ``k`` iterations, from ``now`` to ``end``, into the iteration log
+    (one segment; ``waiting`` the queue at its start, ``joins`` the iterations at whose start
+    requests join it) and the token gaps."""
     pool = engine.pool
     running = pool.n_running
     prefill, decode_context, prefill_context, pairs, pairs_step = shape
@@ -275,7 +275,7 @@ def _log(
     else:  # (logged apart)
         gaps, a, b = 0, 0.0, 0.0
     engine.samples.stretch(
-        now, k, now + durations.total(k), running, waiting, pool.used_blocks,
+        now, k, end, running, waiting, pool.used_blocks,
         pool.free_blocks, prefill, decode_context, prefill_context, pairs, pairs_step, grow,
         need, gaps, a, b, joins or None,
     )  # fmt: skip

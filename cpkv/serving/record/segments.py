@@ -149,9 +149,9 @@ def expand(
     columns = breakdown_columns(cost, *arguments)
     dt = np.broadcast_to(columns[0], j.shape).astype(float)
     t0 = _starts(rec, first, steps, seg, dt)
-    logged = np.frombuffer(counts, np.int64)
-    used, held = _blocks(rec, first, seg, j, logged, capacity_blocks)
-    out = (t0, dt, used, held, each("running"), _waiting(rec, first, seg, logged, each))
+    logged, layout = np.frombuffer(counts, np.int64), _layout(rec)
+    used, held = _blocks(rec, first, seg, j, logged, layout, capacity_blocks)
+    out = (t0, dt, used, held, each("running"), _waiting(rec, first, seg, logged, layout, each))
     return (*out, columns) if breakdown else out
 
 
@@ -171,18 +171,29 @@ def _starts(rec: Any, first: Any, steps: Any, seg: Any, dt: Any) -> Any:
     return t0
 
 
-def _waiting(rec: Any, first: Any, seg: Any, counts: Any, each: Any) -> Any:
+def _layout(rec: Any) -> tuple[Any, Any, Any, Any]:
+    """Where each segment's logged numbers lie in its batch's counts: ``(offset, m, apart,
+    growth)``, the first one's index, its ``m`` growth counts (repeating), whether its
+    needed-block counts follow them (``apart``), and how many those two take (``growth``);
+    the iterations its queue's arrivals join at come after them."""
+    m = np.abs(rec["counts"])
+    apart = rec["counts"] < 0
+    growth = np.where(apart, 2 * m, m)
+    width = growth + rec["joins"]
+    return np.cumsum(width) - width, m, apart, growth
+
+
+def _waiting(rec: Any, first: Any, seg: Any, counts: Any, layout: tuple, each: Any) -> Any:
     """Each iteration's waiting requests: its segment's first iteration's, plus those that
     joined the queue at the start of its iterations so far (logged after the counts)."""
     waiting = each("waiting")
     joins = rec["joins"]
     if not joins.any():
         return waiting
-    m = np.abs(rec["counts"])
-    width = np.where(rec["counts"] < 0, 2 * m, m) + joins
-    after = np.cumsum(width) - joins  # where each segment's join iterations start
-    which = np.repeat(np.arange(len(rec)), joins)
-    at = counts[after[which] + np.arange(len(which)) - (np.cumsum(joins) - joins)[which]]
+    offset, _m, _apart, growth = layout
+    which = np.repeat(np.arange(len(rec)), joins)  # each join's segment
+    nth = np.arange(len(which)) - (np.cumsum(joins) - joins)[which]  # its place in it
+    at = counts[(offset + growth)[which] + nth]
     joined = np.zeros(len(seg) + 1, np.int64)
     np.add.at(joined, first[which] + at, 1)
     so_far = np.cumsum(joined[:-1])
@@ -190,14 +201,11 @@ def _waiting(rec: Any, first: Any, seg: Any, counts: Any, each: Any) -> Any:
 
 
 def _blocks(
-    rec: Any, first: Any, seg: Any, j: Any, counts: Any, capacity_blocks: int
+    rec: Any, first: Any, seg: Any, j: Any, counts: Any, layout: tuple, capacity_blocks: int
 ) -> tuple[Any, Any]:
     """Each iteration's used and held blocks: its segment's, plus the growth of its steps so
     far (the logged counts, repeating)."""
-    m = np.abs(rec["counts"])
-    apart = rec["counts"] < 0
-    width = np.where(apart, 2 * m, m) + rec["joins"]
-    offset = np.cumsum(width) - width
+    offset, m, apart, _growth = layout
     where = offset[seg] + j % m[seg]
     grow = counts[where]
     grown = np.cumsum(grow)
