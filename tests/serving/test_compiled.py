@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cpkv import native
-from tests.helpers.paths import CONFIGS, REPO
+from tests.helpers.paths import CONFIGS, MOONCAKE_TRACE, REPO
 
 SCENARIOS = 30
 SHIPPED = (
@@ -35,9 +35,14 @@ SHIPPED = (
     ["admit", str(CONFIGS / "admit" / "seed004_blocks.yaml")],
 )
 
-pytestmark = pytest.mark.skipif(
-    not native.built(), reason="no fresh compiled build of the serving engine in this tree"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not native.built(), reason="no fresh compiled build of the serving engine in this tree"
+    ),
+    pytest.mark.skipif(  # (the random scenarios and most shipped configs read it)
+        not MOONCAKE_TRACE.is_file(), reason=f"trace not found at {MOONCAKE_TRACE}"
+    ),
+]
 
 
 def _golden():

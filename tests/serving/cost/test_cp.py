@@ -18,7 +18,10 @@ from cpkv.serving.cost.cp.work import CpWork
 from cpkv.serving.cost.roofline import RooflineCost
 from cpkv.serving.cost.spec import CostSpec
 from cpkv.serving.cost.stretch import AffinePieces
+from tests.helpers.paths import MOONCAKE_TRACE
 from tests.serving.cost.test_roofline_hand import CHIP, TINY
+
+needs_trace = pytest.mark.skipif(not MOONCAKE_TRACE.is_file(), reason="no Mooncake trace")
 
 
 def tiny_cp(size: int, **constants: float) -> CpRooflineCost:
@@ -194,6 +197,7 @@ def test_bad_cp_keys_are_refused_in_one_line(cli, override, says) -> None:
     assert len(res.output.strip().splitlines()) == 1
 
 
+@needs_trace
 def test_a_serving_run_on_cp_ranks_names_them_and_adds_up(cli) -> None:
     res = cli(
         "admit", "configs/admit/serving_mooncake.yaml", "admit.workload.limit=40",
@@ -243,6 +247,7 @@ LANES = (
 )  # fmt: skip
 
 
+@needs_trace
 def test_the_owner_lanes_size_the_serving_pool(cli) -> None:
     # 80 pages a lane on 4 lanes of 64-token pages: the pool of 80 stripes of 256 tokens,
     # decision for decision (small enough that requests are preempted and rejected)
