@@ -18,12 +18,13 @@ page of the L2 hit is recomputed. ``L`` never changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from cpkv.core.errors import InputError
 from cpkv.core.fastinit import fast_constructor
 from cpkv.core.schema.limits import Tokens
 
-CLIP_MAX_NEW_TOKENS = 4096
+CLIP_MAX_NEW_TOKENS: Final = 4096
 """SGLang's ``CLIP_MAX_NEW_TOKENS``: admission estimates clip ``max_new_tokens`` to this."""
 
 

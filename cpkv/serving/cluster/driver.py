@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from cpkv.serving.model.request import FINISHED, PENDING, RUNNING, WAITING, Req
 from cpkv.serving.record.lines import integer_column, text_column
 from cpkv.serving.record.requests import RequestStats
 
-INF = float("inf")
+INF: Final = float("inf")
 NEEDS_TOKENS = frozenset({"least_tokens"})
 """Routers that read the instances' tokens (the others read request counts only)."""
 NEEDS_PREFIX = frozenset({"prefix_aware"})

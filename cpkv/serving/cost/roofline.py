@@ -51,7 +51,7 @@ from them.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cpkv.core.schema import to_dict
 from cpkv.serving.cost.calibration import Calibration
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 DENSE_MEMO = 1 << 16
 """``(tokens, head tokens)`` pairs whose dense parts a model remembers (then it starts over)."""
 DENSE_PARTS = 5  # gemm, elementwise, communication, overhead, attention's layers
-_FAR = float(1 << 62)
+_FAR: Final = float(1 << 62)
 """A stretch's crossing this many iterations away or more is never reached."""
 
 
@@ -104,7 +104,7 @@ class RooflineCost:
     __slots__ = (
         "shape", "gpu", "tp", "pp", "ep", "allreduce", "calibration", "names", "kv_bytes_per_token",
         "peak_flops_per_us", "gemm_tflops", "cpu", "times", "_layers", "_sparse", "_simple",
-        "_topk", "_pair_us", "_context_us", "_decode_us", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
+        "_topk", "_pair_us", "_context_us", "_decode_us", "_prefix_us", "_load_token_us", "_overhead", "_flops_token", "_flops_head", "_flops_units",
         "_dense_memo", "_dense_known", "_stretch_constants",
     )  # fmt: skip
 
@@ -130,10 +130,11 @@ class RooflineCost:
         self._sparse = times.topk > 0
         self._topk = times.topk
         self._simple = not self._sparse and times.prefix_us == 0.0  # grouped-query attention
-        self._pair_us, self._context_us, self._decode_us = (  # (the hot path's: one lookup)
+        self._pair_us, self._context_us, self._decode_us, self._prefix_us = (  # (one lookup)
             times.pair_us,
             times.context_us,
             times.decode_us,
+            times.prefix_us,
         )
         stage_layers = -(-shape.layers // pp)
         self._load_token_us = stage_layers * times.load_layer_us
@@ -389,9 +390,8 @@ class RooflineCost:
         if self._sparse:
             return Looped(self, args, step)
         constant, layers = self._stretch_constant(prefill_tokens, decode_requests)
-        t = self.times
-        decode_rate, pair_rate = layers * t.decode_us, layers * t.pair_us
-        prefix_rate, kv_rate = layers * t.prefix_us, layers * t.context_us
+        decode_rate, pair_rate = layers * self._decode_us, layers * self._pair_us
+        prefix_rate, kv_rate = layers * self._prefix_us, layers * self._context_us
         prefix = prefill_context_tokens - prefill_tokens
         base = constant + decode_rate * decode_context_tokens
         slope = decode_rate * step

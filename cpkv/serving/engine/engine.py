@@ -50,12 +50,12 @@ from typing import Any
 from cpkv.admission.token_ratio import NewTokenRatio
 from cpkv.core.errors import CpkvError
 from cpkv.serving.cost.stretch import durations_of
-from cpkv.serving.engine.handoff import BuiltRequests, Handoffs, HeldKv, receive
+from cpkv.serving.engine.handoff import BuiltRequests, HeldKv, receive
 from cpkv.serving.engine.instance import Instance, new_counters
 from cpkv.serving.engine.lifecycle import Lifecycle
 from cpkv.serving.engine.settings import EngineSettings
-from cpkv.serving.engine.stretch import DecodeLines, decode_stretches, run_stretch
-from cpkv.serving.input.arrivals import Arrivals
+from cpkv.serving.engine.stretch import DecodeLines, StretchShape, decode_stretches, run_stretch
+from cpkv.serving.input.arrivals import Arrivals, Handoffs
 from cpkv.serving.model.hits import PrefixHits
 from cpkv.serving.model.kv_pool import KvPool
 from cpkv.serving.model.prefill_lane import PrefillLane, remove_in_order
@@ -176,7 +176,9 @@ class Engine(Instance):
 
     def deliver_built(self, r: Req, landed_us: float) -> None:
         """``r``'s KV (its prompt) and first token land at ``landed_us``."""
-        self.arrivals.deliver(r, landed_us)
+        handoffs = self.arrivals
+        assert isinstance(handoffs, Handoffs)
+        handoffs.deliver(r, landed_us)
 
     def admit_built(self, r: Req, kv: int) -> None:
         """``r`` (its prompt's KV built elsewhere) takes blocks for ``kv`` tokens and decodes
@@ -582,7 +584,7 @@ class Engine(Instance):
         return need <= free_blocks
 
     def complete_prompts(
-        self, ended: list[Req], start: float, duration: float, decoded: int, shape: tuple,
+        self, ended: list[Req], start: float, duration: float, decoded: int, shape: StretchShape,
         j: int,
     ) -> float:  # fmt: skip
         """The last iteration of a stretch (its ``j``-th, from ``start``, taking

@@ -81,31 +81,6 @@ class HeldKv:
         self.release_due(pool, INF)
 
 
-class Handoffs:
-    """Requests whose KV is on its way to a decode instance, in landing order (the
-    :class:`~cpkv.serving.input.arrivals.Arrivals` interface: ``next_us``, ``pop``)."""
-
-    __slots__ = ("queue", "next_us")
-
-    def __init__(self) -> None:
-        self.queue: deque[tuple[float, Req]] = deque()
-        self.next_us = INF
-
-    def deliver(self, r: Req, landed_us: float) -> None:
-        """``r``'s KV lands at ``landed_us`` (not before the KV delivered so far)."""
-        queue = self.queue
-        if queue and landed_us < queue[-1][0]:
-            raise ValueError(f"request {r.rid}: KV delivered out of landing order")
-        queue.append((landed_us, r))
-        self.next_us = queue[0][0]
-
-    def pop(self) -> Req:
-        queue = self.queue
-        _, r = queue.popleft()
-        self.next_us = queue[0][0] if queue else INF
-        return r
-
-
 class BuiltRequests:
     """The decode side's receive queue and SGLang's rule for it (module docstring)."""
 

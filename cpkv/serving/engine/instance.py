@@ -8,11 +8,12 @@ that cannot be served.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
+from cpkv.serving.input.arrivals import Arrivals, Upcoming
 from cpkv.serving.model.request import REJECTED, Req
 
-INF = float("inf")
+INF: Final = float("inf")
 COUNTERS = (
     "prefill_tokens", "decode_tokens", "first_tokens", "loaded_tokens", "l1_hit_tokens", "admissions",
 )  # fmt: skip
@@ -31,14 +32,16 @@ class Instance:
     """The part of a serving instance the driver sees besides its own ``advance(until_us)``
     and ``close()``; a subclass sets ``arrivals``, ``counters`` and ``sink``."""
 
-    arrivals: Any
+    arrivals: Upcoming
     counters: dict[str, Any]
     sink: Any
 
     def deliver(self, r: Req) -> None:
         """``r`` arrived (at ``r.arrival_us``, not before the requests delivered so far); it
         joins the queue at the first iteration that starts at or after its arrival."""
-        self.arrivals.deliver(r)
+        arrivals = self.arrivals
+        assert isinstance(arrivals, Arrivals)  # (a decode side's land: deliver_built)
+        arrivals.deliver(r)
 
     def run(self) -> Any:
         """The whole run (the arrivals given at construction), then ``close()``."""

@@ -42,6 +42,10 @@ from cpkv.serving.schedulers.plan import FOREVER, NOT_QUIET, Quiet
 if TYPE_CHECKING:
     from cpkv.serving.engine.engine import Engine
 
+StretchShape = tuple[int, int, int, int, int]
+"""A stretch's first iteration's prefill tokens, decode context, prefill context and
+attention pairs, and the pairs' step."""
+
 
 def decode_stretches(engine: Engine, horizon: float) -> int:
     """With nothing waiting and nothing prefilling (no scheduler has anything to plan), the
@@ -159,7 +163,7 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     prefill = prefill_context = pairs = pairs_step = 0
     lane, completing = engine.lane, -1  # (the iteration whose end completes prompts)
     if engine.prefilling:
-        if not quiet.uniform:
+        if lane is None or not quiet.uniform:
             return 0
         before, whole = lane.next_due()
         if whole and engine.completes_in_stretch:
@@ -182,13 +186,14 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     k = durations.steps_within((bound if absorbs else horizon) - now, limit)
     ended, ahead = None, 0  # the prompts the last iteration completes; lane steps taken
     if k == completing + 1:
+        assert lane is not None
         lane.advance(k - 1)
         ended, ahead = lane.due_members(), k - 1
         if not engine.first_token_room(ended, pool.free_blocks - pool.needed_blocks(k)):
             ended, k = None, k - 1  # (its first tokens may preempt: in full)
             if not k:
                 return 0
-    shape = (prefill, decode_context, prefill_context, pairs, pairs_step)
+    shape: StretchShape = (prefill, decode_context, prefill_context, pairs, pairs_step)
     quiet_steps = k - 1 if ended else k
     waiting = len(engine.waiting)
     joins = _arrivals_within(engine, durations, k, quiet_steps) if absorbs else None
@@ -201,6 +206,7 @@ def run_stretch(engine: Engine, horizon: float, bound: float) -> int:
     if ended:
         end = engine.complete_prompts(ended, end, durations.duration(k - 1), running, shape, k - 1)
     elif prefill:
+        assert lane is not None
         lane.advance(k - ahead)
     engine.now = end
     if finish is not None and step + k == finish and not ended:
@@ -258,7 +264,7 @@ def _arrivals_within(engine: Engine, durations: Durations, steps: int, logged: i
 
 
 def _log(
-    engine: Engine, durations: Durations, now: float, end: float, k: int, shape: tuple,
+    engine: Engine, durations: Durations, now: float, end: float, k: int, shape: StretchShape,
     waiting: int, joins: list[int] | None,
 ) -> None:  # fmt: skip
     """The stretch's first ``k`` iterations, from ``now`` to ``end``, into the iteration log
@@ -268,12 +274,10 @@ def _log(
     running = pool.n_running
     prefill, decode_context, prefill_context, pairs, pairs_step = shape
     grow, need = pool.growth(k) if running else ([0], None)
-    line = isinstance(durations, AffinePieces) and len(durations.pieces) == 1
-    if line:
+    line, gaps, a, b = False, 0, 0.0, 0.0  # (not one line: its gaps are logged apart)
+    if isinstance(durations, AffinePieces) and len(durations.pieces) == 1:
         _, a, b = durations.pieces[0]
-        gaps = running
-    else:  # (logged apart)
-        gaps, a, b = 0, 0.0, 0.0
+        line, gaps = True, running
     engine.samples.stretch(
         now, k, end, running, waiting, pool.used_blocks,
         pool.free_blocks, prefill, decode_context, prefill_context, pairs, pairs_step, grow,

@@ -24,29 +24,43 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from cpkv.core.errors import ConfigError
 from cpkv.serving.model.request import Req
 from cpkv.workload.sampling import ExponentialSampler
 
-INF = float("inf")
+INF: Final = float("inf")
 COPY_HASH_STRIDE = 1 << 52
 """Copy ``c`` of a repeated trace has block hashes ``h + c * COPY_HASH_STRIDE``."""
 
 
-class Arrivals:
+class Upcoming:
+    """The requests still to come to an instance, in the order they come: ``next_us`` is the
+    next one's time (inf: none), :meth:`pop` takes it (there must be one)."""
+
+    __slots__ = ("next_us",)
+
+    def __init__(self) -> None:
+        self.next_us = INF
+
+    def pop(self) -> Req:
+        """The next request."""
+        raise NotImplementedError
+
+
+class Arrivals(Upcoming):
     """Requests that have not arrived yet, in arrival order: read lazily from ``source``, or
     handed over one at a time by an outer driver (:meth:`deliver`). ``next_us`` is the next
     one's arrival time (inf: none)."""
 
-    __slots__ = ("_source", "_queue", "_next", "next_us")
+    __slots__ = ("_source", "_queue", "_next")
 
     def __init__(self, source: Iterable[Req] | None = None) -> None:
+        super().__init__()
         self._source = iter(source) if source is not None else None
         self._queue: deque[Req] = deque()
         self._next: Req | None = None
-        self.next_us = INF
         self._step()
 
     def _step(self) -> None:
@@ -85,6 +99,31 @@ class Arrivals:
             self._next, self.next_us = r, r.arrival_us
         else:
             self._queue.append(r)
+
+
+class Handoffs(Upcoming):
+    """The requests that come to a decode instance: those whose KV is on its way to it, in
+    landing order (delivered by the prefill side's handoffs)."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: deque[tuple[float, Req]] = deque()
+
+    def deliver(self, r: Req, landed_us: float) -> None:
+        """``r``'s KV lands at ``landed_us`` (not before the KV delivered so far)."""
+        queue = self.queue
+        if queue and landed_us < queue[-1][0]:
+            raise ValueError(f"request {r.rid}: KV delivered out of landing order")
+        queue.append((landed_us, r))
+        self.next_us = queue[0][0]
+
+    def pop(self) -> Req:
+        queue = self.queue
+        _, r = queue.popleft()
+        self.next_us = queue[0][0] if queue else INF
+        return r
 
 
 def arrival_order(requests: Sequence[Any]) -> Iterator[Req]:

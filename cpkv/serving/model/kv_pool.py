@@ -27,13 +27,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import cast
+from typing import Final, cast
 
 from cpkv.policies.victims import VICTIMS, Holder
 from cpkv.serving.model.request import PREFILL, RUNNING, WAITING, Req
 from cpkv.workload.request import CLIP_MAX_NEW_TOKENS
 
-CLIP = CLIP_MAX_NEW_TOKENS
+CLIP: Final = CLIP_MAX_NEW_TOKENS
 
 
 class KvPool:

@@ -16,14 +16,22 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Final
 
 from cpkv.serving.model.request import Req
+
+NO_MEMBER: Final = 1 << 62
+"""``PrefillLane.least`` with no members."""
+UNKNOWN: Final = -1
+"""``PrefillLane.least`` when the member that had it left."""
 
 
 class PrefillLane:
     """Lazily advanced prefilling requests computing ``chunk`` tokens a uniform iteration."""
 
-    __slots__ = ("chunk", "steps", "count", "base_sum", "heap", "due", "due_at", "tokens")
+    __slots__ = (
+        "chunk", "steps", "count", "base_sum", "heap", "due", "due_at", "tokens", "least"
+    )  # fmt: skip
 
     def __init__(self, chunk: int) -> None:
         self.chunk = chunk
@@ -33,6 +41,7 @@ class PrefillLane:
         self.due: list[tuple[int, Req]] = []  # (token, member): prompt ends in the next step
         self.due_at = -1  # the steps ``due`` was taken at
         self.tokens = 0  # the last token handed out
+        self.least = NO_MEMBER  # the members' least fill - base (UNKNOWN: to be looked up)
 
     # -- members -----------------------------------------------------------------------------
     def join(self, r: Req) -> None:
@@ -48,6 +57,8 @@ class PrefillLane:
             heapq.heapify(heap)
         key = r.fill_tokens - base
         heapq.heappush(heap, (key, r.stamp, self.tokens, r))
+        if key < self.least:  # (UNKNOWN stays unknown)
+            self.least = key
         if key <= self.chunk * (self.steps + 1):  # due now: the list of due members changes
             self.due_at = -1
 
@@ -56,6 +67,8 @@ class PrefillLane:
         self.settle_one(r)
         self.count -= 1
         self.base_sum -= r.lane_base
+        if r.fill_tokens - r.lane_base == self.least:
+            self.least = UNKNOWN
         r.lane_token = 0  # (its heap entry, and its place among the due, are stale)
 
     def settle_one(self, r: Req) -> None:
@@ -95,25 +108,32 @@ class PrefillLane:
         """``(steps, whole)``: the uniform iterations before the next one in which a
         member's prompt ends, and whether every member whose prompt ends in that one
         computes a whole chunk in it (its tokens left a multiple of the chunk: that
-        iteration takes the same tokens as those before it)."""
-        chunk, steps = self.chunk, self.steps
-        if self.due_at != steps:
-            self.due_members()  # (takes the due members off the heap)
-        least = -1  # the least of the due members' fill - base
+        iteration takes the same tokens as those before it). The member with the least
+        ``fill - base`` ends first (every member's tokens left fall by the same chunk a
+        step), at the step ``(fill - base - 1) // chunk``."""
+        least = self.least
+        if least < 0:
+            least = self.least = self._least_key()
+        if least == NO_MEMBER:
+            return 1 << 62, False
+        chunk = self.chunk
+        return (least - 1) // chunk - self.steps, least % chunk == 0
+
+    def _least_key(self) -> int:
+        """The members' least ``fill - base`` (NO_MEMBER: none), from the due members and
+        the heap (its stale top entries dropped)."""
+        least = NO_MEMBER
         for token, r in self.due:
             if r.lane_token == token:
-                left = r.fill_tokens - r.lane_base
-                if least < 0 or left < least:
-                    least = left
-        if least >= 0:
-            return 0, least == chunk * (steps + 1)
+                key = r.fill_tokens - r.lane_base
+                if key < least:
+                    least = key
         heap = self.heap
         while heap and heap[0][3].lane_token != heap[0][2]:
             heapq.heappop(heap)
-        if not heap:
-            return 1 << 62, False
-        left = heap[0][0] - chunk * steps  # the smallest member's tokens left
-        return (left - 1) // chunk, left % chunk == 0
+        if heap and heap[0][0] < least:
+            least = heap[0][0]
+        return least
 
     def complete(self, due: list[Req]) -> None:
         """The next uniform iteration completes the prompts of ``due`` (its due members):
@@ -129,7 +149,7 @@ class PrefillLane:
         self.steps += steps
 
 
-SCAN_UP_TO = 32
+SCAN_UP_TO: Final = 32
 """Lists up to this long are searched by a scan (identity, in C), longer ones by bisection."""
 
 

@@ -15,9 +15,16 @@ derived from the KV pool's step counter (:class:`~cpkv.serving.model.kv_pool.KvP
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-PENDING, WAITING, PREFILL, RUNNING, FINISHED, REJECTED, TIMED_OUT, CANCELLED = range(8)
+PENDING: Final = 0
+WAITING: Final = 1
+PREFILL: Final = 2
+RUNNING: Final = 3
+FINISHED: Final = 4
+REJECTED: Final = 5
+TIMED_OUT: Final = 6
+CANCELLED: Final = 7
 ENDED = frozenset({FINISHED, REJECTED, TIMED_OUT, CANCELLED})
 LIVE = frozenset({WAITING, PREFILL, RUNNING})
 STATE_NAMES = (

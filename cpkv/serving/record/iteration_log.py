@@ -24,7 +24,7 @@ themselves.
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -32,9 +32,9 @@ from cpkv.serving.record.segments import SEGMENT, LogSummary, expand, segment_ga
 from cpkv.serving.record.spill import Spill
 from cpkv.serving.record.token_gaps import GapLog
 
-FLUSH_SEGMENTS = 8192
+FLUSH_SEGMENTS: Final = 8192
 """Segments held before a batch is written out."""
-SEGMENT_BYTES = SEGMENT.size
+SEGMENT_BYTES: Final = SEGMENT.size
 
 
 class IterationLog:

@@ -14,7 +14,7 @@ import struct
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -22,14 +22,14 @@ from cpkv.serving.model.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT,
 from cpkv.serving.record.lines import REASONS, format_lines
 
 SERIES = ("queue", "ttft", "tpot", "e2e")
-NAN = float("nan")
+NAN: Final = float("nan")
 RECORD = struct.Struct("<4d8q2B")
 """arrival, admitted, first token, finish (µs; NaN: none); prompt, max_new, output,
 computed prompt tokens, preemptions, recomputed tokens, L1 hit, L2 hit (-1: none); the
 terminal status' code (:data:`~cpkv.serving.record.lines.STATUSES`); the reason's code (0: none)."""
-_STATUS_CODE = {REJECTED: 0, FINISHED: 1, TIMED_OUT: 2, CANCELLED: 3}
+_STATUS_CODE: Final = {REJECTED: 0, FINISHED: 1, TIMED_OUT: 2, CANCELLED: 3}
 PERCENTILES = (50, 90, 95, 99)
-BATCH = 4096
+BATCH: Final = 4096
 """Records processed at a time."""
 
 

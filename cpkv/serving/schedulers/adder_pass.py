@@ -172,7 +172,7 @@ def adder_pass(
 def _start(
     free_tokens: int, mixed_tokens: int, headroom: float, budgets: AdderBudgets,
     chunk: tuple[int, int, int] | None,
-) -> tuple:  # fmt: skip
+) -> tuple[int, float, int, int, int | None, int, bool, int, int, int]:  # fmt: skip
     """The pass's budgets before its scan: the mixed batch's decode tokens taken off them,
     then ``add_chunked_req`` for the chunked request (``chunk``): ``(room, total_offset,
     current_offset, rem_input, rem_chunk, chunk tokens, chunk done, batch requests, extend

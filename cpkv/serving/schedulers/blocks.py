@@ -85,6 +85,7 @@ class BlockScheduler(Scheduler):
         when the rows of those it reaches are appended instead (fewer of them: their tokens
         written out of the lane)."""
         prefilling, lane = engine.prefilling, engine.lane
+        assert lane is not None
         n = len(prefilling)
         if n * lane.chunk <= budget:
             due = lane.due_members()
@@ -115,6 +116,7 @@ class BlockScheduler(Scheduler):
         with a whole chunk); None when that is not so, or when the options may change the
         plan."""
         lane = engine.lane
+        assert lane is not None  # (a block scheduler's engine has one)
         budget = self.budget.prefill_tokens(engine.pool.n_running)
         used = len(engine.prefilling) * lane.chunk
         if used > budget or not self.quiet_options(engine):

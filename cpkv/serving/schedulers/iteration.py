@@ -84,11 +84,12 @@ class IterationScheduler(BlockScheduler):
             return Quiet(FOREVER, "max_running_requests", True)
         if self.margin:
             return NOT_QUIET  # (which of the two names a refusal takes changes as blocks go)
-        pool, r = engine.pool, waiting[0]
+        pool, r, lane = engine.pool, waiting[0], engine.lane
+        assert lane is not None
         device, _host = engine.hit(r)
         free_after = pool.free_blocks - pool.needed_blocks(1)
         if pool.blocks_for(r.fill_tokens - device, None) <= free_after:
-            return ADMITS if left >= engine.lane.chunk else NOT_QUIET  # (a whole chunk: joining)
+            return ADMITS if left >= lane.chunk else NOT_QUIET  # (a whole chunk: joining)
         return Quiet(FOREVER, "kv_blocks", True)
 
     def joining(self, engine: Engine) -> list[tuple[Req, Admit]]:
@@ -96,6 +97,7 @@ class IterationScheduler(BlockScheduler):
         if left is None or left <= 0 or self.margin or not engine.waiting:
             return []
         lane, pool = engine.lane, engine.pool
+        assert lane is not None
         if engine.prefilling and lane.next_due()[0] == 0:
             return []  # (a prompt ends in it)
         admitted, rows, _stop, _left = self._admissions(

@@ -13,6 +13,8 @@ passed over, usually none or one).
 
 from __future__ import annotations
 
+from typing import Final
+
 from cpkv.serving.model.request import Req
 
 
@@ -72,8 +74,8 @@ class Quiet:
         self.admits = admits
 
 
-NOT_QUIET = Quiet(0)
-ADMITS = Quiet(0, admits=True)
+NOT_QUIET: Final = Quiet(0)
+ADMITS: Final = Quiet(0, admits=True)
 """No quiet steps: the next iteration admits (the queue's head fits)."""
-FOREVER = 1 << 62
+FOREVER: Final = 1 << 62
 """``Quiet.steps`` when only an event can change the scheduler's decision."""

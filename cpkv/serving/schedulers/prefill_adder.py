@@ -20,7 +20,7 @@ it or stops for another reason.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cpkv.serving.model.decode_ahead import decode_steps_ahead, lookahead, memory_refusals
 from cpkv.serving.model.request import Req
@@ -32,7 +32,7 @@ from cpkv.workload.request import CLIP_MAX_NEW_TOKENS as CLIP
 if TYPE_CHECKING:
     from cpkv.serving.engine.engine import Engine
 
-LOOKAHEAD = 64
+LOOKAHEAD: Final = 64
 """Iterations the pass itself is run ahead on a refused head at most (the engine asks again
 after); a refusal that only the memory check can end is looked ahead for longer."""
 

@@ -31,14 +31,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from cpkv.serving.cluster.disagg.link import Link
 from cpkv.serving.cluster.disagg.tallies import HandoffRecord
 from cpkv.serving.cluster.driver import Cluster
 from cpkv.serving.model.request import Req
 
-INF = float("inf")
+INF: Final = float("inf")
 ROUTE, LAND = 0, 1
 
 

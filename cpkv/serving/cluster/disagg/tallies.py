@@ -15,15 +15,15 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from cpkv.serving.model.request import FINISHED, PENDING, Req
 from cpkv.serving.record.lines import integer_column, text_column, time_column
 
-INF = float("inf")
-NAN = float("nan")
+INF: Final = float("inf")
+NAN: Final = float("nan")
 SPLIT = ("queue", "prefill", "transfer", "decode_wait")
 """The parts of a TTFT: arrival to the prefill side's admission, to its first token (the
 handoff), to the KV's landing on the decode instance, to the decode instance taking it in."""
