@@ -7,13 +7,14 @@ byte-identical records on every run and on both backends (``model`` and ``sglang
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from cpkv.core.fastinit import fast_constructor
 
-NO_TOKEN = "NO_TOKEN"
-OTHER = "OTHER"
-BATCH_FULL = "batch_full"
-QUEUE_EXHAUSTED = "queue_exhausted"
+NO_TOKEN: Final = "NO_TOKEN"
+OTHER: Final = "OTHER"
+BATCH_FULL: Final = "batch_full"
+QUEUE_EXHAUSTED: Final = "queue_exhausted"
 STOP_RESULTS = (NO_TOKEN, OTHER, BATCH_FULL, QUEUE_EXHAUSTED)
 """``stopped_result``: SGLang's ``AddReqResult`` names, or why the scan ran out of requests."""
 

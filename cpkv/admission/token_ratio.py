@@ -24,6 +24,7 @@ A decode step whose batch is empty (all finished) neither decays nor resets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from cpkv.core.errors import ConfigError
 
@@ -167,7 +168,7 @@ class NewTokenRatio:
 
 _PATHS: dict[tuple[float, float, float], list[float]] = {}
 """Decay paths by (first value, ``min_ratio``, ``decay_per_step``): the few last begun."""
-_PATHS_KEPT = 8
+_PATHS_KEPT: Final = 8
 
 
 def _extend(path: list[float], last: int, floor: float, decay: float) -> None:

@@ -29,21 +29,27 @@ current room, request by request in order of tokens left.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cpkv.sglang.config import CLIP_MAX_NEW_TOKENS as CLIP
 from cpkv.sglang.config import IGNORE_EOS_RESERVE_TOKENS
+from cpkv.sglang.memory import KvPool
 from cpkv.sglang.radix import Match
 from cpkv.sglang.request import Req
 
-CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
+if TYPE_CHECKING:
+    from cpkv.sglang.loop import Batch
+
+CONTINUE: Final = "continue"
+NO_TOKEN: Final = "no_token"
+OTHER: Final = "other"
 
 
 class PrefillAdder:
     """One pass's budgets and the requests it takes (see the module docstring)."""
 
     def __init__(
-        self, pool: Any, running: Any, ratio: float, max_prefill_tokens: int,
+        self, pool: KvPool, running: Batch, ratio: float, max_prefill_tokens: int,
         chunked_prefill_size: int | None, mixed_decode_tokens: int,
     ) -> None:  # fmt: skip
         self.pool, self.tree, self.page = pool, pool.tree, pool.page

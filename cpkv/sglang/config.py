@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 SCHEDULE_POLICIES = (
     "fcfs", "lof", "random", "lpm", "hrrn", "shortest-prefill-first", "dfs-weight",
 )  # fmt: skip
 RETRACTION_POLICIES = ("length", "priority")
-CLIP_MAX_NEW_TOKENS = 4096
+CLIP_MAX_NEW_TOKENS: Final = 4096
 """``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation's cap on tokens left to decode."""
-IGNORE_EOS_RESERVE_TOKENS = 1
+IGNORE_EOS_RESERVE_TOKENS: Final = 1
 
 
 def policy_refused(schedule_policy: str, disable_radix_cache: bool) -> str | None:

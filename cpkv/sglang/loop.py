@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import sys
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from cpkv.sglang.adder import CONTINUE, NO_TOKEN, OTHER, PrefillAdder
 from cpkv.sglang.config import LoopConfig
@@ -39,13 +39,15 @@ from cpkv.sglang.memory import KvPool
 from cpkv.sglang.radix import RadixTree, dfs_weight_order
 from cpkv.sglang.request import Req
 
-PREFILL, MIXED, DECODE = "prefill", "mixed", "decode"
-WAITING_PREFIX_REFRESH_INTERVAL = 32
-WAITING_QUEUE_PREFIX_MATCH_MAX = 128
-IN_BATCH_PREFIX_CHECK = 32
-IN_BATCH_PREFIX_DEPRIORITIZE = 32
-INF = float("inf")
-SHORTEST_PREFILL = "shortest-prefill-first"
+PREFILL: Final = "prefill"
+MIXED: Final = "mixed"
+DECODE: Final = "decode"
+WAITING_PREFIX_REFRESH_INTERVAL: Final = 32
+WAITING_QUEUE_PREFIX_MATCH_MAX: Final = 128
+IN_BATCH_PREFIX_CHECK: Final = 32
+IN_BATCH_PREFIX_DEPRIORITIZE: Final = 32
+INF: Final = float("inf")
+SHORTEST_PREFILL: Final = "shortest-prefill-first"
 FCFS_WHEN_LONG = ("lpm", "hrrn")
 """The cache-aware orders that run as ``fcfs`` above 128 waiting requests."""
 CACHE_AWARE = ("lpm", "hrrn", "shortest-prefill-first", "dfs-weight")

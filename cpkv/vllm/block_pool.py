@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Iterable
+from typing import Final
 
 from cpkv.vllm.request import is_own_key
 
-NOT_IN_LIST = -1
+NOT_IN_LIST: Final = -1
 """``pos`` of a block that has no live entry in the keyed list."""
 TRIM = 65536
 """The keyed list drops the entries before its read position once they are this many and

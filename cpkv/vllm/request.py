@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Final, Protocol
 
-WAITING = 0
-RUNNING = 1
-PREEMPTED = 2
-FINISHED = 3
+WAITING: Final = 0
+RUNNING: Final = 1
+PREEMPTED: Final = 2
+FINISHED: Final = 3
 
 OWN_KEYS: Final = -(1 << 32)
 """The key of block 0 of the request with index 0 among the blocks only it holds (see

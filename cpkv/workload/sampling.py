@@ -20,8 +20,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from math import log
+from typing import Final
 
-CHECKED_DRAWS = 64
+CHECKED_DRAWS: Final = 64
 """Values compared with the generator's own method before a sampler takes its steps itself."""
 
 

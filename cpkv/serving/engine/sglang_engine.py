@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from cpkv.admission.cp_limit import cp_limit_broken
 from cpkv.serving.cost.stretch import line_total
@@ -46,11 +46,11 @@ from cpkv.sglang import Req as LoopReq
 from cpkv.sglang.loop import DECODE
 from cpkv.sglang.tokens import TokenRuns
 
-OWN_TOKENS = 1 << 32
+OWN_TOKENS: Final = 1 << 32
 """Token ids a request owns: ``-(index + 1) * OWN_TOKENS + k`` (prompt or output token ``k``)."""
-STRETCH_LIMIT = 1 << 20
+STRETCH_LIMIT: Final = 1 << 20
 """The most decode passes one closed-form stretch takes."""
-IDLE_PASSES = 8
+IDLE_PASSES: Final = 8
 """Passes in a row that run nothing while the server is not idle before the run stalls."""
 
 
@@ -245,7 +245,7 @@ class SglangEngine(Instance):
             prefill_context += prefix + extend
             pairs += extend * prefix + extend * (extend + 1) // 2
             loaded += host
-            r = req.tag
+            r: Req = req.tag
             r.state = PREFILL
             if r.admitted_us is None:
                 r.admitted_us, r.l1_hit, r.l2_hit = start, prefix - host, host
@@ -276,7 +276,7 @@ class SglangEngine(Instance):
         self.iterations += 1
 
     def first_token(self, req: LoopReq, batch: Batch) -> None:
-        r = req.tag
+        r: Req = req.tag
         r.first_token_us = batch.end_us
         r.state = RUNNING
         self.counters["first_tokens"] += 1
@@ -303,20 +303,20 @@ class SglangEngine(Instance):
             self.gaps.point(-1, batch.end_us - before, count)
 
     def finished(self, req: LoopReq, batch: Batch) -> None:
-        r = req.tag
+        r: Req = req.tag
         r.state, r.finished_us, r.generated = FINISHED, batch.end_us, req.output_len
         del self.live[r.index]
         self.sink.done(r)
 
     def preempted(self, req: LoopReq) -> None:
-        r = req.tag
+        r: Req = req.tag
         r.state, r.generated = WAITING, req.output_len
         r.preemptions += 1
         counts = self.counters["preemptions"]
         counts["priority"] = counts.get("priority", 0) + 1
 
     def retracted(self, req: LoopReq, held_tokens: int) -> None:
-        r = req.tag
+        r: Req = req.tag
         r.state, r.generated = WAITING, req.output_len
         r.preemptions += 1
         r.recomputed += held_tokens

@@ -1,7 +1,6 @@
 """The ``requests.jsonl`` lines of a batch of request records, written with numpy.
 
-A line is the JSON object ``json.dumps(..., separators=(",", ":"))`` writes for the request
-(:func:`cpkv.serving.record.metrics.request_line` builds the same one request by request),
+A line is the JSON object ``json.dumps(..., separators=(",", ":"))`` writes for the request,
 its times rounded by ``round(x, 6)``. :func:`format_lines` writes it byte for byte without a
 Python call per number:
 
@@ -161,17 +160,21 @@ def time_column(x: np.ndarray) -> np.ndarray:
 
 
 def _times_million_rounded(x: np.ndarray) -> np.ndarray:
-    """``round(x * 10**6)`` computed exactly (ties to even) for ``0 <= x < 1e9``."""
+    """``round(x * 10**6)`` computed exactly (ties to even) for ``0 <= x < 1e9``: the float
+    product rounded to the nearest integer, but where it lies halfway between two, where the
+    product's rounding error (Dekker) says which side the exact product is on."""
     y = x * 64.0  # exact: 10**6 = 64 * 15625
     p = y * 15625.0  # the float product, rounded
-    split = y * 134217729.0  # Veltkamp split of y into 26 + 27 bits
-    high = split - (split - y)
-    low = y - high
-    err = (high * 15625.0 - p) + low * 15625.0  # Dekker: p + err == y * 15625 exactly
-    below = np.floor(p)
     nearest = np.rint(p)  # ties to even
-    tie = p - below == 0.5
-    nearest = np.where(tie & (err > 0), below + 1.0, np.where(tie & (err < 0), below, nearest))
+    tie = np.flatnonzero(p - np.floor(p) == 0.5)
+    if len(tie):
+        y, p = y[tie], p[tie]
+        split = y * 134217729.0  # Veltkamp split of y into 26 + 27 bits
+        high = split - (split - y)
+        low = y - high
+        err = (high * 15625.0 - p) + low * 15625.0  # Dekker: p + err == y * 15625 exactly
+        below = np.floor(p)
+        nearest[tie] = np.where(err > 0, below + 1.0, np.where(err < 0, below, nearest[tie]))
     return nearest.astype(np.int64)
 
 

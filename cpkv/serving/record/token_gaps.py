@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -39,7 +39,7 @@ FIELDS = (("iteration", np.int64), ("a", np.float64), ("b", np.float64), ("n", n
           ("weight", np.float64))  # fmt: skip
 RECORD_DTYPE = np.dtype([(name, kind) for name, kind in FIELDS])
 assert RECORD_DTYPE.itemsize == RECORD.size
-FLUSH_RECORDS = 8192
+FLUSH_RECORDS: Final = 8192
 """Records held before a batch is written out."""
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from cpkv.admission.cp_limit import cp_limit_broken
 from cpkv.workload.request import ceil_page
 
-NO_CAP = 1 << 62
+NO_CAP: Final = 1 << 62
 
 
 @dataclass(frozen=True)
