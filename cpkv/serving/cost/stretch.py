@@ -28,9 +28,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-_NEVER: Final = (
-    1 << 62
-)  # the second piece's first iteration when there is one piece (none reaches it)
+_NEVER: Final = 1 << 62
+"""The second piece's first iteration when there is one piece (none reaches it)."""
 
 
 class Durations:

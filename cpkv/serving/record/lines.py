@@ -161,8 +161,8 @@ def time_column(x: np.ndarray) -> np.ndarray:
 
 def _times_million_rounded(x: np.ndarray) -> np.ndarray:
     """``round(x * 10**6)`` computed exactly (ties to even) for ``0 <= x < 1e9``: the float
-    product rounded to the nearest integer, but where it lies halfway between two, where the
-    product's rounding error (Dekker) says which side the exact product is on."""
+    product rounded to the nearest integer; where that product lies halfway between two
+    integers, its rounding error (Dekker) says on which side the exact product lies."""
     y = x * 64.0  # exact: 10**6 = 64 * 15625
     p = y * 15625.0  # the float product, rounded
     nearest = np.rint(p)  # ties to even
